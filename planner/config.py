@@ -1,0 +1,209 @@
+"""Typed planner configuration: one pydantic model per kind of YAML file.
+
+Every model forbids unknown fields, so a misspelt key is an error that names
+it. Units are in field names. The flows take `PlannerConfig` as a parameter,
+so the Prefect UI renders it as a form. Parsing YAML text is here; reading the
+file is the caller's job.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SloTarget(_Strict):
+    ttft_ms: float = Field(200.0, gt=0, description="target time to first token, ms")
+    itl_ms: float = Field(10.0, gt=0, description="target inter-token latency, ms")
+
+
+class ProfileConfig(_Strict):
+    """Where the pre-deployment profiling data lives.
+
+    Either `dir` (profiler layout: selected_prefill_interpolation/raw_data.npz and
+    selected_decode_interpolation/raw_data.npz) or `pre_swept_dir` (a folder with
+    prefill.npz and decode.npz, one row per parallel config) with `tp` and
+    optionally `gpu_type` to pick the row.
+    """
+
+    dir: str | None = Field(None, description="profiler output folder")
+    pre_swept_dir: str | None = Field(None, description="pre-swept folder with prefill.npz/decode.npz")
+    prefill_tp: int | None = Field(None, ge=1, description="pre-swept row: prefill tensor parallel size")
+    decode_tp: int | None = Field(None, ge=1, description="pre-swept row: decode tensor parallel size")
+    gpu_type: str | None = Field(None, description="pre-swept row: GPU type, e.g. h200_sxm")
+    out_of_range: Literal["clip", "raise"] = Field(
+        "clip", description="inputs outside the profiled range: clamp (with a warning) or raise"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ProfileConfig":
+        if (self.dir is None) == (self.pre_swept_dir is None):
+            raise ValueError("profile: set exactly one of `dir` or `pre_swept_dir`")
+        return self
+
+
+class PredictorConfig(_Strict):
+    name: str = Field(
+        "auto",
+        description="load predictor: constant, arima, kalman, prophet, seasonal_naive, ets, auto",
+    )
+    size_on: Literal["mean", "p90"] = Field(
+        "p90", description="size replicas on the mean forecast or its upper (p90) quantile"
+    )
+    min_history_points: int = Field(
+        5, ge=1, description="points a model needs before it forecasts; constant until then"
+    )
+    log1p: bool = Field(False, description="ARIMA: fit on log1p(load)")
+    history_intervals: int = Field(
+        288, ge=1, le=20_000, description="intervals of history the collect step reads back"
+    )
+
+
+class CorrectionConfig(_Strict):
+    enabled: bool = Field(True, description="apply observed/expected latency correction factors")
+    min_factor: float = Field(0.5, gt=0, description="lower bound on a correction factor")
+    max_factor: float = Field(3.0, gt=0, description="upper bound on a correction factor")
+    min_requests: float = Field(
+        10.0, ge=0, description="fewer requests than this in the interval: factor = 1 (cold start)"
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "CorrectionConfig":
+        if self.min_factor > 1.0 or self.max_factor < 1.0:
+            raise ValueError(
+                f"correction: need min_factor <= 1 <= max_factor, got {self.min_factor}..{self.max_factor}"
+            )
+        return self
+
+
+class SizingConfig(_Strict):
+    mode: Literal["sla", "dynamo"] = Field(
+        "sla",
+        description="sla: queueing-aware prefill sizing that keeps the TTFT target, decode with headroom; "
+        "dynamo: the seed formulas (100% of profiled throughput)",
+    )
+    gpus_per_prefill_engine: int = Field(1, ge=1, description="GPUs one prefill replica uses")
+    gpus_per_decode_engine: int = Field(1, ge=1, description="GPUs one decode replica uses")
+    decode_headroom_frac: float = Field(
+        0.15, ge=0, lt=1, description="decode capacity kept free for bursts (sla mode)"
+    )
+    prefill_max_utilization_frac: float = Field(
+        0.9, gt=0, le=1, description="cap on prefill utilisation (sla mode), whatever the queueing model says"
+    )
+
+
+class SaturationThresholds(_Strict):
+    """llm-d WVA saturation analyzer settings (recommended defaults)."""
+
+    kv_cache_threshold: float = Field(0.80, gt=0, le=1, description="KV usage at or above which a replica is saturated")
+    queue_length_threshold: float = Field(5, ge=0, description="waiting requests at or above which a replica is saturated")
+    kv_spare_trigger: float = Field(0.1, ge=0, le=1, description="scale up when average spare KV is below this")
+    queue_spare_trigger: float = Field(3, ge=0, description="scale up when average spare queue is below this")
+
+
+class SaturationConfig(_Strict):
+    enabled: bool = Field(True, description="use the saturation guardrail")
+    default: SaturationThresholds = Field(default_factory=SaturationThresholds)
+    overrides: dict[str, SaturationThresholds] = Field(
+        default_factory=dict,
+        description="per-model thresholds keyed 'modelID#namespace'; an override replaces the default wholly",
+    )
+
+    @model_validator(mode="after")
+    def _keys(self) -> "SaturationConfig":
+        for key in self.overrides:
+            if key.count("#") != 1 or key.startswith("#") or key.endswith("#"):
+                raise ValueError(f"saturation.overrides: key {key!r} must be 'modelID#namespace'")
+        return self
+
+    def for_model(self, model_id: str, namespace: str) -> SaturationThresholds:
+        return self.overrides.get(f"{model_id}#{namespace}", self.default)
+
+
+class PoolBounds(_Strict):
+    min_replicas: int = Field(1, ge=0, description="fewest replicas")
+    max_replicas: int = Field(16, ge=1, description="most replicas")
+
+    @model_validator(mode="after")
+    def _order(self) -> "PoolBounds":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) must be <= max_replicas ({self.max_replicas})"
+            )
+        return self
+
+
+class DecisionConfig(_Strict):
+    prefill: PoolBounds = Field(default_factory=PoolBounds)
+    decode: PoolBounds = Field(default_factory=PoolBounds)
+    max_gpu_budget: int | None = Field(None, ge=1, description="total GPUs both pools may use; None: unlimited")
+    max_step_replicas: int | None = Field(
+        None, ge=1, description="largest change per pool per interval; None: unlimited"
+    )
+    scale_down_stabilization_s: float = Field(
+        300.0, ge=0, description="scale down only to the highest target recommended over this window"
+    )
+    allow_scale_to_zero: bool = Field(False, description="permit 0 replicas (needs min_replicas 0 too)")
+
+    @model_validator(mode="after")
+    def _zero(self) -> "DecisionConfig":
+        for name in ("prefill", "decode"):
+            b: PoolBounds = getattr(self, name)
+            if b.min_replicas == 0 and not self.allow_scale_to_zero:
+                raise ValueError(
+                    f"decision.{name}.min_replicas is 0 but allow_scale_to_zero is false"
+                )
+        return self
+
+
+class PlannerConfig(_Strict):
+    """The whole planner configuration (configs/planner.yaml)."""
+
+    namespace: str = Field("default", description="Kubernetes namespace / virtual etcd prefix")
+    model_id: str = Field("default", description="served model id (saturation overrides key)")
+    adjustment_interval_s: float = Field(60.0, gt=0, description="seconds between planner runs")
+    slo: SloTarget = Field(default_factory=SloTarget)
+    profile: ProfileConfig
+    predictor: PredictorConfig = Field(default_factory=PredictorConfig)
+    correction: CorrectionConfig = Field(default_factory=CorrectionConfig)
+    sizing: SizingConfig = Field(default_factory=SizingConfig)
+    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
+    decision: DecisionConfig = Field(default_factory=DecisionConfig)
+
+
+def parse_yaml(text: str, model: type[BaseModel], *, source: str) -> BaseModel:
+    """Parse YAML text into `model`; errors name the source, field and value.
+
+    source: where the text came from (a file path), used in error messages.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{source}: not valid YAML: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(format_validation_error(exc, source=source)) from None
+
+
+def format_validation_error(exc: ValidationError, *, source: str) -> str:
+    """One line per problem: `source: field.path: message (got value)`."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        got = err.get("input")
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{source}: unknown field {loc!r}")
+        else:
+            lines.append(f"{source}: {loc}: {err['msg']} (got {got!r})")
+    return "\n".join(lines)

@@ -1,0 +1,213 @@
+"""Value types passed between the planner's steps.
+
+Every step of a planner run (collect, correct, predict, interpolate, analyze
+saturation, decide, apply) takes and returns these plain, immutable values, so
+the Prefect tasks, the simulator and the benchmarks all share one vocabulary.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Pool = Literal["prefill", "decode"]
+POOLS: tuple[Pool, ...] = ("prefill", "decode")
+
+
+def is_number(x: float | None) -> bool:
+    """True for a finite float (not None, NaN or inf)."""
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+@dataclass(frozen=True)
+class LoadHistory:
+    """Per-interval load series, oldest first, as the collect step rebuilds it.
+
+    t_s: interval end times, seconds (Unix or simulated clock).
+    num_requests: requests that arrived in each interval (count, not rate).
+    avg_isl_tokens / avg_osl_tokens: mean input / output length per interval;
+        NaN where the interval had no requests.
+    interval_s: the bin width, seconds.
+    """
+
+    t_s: tuple[float, ...]
+    num_requests: tuple[float, ...]
+    avg_isl_tokens: tuple[float, ...]
+    avg_osl_tokens: tuple[float, ...]
+    interval_s: float
+
+    def __post_init__(self) -> None:
+        n = len(self.t_s)
+        for name in ("num_requests", "avg_isl_tokens", "avg_osl_tokens"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"LoadHistory: {name} has {len(getattr(self, name))} points, t_s has {n}"
+                )
+        if not self.interval_s > 0:
+            raise ValueError(f"LoadHistory: interval_s must be > 0, got {self.interval_s}")
+
+    def __len__(self) -> int:
+        return len(self.t_s)
+
+
+@dataclass(frozen=True)
+class PodMetrics:
+    """One serving replica's saturation signals (vLLM metrics)."""
+
+    pod: str
+    pool: Pool
+    kv_usage_frac: float | None  # 0..1, max over the last minute
+    queue_length: float | None  # requests waiting
+    variant: str = "default"  # model variant (accelerator/config) for cost-aware choice
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the collect step saw for one adjustment interval.
+
+    Averages are over the last interval; None means "no data". `stale` lists
+    why the data can't be trusted (e.g. "prometheus: newest sample 340 s old").
+    """
+
+    taken_at_s: float
+    interval_s: float
+    num_requests: float | None
+    avg_isl_tokens: float | None
+    avg_osl_tokens: float | None
+    avg_ttft_ms: float | None
+    avg_itl_ms: float | None
+    history: LoadHistory | None = None
+    pods: tuple[PodMetrics, ...] = ()
+    stale_reasons: tuple[str, ...] = ()
+
+    @property
+    def is_stale(self) -> bool:
+        return bool(self.stale_reasons)
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """Current state of one pool, as read from the connector."""
+
+    current_replicas: int
+    ready_replicas: int
+    gpus_per_replica: int = 1
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A decision previously applied, as read back from the connector."""
+
+    decision_id: int
+    decided_at_s: float
+    prefill_replicas: int
+    decode_replicas: int
+    done: bool  # the deployment environment reports the targets reached
+
+
+@dataclass(frozen=True)
+class FleetState:
+    """Everything about the fleet a run needs, read fresh each run.
+
+    recent_targets: (decided_at_s, prefill, decode) of recent decisions, oldest
+    first; used for the scale-down stabilization window.
+    """
+
+    prefill: PoolState
+    decode: PoolState
+    last_decision: DecisionRecord | None = None
+    recent_targets: tuple[tuple[float, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Corrections:
+    """Observed / expected latency ratios, bounded (see planner.correct)."""
+
+    prefill: float = 1.0
+    decode: float = 1.0
+    enabled: bool = True
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Next-interval load forecast: mean and upper (p90) for each quantity."""
+
+    num_requests: float
+    avg_isl_tokens: float
+    avg_osl_tokens: float
+    num_requests_p90: float
+    predictor: str
+    notes: tuple[str, ...] = ()
+
+
+class ReasonCode(str, enum.Enum):
+    """Machine-readable reasons a decision carries."""
+
+    SLA_SIZING = "sla_sizing"
+    SATURATION_SCALE_UP = "saturation_scale_up"
+    SATURATION_VETO_SCALE_DOWN = "saturation_veto_scale_down"
+    TRANSITION_IN_PROGRESS = "transition_in_progress"
+    CLAMPED_MIN = "clamped_min"
+    CLAMPED_MAX = "clamped_max"
+    GPU_BUDGET = "gpu_budget"
+    MAX_STEP = "max_step"
+    STABILIZATION_WINDOW = "stabilization_window"
+    HOLD_MISSING_METRICS = "hold_missing_metrics"
+    HOLD_STALE_METRICS = "hold_stale_metrics"
+    HOLD_PREVIOUS_NOT_DONE = "hold_previous_not_done"
+    UNCHANGED = "unchanged"
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    PROFILE_CLAMPED = "profile_clamped"
+    PREDICTOR_FALLBACK = "predictor_fallback"
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: ReasonCode
+    pool: Pool | None
+    message: str
+    numbers: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "code": self.code.value,
+            "pool": self.pool,
+            "message": self.message,
+            "numbers": dict(self.numbers),
+        }
+
+
+@dataclass(frozen=True)
+class PoolSizing:
+    """Replicas one pool needs for the SLA at the forecast load, with its numbers."""
+
+    pool: Pool
+    replicas: int
+    numbers: dict[str, float] = field(default_factory=dict)
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Targets for both pools and why. `apply` is False when nothing should be written."""
+
+    prefill_replicas: int
+    decode_replicas: int
+    apply: bool
+    reasons: tuple[Reason, ...]
+
+    def codes(self) -> list[str]:
+        return [r.code.value for r in self.reasons]
+
+    def as_dict(self) -> dict:
+        return {
+            "prefill_replicas": self.prefill_replicas,
+            "decode_replicas": self.decode_replicas,
+            "apply": self.apply,
+            "reasons": [r.as_dict() for r in self.reasons],
+        }
