@@ -1,0 +1,36 @@
+"""Session-wide test settings shared by every area.
+
+Area-specific fixtures for real components live in tests/fixtures_*.py and are
+imported by the tests that need them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+
+# Prefect must never touch a user's ~/.prefect or phone home from tests.
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+if "PREFECT_HOME" not in os.environ:
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="sla-planner-prefect-home-")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real data beside the project (profiles, traces); fails loudly if absent."""
+    if not (SHARED_DATA / "README.md").is_file():
+        pytest.fail(f"shared data not found at {SHARED_DATA}: tests need ../shared/data beside the project")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def h200_profile_dir(shared_data: Path) -> Path:
+    """Measured Dynamo profile: Llama-3.1-8B-FP8 on H200, TP1 prefill and decode."""
+    return shared_data / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
