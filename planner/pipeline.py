@@ -1,0 +1,172 @@
+"""One planner interval end to end, without I/O: correct, predict, size, saturation, decide.
+
+The Prefect flow runs these same step functions as separate tasks; the
+simulator and the benchmarks call `plan_interval`, which chains them in the
+same order, so all three share one decision path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+
+from planner.config import PlannerConfig, SloTarget
+from planner.correct import correction_factors
+from planner.decide import decide
+from planner.predict import forecast_next
+from planner.profile import EngineProfile
+from planner.saturation import PoolSaturation, analyze_pool
+from planner.sizing import size_decode, size_prefill
+from planner.types import (
+    POOLS,
+    Corrections,
+    Decision,
+    FleetState,
+    Forecast,
+    LoadHistory,
+    Observation,
+    Pool,
+    PoolSizing,
+)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Overrides for a manual "what would the planner do if..." run.
+
+    load_multiplier: scales observed and historical request counts (1.0 = as observed).
+    slo: replaces the configured SLA targets when set.
+    """
+
+    load_multiplier: float = 1.0
+    slo: SloTarget | None = None
+
+    def __post_init__(self) -> None:
+        if not self.load_multiplier > 0:
+            raise ValueError(f"what-if: load_multiplier must be > 0, got {self.load_multiplier}")
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Every intermediate value of one interval, for artifacts, metrics and tests."""
+
+    observation: Observation
+    fleet: FleetState
+    corrections: Corrections
+    forecast: Forecast
+    sizing: Mapping[Pool, PoolSizing]
+    saturation: Mapping[Pool, PoolSaturation] | None
+    decision: Decision
+
+
+def apply_what_if(obs: Observation, what_if: WhatIf | None) -> Observation:
+    """Scale the observed load by the what-if multiplier (latencies stay as observed)."""
+    if what_if is None or what_if.load_multiplier == 1.0:
+        return obs
+    k = what_if.load_multiplier
+    history = obs.history
+    if history is not None:
+        history = dataclasses.replace(history, num_requests=tuple(n * k for n in history.num_requests))
+    return dataclasses.replace(
+        obs,
+        num_requests=None if obs.num_requests is None else obs.num_requests * k,
+        history=history,
+    )
+
+
+def effective_config(cfg: PlannerConfig, what_if: WhatIf | None) -> PlannerConfig:
+    """The configuration a run uses after what-if overrides."""
+    if what_if is None or what_if.slo is None:
+        return cfg
+    return cfg.model_copy(update={"slo": what_if.slo})
+
+
+def history_for_prediction(obs: Observation) -> LoadHistory:
+    """The load series the predictor fits: the range-query history, or just this interval."""
+    if obs.history is not None and len(obs.history) > 0:
+        return obs.history
+    nan = float("nan")
+    return LoadHistory(
+        t_s=(obs.taken_at_s,),
+        num_requests=(obs.num_requests if obs.num_requests is not None else nan,),
+        avg_isl_tokens=(obs.avg_isl_tokens if obs.avg_isl_tokens is not None else nan,),
+        avg_osl_tokens=(obs.avg_osl_tokens if obs.avg_osl_tokens is not None else nan,),
+        interval_s=obs.interval_s,
+    )
+
+
+def size_pools(
+    forecast: Forecast,
+    *,
+    corrections: Corrections,
+    profile: EngineProfile,
+    cfg: PlannerConfig,
+) -> dict[Pool, PoolSizing]:
+    """Replicas each pool needs for the SLA at the forecast load (the interpolate step)."""
+    common = dict(
+        corrections=corrections,
+        slo=cfg.slo,
+        cfg=cfg.sizing,
+        interval_s=cfg.adjustment_interval_s,
+        size_on=cfg.predictor.size_on,
+    )
+    return {
+        "prefill": size_prefill(forecast, profile=profile.prefill, **common),
+        "decode": size_decode(forecast, profile=profile.decode, **common),
+    }
+
+
+def analyze_saturation(
+    obs: Observation, fleet: FleetState, cfg: PlannerConfig
+) -> dict[Pool, PoolSaturation] | None:
+    """The saturation guardrail per pool, or None when it is switched off."""
+    if not cfg.saturation.enabled:
+        return None
+    thresholds = cfg.saturation.for_model(cfg.model_id, cfg.namespace)
+    return {
+        pool: analyze_pool(
+            [p for p in obs.pods if p.pool == pool],
+            pool=pool,
+            current_replicas=getattr(fleet, pool).current_replicas,
+            thresholds=thresholds,
+        )
+        for pool in POOLS
+    }
+
+
+def plan_interval(
+    obs: Observation,
+    fleet: FleetState,
+    cfg: PlannerConfig,
+    profile: EngineProfile,
+    *,
+    now_s: float,
+    what_if: WhatIf | None = None,
+    predictor_cache: MutableMapping | None = None,
+) -> PlanResult:
+    """Run every step of one planner interval on already-collected inputs.
+
+    predictor_cache: speed-only store of fitted predictor state; losing it never
+    changes a decision beyond noise.
+    """
+    cfg = effective_config(cfg, what_if)
+    obs = apply_what_if(obs, what_if)
+    corrections = correction_factors(
+        obs, profile=profile, decode_replicas=fleet.decode.current_replicas, cfg=cfg.correction
+    )
+    forecast = forecast_next(history_for_prediction(obs), cfg.predictor, cache=predictor_cache)
+    sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
+    saturation = analyze_saturation(obs, fleet, cfg)
+    decision = decide(
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now_s
+    )
+    return PlanResult(
+        observation=obs,
+        fleet=fleet,
+        corrections=corrections,
+        forecast=forecast,
+        sizing=sizing,
+        saturation=saturation,
+        decision=decision,
+    )

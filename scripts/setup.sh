@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything sla-planner needs on a fresh Debian machine (run as root or with sudo):
+# Debian's prometheus and etcd-server for the real-component tests, uv, and the
+# locked Python environment in .venv. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+need_apt=()
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+# Debian starts these as services on install; the tests start their own on free ports.
+for svc in prometheus etcd; do
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop "$svc" >/dev/null 2>&1 || true; fi
+done
+
+if ! command -v uv >/dev/null 2>&1; then
+  echo "setup: installing uv"
+  python3 -m pip install -q uv
+fi
+
+export UV_COMPILE_BYTECODE=1   # otherwise every import recompiles when PYTHONDONTWRITEBYTECODE=1
+uv sync --frozen --extra dev --python 3.11
+echo "setup: done (.venv ready)"
