@@ -1,0 +1,254 @@
+"""Typed settings for the outside systems: Prometheus metrics and the connectors.
+
+One pydantic model per concern, unknown fields forbidden, units in field names.
+PromQL queries are `string.Template` texts so PromQL's own braces stay as they
+are; the placeholders are:
+
+- `${frontend_selector}`: label matchers for the Dynamo frontend metrics
+  (MetricsConfig.frontend_selector), e.g. `model="llama-8b",namespace="dyn"`
+- `${worker_selector}`: label matchers for the vLLM worker metrics
+- `${interval}`: the adjustment interval as a PromQL duration (`60s`, `1500ms`)
+- `${pod_group_by}`: the labels a per-pod query groups by (pod label, plus the
+  pool and variant labels when configured)
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _frontend_avg(metric: str) -> str:
+    """Mean of a histogram over the interval: increase(_sum) / increase(_count)."""
+    return (
+        f"sum(increase({metric}_sum{{${{frontend_selector}}}}[${{interval}}]))"
+        f" / sum(increase({metric}_count{{${{frontend_selector}}}}[${{interval}}]))"
+    )
+
+
+class QueryTemplates(_Strict):
+    """PromQL for each signal the collect step reads; override any of them.
+
+    Frontend queries must return one series (or none); per-pod queries one
+    series per pod carrying the labels in `${pod_group_by}`.
+    """
+
+    num_requests: str = Field(
+        "sum(increase(dynamo_frontend_requests_total{${frontend_selector}}[${interval}]))",
+        description="requests that arrived in the interval (count)",
+    )
+    avg_ttft_s: str = Field(
+        _frontend_avg("dynamo_frontend_time_to_first_token_seconds"),
+        description="mean time to first token over the interval, seconds",
+    )
+    avg_itl_s: str = Field(
+        _frontend_avg("dynamo_frontend_inter_token_latency_seconds"),
+        description="mean inter-token latency over the interval, seconds",
+    )
+    avg_isl_tokens: str = Field(
+        _frontend_avg("dynamo_frontend_input_sequence_tokens"),
+        description="mean input sequence length over the interval, tokens",
+    )
+    avg_osl_tokens: str = Field(
+        _frontend_avg("dynamo_frontend_output_sequence_tokens"),
+        description="mean output sequence length over the interval, tokens",
+    )
+    newest_sample_s: str = Field(
+        "max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",
+        description="Unix time of the newest frontend sample, seconds (staleness check)",
+    )
+    kv_usage_frac: str = Field(
+        'max by (${pod_group_by}) (max_over_time({__name__=~"vllm[:_]kv_cache_usage_perc",${worker_selector}}[1m]))',
+        description="per pod: KV-cache usage 0..1, max over the last minute (both vllm: and vllm_ spellings)",
+    )
+    queue_length: str = Field(
+        'max by (${pod_group_by}) ({__name__=~"vllm[:_]num_requests_waiting",${worker_selector}})',
+        description="per pod: requests waiting (both vllm: and vllm_ spellings)",
+    )
+
+    @model_validator(mode="after")
+    def _known_placeholders(self) -> "QueryTemplates":
+        for name in type(self).model_fields:
+            text = getattr(self, name)
+            template = string.Template(text)
+            if not template.is_valid():
+                raise ValueError(f"queries.{name}: invalid ${{...}} placeholder syntax in {text!r}")
+            unknown = set(template.get_identifiers()) - PLACEHOLDERS
+            if unknown:
+                raise ValueError(
+                    f"queries.{name}: unknown placeholder(s) {sorted(unknown)} in {text!r}; "
+                    f"known: {sorted(PLACEHOLDERS)}"
+                )
+        return self
+
+
+class PoolMapping(_Strict):
+    """How a worker pod's metrics are attributed to the prefill or decode pool."""
+
+    by: Literal["pod_regex", "label"] = Field(
+        "pod_regex",
+        description="pod_regex: match the pod name; label: read a label's value (e.g. dynamo_component)",
+    )
+    pod_label: str = Field("pod", min_length=1, description="label holding the pod name")
+    prefill_pod_regex: str = Field("(?i)prefill", description="pod names of prefill workers (re.search)")
+    decode_pod_regex: str = Field("(?i)decode", description="pod names of decode workers (re.search)")
+    pool_label: str = Field(
+        "dynamo_component", min_length=1, description="by=label: label whose value names the pool"
+    )
+    prefill_label_values: list[str] = Field(
+        default_factory=lambda: ["prefill"], description="by=label: values meaning prefill"
+    )
+    decode_label_values: list[str] = Field(
+        default_factory=lambda: ["decode", "backend"], description="by=label: values meaning decode"
+    )
+    variant_label: str | None = Field(
+        None, description="label naming the model variant (accelerator/config); None: 'default'"
+    )
+
+    @field_validator("prefill_pod_regex", "decode_pod_regex")
+    @classmethod
+    def _compiles(cls, value: str, info) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"pools.{info.field_name}: not a valid regular expression {value!r}: {exc}")
+        return value
+
+    def group_by_labels(self) -> list[str]:
+        labels = [self.pod_label]
+        if self.by == "label":
+            labels.append(self.pool_label)
+        if self.variant_label:
+            labels.append(self.variant_label)
+        return list(dict.fromkeys(labels))
+
+
+_MATCHERS_RE = re.compile(r"^\s*$|^[^{}]+$")
+
+
+class MetricsConfig(_Strict):
+    """Where and how the collect step reads metrics from Prometheus."""
+
+    prometheus_url: str = Field(
+        "http://localhost:9090", min_length=1, description="Prometheus base URL (http or https)"
+    )
+    frontend_selector: str = Field(
+        "", description='PromQL label matchers for frontend metrics, no braces, e.g. model="llama-8b"'
+    )
+    worker_selector: str = Field(
+        "", description='PromQL label matchers for vLLM worker metrics, no braces, e.g. namespace="dyn"'
+    )
+    queries: QueryTemplates = Field(default_factory=QueryTemplates)
+    pools: PoolMapping = Field(default_factory=PoolMapping)
+    stale_after_s: float = Field(
+        180.0, gt=0, description="newest frontend sample older than this marks the observation stale, s"
+    )
+    request_timeout_s: float = Field(10.0, gt=0, description="timeout of one Prometheus HTTP request, s")
+    verify_tls: bool = Field(True, description="verify the server certificate for https URLs")
+    bearer_token_file: str | None = Field(
+        None, description="file holding a bearer token sent as Authorization header; None: no auth"
+    )
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"metrics.prometheus_url must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("frontend_selector", "worker_selector")
+    @classmethod
+    def _matchers(cls, value: str, info) -> str:
+        if not _MATCHERS_RE.match(value):
+            raise ValueError(
+                f"metrics.{info.field_name}: give label matchers without braces, "
+                f'e.g. model="llama-8b", got {value!r}'
+            )
+        return value.strip()
+
+
+class KubernetesConnectorConfig(_Strict):
+    """Scale a Dynamo DynamoGraphDeployment (nvidia.com/v1alpha1)."""
+
+    kind: Literal["kubernetes"] = "kubernetes"
+    dgd_name: str = Field(min_length=1, description="DynamoGraphDeployment metadata.name")
+    namespace: str | None = Field(None, description="Kubernetes namespace; None: the planner's namespace")
+    prefill_service: str = Field(
+        "prefill", min_length=1, description="spec.services key of the prefill workers if none has subComponentType prefill"
+    )
+    decode_service: str = Field(
+        "decode", min_length=1, description="spec.services key of the decode workers if none has subComponentType decode"
+    )
+    auth: Literal["auto", "in_cluster", "kubeconfig"] = Field(
+        "auto", description="auto: in-cluster when KUBERNETES_SERVICE_HOST is set, else kubeconfig"
+    )
+    kubeconfig_path: str | None = Field(None, description="kubeconfig file; None: $KUBECONFIG or ~/.kube/config")
+    kubeconfig_context: str | None = Field(None, description="kubeconfig context; None: current-context")
+    conflict_retries: int = Field(5, ge=0, le=50, description="re-read and retry this many times on HTTP 409")
+    request_timeout_s: float = Field(10.0, gt=0, description="timeout of one API request, s")
+    annotation_prefix: str = Field(
+        "sla-planner", min_length=1, description="prefix of the annotations holding the last decision"
+    )
+    history_max_entries: int = Field(32, ge=1, le=500, description="recent targets kept for stabilization")
+
+
+class VirtualConnectorConfig(_Strict):
+    """Dynamo's "virtual" key protocol in etcd: the environment does the scaling."""
+
+    kind: Literal["virtual"] = "virtual"
+    etcd_url: str = Field("http://127.0.0.1:2379", description="etcd client URL (grpc-gateway /v3 API)")
+    namespace: str | None = Field(None, description="keys live under /{namespace}/planner/; None: the planner's namespace")
+    done_timeout_s: float = Field(
+        1800.0, gt=0, description="treat a decision as done this long after it was written, s"
+    )
+    initial_prefill_replicas: int = Field(1, ge=0, description="prefill replicas before any decision")
+    initial_decode_replicas: int = Field(1, ge=0, description="decode replicas before any decision")
+    gpus_per_prefill_replica: int = Field(1, ge=1, description="GPUs one prefill replica uses")
+    gpus_per_decode_replica: int = Field(1, ge=1, description="GPUs one decode replica uses")
+    request_timeout_s: float = Field(5.0, gt=0, description="timeout of one etcd request, s")
+    history_max_entries: int = Field(32, ge=1, le=500, description="recent targets kept for stabilization")
+
+    @field_validator("etcd_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/:\s]+(:\d+)?/?$", value):
+            raise ValueError(f"connector.etcd_url must look like http://host:port, got {value!r}")
+        return value.rstrip("/")
+
+
+class LocalConnectorConfig(_Strict):
+    """No cluster: replicas live in memory or a JSON file and follow targets after a delay."""
+
+    kind: Literal["local"] = "local"
+    state_path: str | None = Field(None, description="JSON state file; None: in memory (lost with the process)")
+    apply_delay_s: float = Field(0.0, ge=0, description="ready replicas reach the targets this long after apply, s")
+    initial_prefill_replicas: int = Field(1, ge=0, description="prefill replicas before any decision")
+    initial_decode_replicas: int = Field(1, ge=0, description="decode replicas before any decision")
+    gpus_per_prefill_replica: int = Field(1, ge=1, description="GPUs one prefill replica uses")
+    gpus_per_decode_replica: int = Field(1, ge=1, description="GPUs one decode replica uses")
+    history_max_entries: int = Field(32, ge=1, le=500, description="recent targets kept for stabilization")
+
+
+ConnectorConfig = Annotated[
+    Union[KubernetesConnectorConfig, VirtualConnectorConfig, LocalConnectorConfig],
+    Field(discriminator="kind"),
+]
+
+
+class PlannerMetricsConfig(_Strict):
+    """The planner's own gauges: served for scraping and/or pushed."""
+
+    enabled: bool = Field(True, description="publish the planner's gauges")
+    port: int | None = Field(None, ge=0, le=65535, description="serve /metrics on this port; None: don't serve")
+    addr: str = Field("0.0.0.0", description="address to serve /metrics on")
+    pushgateway_url: str | None = Field(None, description="push to this Pushgateway after each run; None: don't push")
+    push_job: str = Field("sla-planner", min_length=1, description="Pushgateway job label")
