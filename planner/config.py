@@ -49,12 +49,17 @@ class ProfileConfig(_Strict):
 
 
 class PredictorConfig(_Strict):
+    """Load predictor choice and its settings (see docs/predictors.md)."""
+
     name: str = Field(
         "auto",
         description="load predictor: constant, arima, kalman, prophet, seasonal_naive, ets, auto",
     )
     size_on: Literal["mean", "p90"] = Field(
         "p90", description="size replicas on the mean forecast or its upper (p90) quantile"
+    )
+    upper_quantile: float = Field(
+        0.9, gt=0.5, lt=1.0, description="quantile of next-interval requests reported as the upper forecast (p90)"
     )
     min_history_points: int = Field(
         5, ge=1, description="points a model needs before it forecasts; constant until then"
@@ -72,6 +77,30 @@ class CorrectionConfig(_Strict):
     min_requests: float = Field(
         10.0, ge=0, description="fewer requests than this in the interval: factor = 1 (cold start)"
     )
+    length_predictor: str | None = Field(
+        None, description="predictor for mean ISL/OSL; None: the same as `name`"
+    )
+    params: dict[str, dict[str, float | int | bool | str]] = Field(
+        default_factory=dict,
+        description="per-predictor hyperparameters keyed by predictor name, e.g. {kalman: {min_points: 8}}",
+    )
+
+    @model_validator(mode="after")
+    def _known_names(self) -> "PredictorConfig":
+        # Imported here: the predictor registry imports this module.
+        from planner.predict import make_predictor, predictor_names
+
+        names = predictor_names()
+        for field_name in ("name", "length_predictor"):
+            value = getattr(self, field_name)
+            if value is not None and value not in names:
+                raise ValueError(f"predictor.{field_name}: unknown predictor {value!r}; valid: {', '.join(names)}")
+        for key, params in self.params.items():
+            try:
+                make_predictor(key, **params)
+            except ValueError as exc:
+                raise ValueError(f"predictor.params.{key}: {exc}") from None
+        return self
 
     @model_validator(mode="after")
     def _bounds(self) -> "CorrectionConfig":

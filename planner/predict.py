@@ -1,0 +1,242 @@
+"""Load prediction for the planner: the predictor registry and `forecast_next`.
+
+`forecast_next` turns the per-interval history the collect step rebuilds into
+next-interval request count (mean and upper quantile), mean ISL and mean OSL.
+It is stateless: every call fits on the history it is given. The optional
+`cache` keeps fitted predictors between calls purely to save time (an ARIMA
+order, Prophet parameters, tuned Kalman noise); losing it changes speed, not
+decisions beyond estimation noise.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from planner.config import PredictorConfig
+from planner.predictors import ConstantPredictor, KalmanPredictor, SeasonalNaivePredictor
+from planner.predictors.auto import AutoPredictor
+from planner.types import Forecast, LoadHistory
+
+PREDICTORS: dict[str, type] = {
+    "constant": ConstantPredictor,
+    "kalman": KalmanPredictor,
+    "seasonal_naive": SeasonalNaivePredictor,
+    "auto": AutoPredictor,
+}
+
+
+def predictor_names() -> list[str]:
+    """Registered predictor names, in registry order."""
+    return list(PREDICTORS)
+
+
+def make_predictor(name: str, **params: Any):
+    """A new, unfitted predictor by registry name.
+
+    params: keyword hyperparameters of that predictor's constructor. An unknown
+    name or parameter is a ValueError listing the valid ones.
+    """
+    cls = PREDICTORS.get(name)
+    if cls is None:
+        raise ValueError(f"unknown predictor {name!r}; valid names: {', '.join(PREDICTORS)}")
+    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    bad = sorted(set(params) - set(valid))
+    if bad:
+        raise ValueError(
+            f"predictor {name!r}: unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid)}"
+        )
+    return cls(**params)
+
+
+def _params_for(cfg: PredictorConfig, name: str) -> dict[str, Any]:
+    params = dict(cfg.params.get(name, {}))
+    if name == "arima":
+        params.setdefault("log1p", cfg.log1p)
+    return params
+
+
+def _fit_one(
+    quantity: str,
+    t_s: np.ndarray,
+    y: np.ndarray,
+    name: str,
+    cfg: PredictorConfig,
+    cache: MutableMapping | None,
+    notes: list[str],
+):
+    """Fit the configured predictor to one series, or constant while history is short."""
+    n_ok = int(np.isfinite(y).sum())
+    if n_ok < cfg.min_history_points and name != "constant":
+        notes.append(
+            f"{quantity}: {n_ok} points < min_history_points {cfg.min_history_points}: "
+            f"constant (last value) instead of {name}"
+        )
+        return ConstantPredictor().fit(t_s, y), "constant"
+    params = _params_for(cfg, name)
+    if cache is None:
+        predictor = make_predictor(name, **params)
+    else:
+        key = ("forecast_next", quantity, name, repr(sorted(params.items())))
+        predictor = cache.get(key)
+        if predictor is None:
+            predictor = make_predictor(name, warm_start=True, **params)
+            cache[key] = predictor
+    predictor.fit(t_s, y)
+    if predictor.fallback_reason_:
+        notes.append(f"{quantity}: {name}: {predictor.fallback_reason_}")
+    picked = getattr(predictor, "chosen_", None)
+    if picked:
+        notes.append(f"{quantity}: auto chose {picked}")
+    return predictor, name
+
+
+def forecast_next(
+    history: LoadHistory, cfg: PredictorConfig, *, cache: MutableMapping | None = None
+) -> Forecast:
+    """Next-interval load: request count (mean and upper quantile), mean ISL and OSL.
+
+    history: per-interval series, oldest first (NaN lengths where an interval
+        had no requests; NaN counts where data is missing).
+    cfg: which predictor, its parameters, the quantile and the minimum history.
+    cache: optional store of fitted predictors between calls (speed only).
+    Returns values that are never negative or NaN; `predictor` names what
+    forecast the request count ("constant" while history is short) and
+    `notes` says why any fallback happened. Raises ValueError on an empty
+    history or one with no request-count data.
+    """
+    if len(history) == 0:
+        raise ValueError("forecast_next: history is empty (need at least one interval)")
+    t = np.asarray(history.t_s, dtype=np.float64)
+    notes: list[str] = []
+    req = np.asarray(history.num_requests, dtype=np.float64)
+    if not np.any(np.isfinite(req)):
+        raise ValueError(f"forecast_next: num_requests has no finite value in {len(history)} intervals")
+    predictor, used = _fit_one("num_requests", t, req, cfg.name, cfg, cache, notes)
+    mean = float(predictor.predict(1)[0])
+    upper = float(predictor.predict_quantile(cfg.upper_quantile, 1)[0])
+    # Sizing on the upper value must never ask for less than the mean.
+    upper = max(upper, mean)
+    lengths = {}
+    length_name = cfg.length_predictor or cfg.name
+    for quantity in ("avg_isl_tokens", "avg_osl_tokens"):
+        y = np.asarray(getattr(history, quantity), dtype=np.float64)
+        if not np.any(np.isfinite(y)):
+            notes.append(f"{quantity}: no interval had requests: 0")
+            lengths[quantity] = 0.0
+            continue
+        p, _ = _fit_one(quantity, t, y, length_name, cfg, cache, notes)
+        lengths[quantity] = float(p.predict(1)[0])
+    return Forecast(
+        num_requests=mean,
+        avg_isl_tokens=lengths["avg_isl_tokens"],
+        avg_osl_tokens=lengths["avg_osl_tokens"],
+        num_requests_p90=upper,
+        predictor=used,
+        notes=tuple(notes),
+    )
+
+
+def bin_requests(
+    arrival_s,
+    isl_tokens,
+    osl_tokens,
+    *,
+    bin_s: float,
+    start_s: float = 0.0,
+    end_s: float | None = None,
+) -> LoadHistory:
+    """Per-bin request counts and mean lengths from request-level arrays.
+
+    arrival_s: arrival times, seconds; isl_tokens / osl_tokens: lengths, tokens.
+    bin_s: bin width, seconds. Bins cover [start_s, end_s) (end_s defaults to
+    just past the last arrival); t_s holds bin end times; empty bins have NaN
+    mean lengths.
+    """
+    if not (isinstance(bin_s, (int, float)) and bin_s > 0 and math.isfinite(bin_s)):
+        raise ValueError(f"bin_requests: bin_s must be a positive number of seconds, got {bin_s!r}")
+    a = np.asarray(arrival_s, dtype=np.float64)
+    isl = np.asarray(isl_tokens, dtype=np.float64)
+    osl = np.asarray(osl_tokens, dtype=np.float64)
+    if not (a.shape == isl.shape == osl.shape):
+        raise ValueError(
+            f"bin_requests: arrival_s ({a.size}), isl_tokens ({isl.size}) and osl_tokens ({osl.size}) differ in length"
+        )
+    if a.size == 0 and end_s is None:
+        raise ValueError("bin_requests: no requests and no end_s: cannot tell how many bins")
+    end = (float(a.max()) + 1e-9) if end_s is None else float(end_s)
+    n_bins = max(1, int(math.ceil((end - start_s) / bin_s - 1e-9)))
+    keep = (a >= start_s) & (a < start_s + n_bins * bin_s)
+    idx = ((a[keep] - start_s) // bin_s).astype(np.int64)
+    counts = np.bincount(idx, minlength=n_bins).astype(np.float64)
+    isl_sum = np.bincount(idx, weights=isl[keep], minlength=n_bins)
+    osl_sum = np.bincount(idx, weights=osl[keep], minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        isl_mean = np.where(counts > 0, isl_sum / counts, np.nan)
+        osl_mean = np.where(counts > 0, osl_sum / counts, np.nan)
+    t_end = start_s + bin_s * np.arange(1, n_bins + 1)
+    return LoadHistory(
+        t_s=tuple(t_end.tolist()),
+        num_requests=tuple(counts.tolist()),
+        avg_isl_tokens=tuple(isl_mean.tolist()),
+        avg_osl_tokens=tuple(osl_mean.tolist()),
+        interval_s=float(bin_s),
+    )
+
+
+def history_from_mooncake(records: Iterable[Mapping[str, Any]], *, bin_s: float, source: str = "trace") -> LoadHistory:
+    """Bin parsed Mooncake-format records into a LoadHistory (for warm start).
+
+    records: mappings with `timestamp` (ms from the trace start), `input_length`
+    and `output_length` (tokens), e.g. the parsed lines of a Mooncake JSONL
+    file (reading the file is the caller's job). Bins start at the first
+    timestamp. source: named in error messages.
+    """
+    ts, isl, osl = [], [], []
+    for i, rec in enumerate(records):
+        try:
+            t_ms = float(rec["timestamp"])
+            a, b = float(rec["input_length"]), float(rec["output_length"])
+        except KeyError as exc:
+            raise ValueError(f"{source}: record {i}: missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError):
+            raise ValueError(f"{source}: record {i}: timestamp/input_length/output_length must be numbers") from None
+        if not (math.isfinite(t_ms) and math.isfinite(a) and math.isfinite(b)) or a < 0 or b < 0:
+            raise ValueError(f"{source}: record {i}: invalid values timestamp={t_ms}, input={a}, output={b}")
+        ts.append(t_ms / 1000.0)
+        isl.append(a)
+        osl.append(b)
+    if not ts:
+        raise ValueError(f"{source}: no records to bin")
+    arrival = np.asarray(ts)
+    return bin_requests(arrival - arrival.min(), isl, osl, bin_s=bin_s)
+
+
+def prime_history(warm: LoadHistory, live: LoadHistory) -> LoadHistory:
+    """Prepend a warm-start history to the live one, re-timed to end where live begins.
+
+    Both must have the same interval_s. With an empty live history the warm
+    history is returned as is. Lets a predictor forecast (and pick seasonal
+    structure) from the first planner run instead of falling back to constant.
+    """
+    if abs(warm.interval_s - live.interval_s) > 1e-9 * live.interval_s:
+        raise ValueError(
+            f"prime_history: warm-start interval {warm.interval_s} s differs from live interval {live.interval_s} s; "
+            "re-bin the trace with the live interval"
+        )
+    if len(live) == 0:
+        return warm
+    n = len(warm)
+    t_first = live.t_s[0]
+    t_warm = tuple(t_first - live.interval_s * (n - i) for i in range(n))
+    return LoadHistory(
+        t_s=t_warm + tuple(live.t_s),
+        num_requests=tuple(warm.num_requests) + tuple(live.num_requests),
+        avg_isl_tokens=tuple(warm.avg_isl_tokens) + tuple(live.avg_isl_tokens),
+        avg_osl_tokens=tuple(warm.avg_osl_tokens) + tuple(live.avg_osl_tokens),
+        interval_s=live.interval_s,
+    )

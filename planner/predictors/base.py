@@ -1,0 +1,201 @@
+"""Shared plumbing for load predictors: input checks, gaps, residual quantiles.
+
+Every predictor follows scikit-learn's estimator contract: the constructor
+stores keyword-only hyperparameters unchecked; `fit(t_s, y)` validates, learns
+and sets attributes ending in `_`; `predict(horizon)` and
+`predict_quantile(q, horizon)` read only those. `warm_start=True` lets a
+refit on a series that extends the previous one reuse expensive state (an
+ARIMA order, Prophet parameters, tuned noise); the answer may differ from a
+cold fit only by estimation noise.
+
+Fitted attributes every predictor sets:
+    t_s_, y_: the regularised training series (NaN where a value was missing).
+    insample_: one-step-ahead prediction for each training point, NaN where
+        the model had no prediction yet. Used for residual quantiles and by
+        the automatic choice to compare candidates honestly.
+    interval_s_: the bin width, seconds.
+    fallback_reason_: None, or why the model answered with the last value
+        (too little history).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# A bin width is inferred as the median step; a step that is a whole multiple
+# of it (within this tolerance) is a gap filled with NaN.
+_GAP_TOL_FRAC = 0.1
+# Hard cap on points a gap may insert, so a bad timestamp can't allocate gigabytes.
+_MAX_GAP_POINTS = 100_000
+
+
+def check_series(t_s, y, *, who: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a series and put it on a regular grid.
+
+    t_s: interval end times, seconds, strictly increasing.
+    y: values (counts or mean lengths), >= 0 where finite; NaN marks a
+        missing interval (no data, or masked).
+    Returns float arrays on a regular grid (median step): a step that is a
+    whole multiple of the median step is a gap, filled with NaN points.
+    Raises ValueError naming the problem.
+    """
+    t = np.asarray(t_s, dtype=np.float64).ravel()
+    v = np.asarray(y, dtype=np.float64).ravel()
+    if t.shape != v.shape:
+        raise ValueError(f"{who}: t_s has {t.size} points, y has {v.size}")
+    if t.size == 0:
+        raise ValueError(f"{who}: empty series (need at least one point)")
+    if not np.all(np.isfinite(t)):
+        i = int(np.flatnonzero(~np.isfinite(t))[0])
+        raise ValueError(f"{who}: t_s[{i}] is {t[i]}, expected a finite time in seconds")
+    if np.any(np.isinf(v)):
+        i = int(np.flatnonzero(np.isinf(v))[0])
+        raise ValueError(f"{who}: y[{i}] is {v[i]}, expected a finite value or NaN (missing)")
+    neg = np.flatnonzero(v < 0)
+    if neg.size:
+        raise ValueError(f"{who}: y[{int(neg[0])}] = {v[neg[0]]} is negative; load values must be >= 0")
+    if not np.any(np.isfinite(v)):
+        raise ValueError(f"{who}: all {v.size} values are NaN (no data to fit)")
+    if t.size == 1:
+        return t, v
+    dt = np.diff(t)
+    if np.any(dt <= 0):
+        i = int(np.flatnonzero(dt <= 0)[0])
+        raise ValueError(f"{who}: t_s must be strictly increasing, t_s[{i}]={t[i]} >= t_s[{i + 1}]={t[i + 1]}")
+    step = float(np.median(dt))
+    ratio = dt / step
+    steps = np.rint(ratio)
+    if np.all(steps == 1):
+        return t, v
+    if np.any(np.abs(ratio - steps) > _GAP_TOL_FRAC) or np.any(steps < 1):
+        i = int(np.flatnonzero((np.abs(ratio - steps) > _GAP_TOL_FRAC) | (steps < 1))[0])
+        raise ValueError(
+            f"{who}: t_s is not on a regular grid: step {dt[i]} s at index {i} "
+            f"is not a whole multiple of the median step {step} s"
+        )
+    if steps.sum() + 1 > t.size + _MAX_GAP_POINTS:
+        raise ValueError(f"{who}: gaps in t_s would insert more than {_MAX_GAP_POINTS} missing points")
+    pos = np.concatenate([[0], np.cumsum(steps).astype(np.int64)])
+    grid_t = t[0] + step * np.arange(pos[-1] + 1)
+    grid_v = np.full(grid_t.size, np.nan)
+    grid_v[pos] = v
+    return grid_t, grid_v
+
+
+def interval_of(t: np.ndarray) -> float:
+    """Bin width of a regular series, seconds (1.0 for a single point)."""
+    return float(np.median(np.diff(t))) if t.size > 1 else 1.0
+
+
+def fill_gaps(y: np.ndarray) -> np.ndarray:
+    """Linear interpolation over NaN, constant extension at the ends."""
+    ok = np.isfinite(y)
+    if ok.all():
+        return y.copy()
+    idx = np.arange(y.size)
+    return np.interp(idx, idx[ok], y[ok])
+
+
+def last_finite(y: np.ndarray) -> float:
+    ok = np.flatnonzero(np.isfinite(y))
+    return float(y[ok[-1]])
+
+
+def previous_value(y: np.ndarray) -> np.ndarray:
+    """Last-value one-step predictions: out[i] = last finite y before i (NaN if none)."""
+    out = np.full(y.size, np.nan)
+    last = np.nan
+    for i in range(y.size):
+        out[i] = last
+        if math.isfinite(y[i]):
+            last = y[i]
+    return out
+
+
+def clean_forecast(pred, *, fallback: float) -> np.ndarray:
+    """Never negative, never NaN: NaN/inf -> fallback, negative -> 0."""
+    p = np.asarray(pred, dtype=np.float64).copy()
+    p[~np.isfinite(p)] = fallback
+    return np.maximum(p, 0.0)
+
+
+def conformal_offset(residuals: np.ndarray, q: float) -> float:
+    """Split-conformal q-quantile of residuals (y - prediction).
+
+    With n residuals the ceil((n+1) q)-th smallest is used, which covers a new
+    exchangeable residual with probability >= q; too few residuals for that
+    rank gives the largest (or smallest, for low q) one. No residuals: 0.
+    """
+    r = np.sort(residuals[np.isfinite(residuals)])
+    n = r.size
+    if n == 0:
+        return 0.0
+    if q >= 0.5:
+        k = min(n, math.ceil((n + 1) * q))
+        return float(r[k - 1])
+    k = max(1, math.floor((n + 1) * q))
+    return float(r[k - 1])
+
+
+class PredictorBase:
+    """Mixin: residual-based quantiles and the shared fitted attributes."""
+
+    #: registry name, set by each subclass
+    name = "base"
+    #: one-step residuals used for quantiles: the most recent this many
+    residual_window: int = 200
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "y_"):
+            raise ValueError(f"{type(self).__name__}: call fit(t_s, y) before predict")
+
+    def _set_series(self, t_s, y) -> tuple[np.ndarray, np.ndarray]:
+        t, v = check_series(t_s, y, who=type(self).__name__)
+        self.t_s_, self.y_ = t, v
+        self.interval_s_ = interval_of(t)
+        self.last_value_ = last_finite(v)
+        self.fallback_reason_ = None
+        return t, v
+
+    def _extends_previous(self, t: np.ndarray) -> bool:
+        """True when a warm start may reuse state: the new series continues the old one."""
+        if not getattr(self, "warm_start", False) or not hasattr(self, "t_s_"):
+            return False
+        old = self.t_s_
+        step = self.interval_s_
+        # Same grid (same step and phase) and not going back in time.
+        return (
+            t.size > 1
+            and abs(interval_of(t) - step) <= 1e-6 * step
+            and t[-1] >= old[-1]
+            and abs(((t[0] - old[0]) / step) - round((t[0] - old[0]) / step)) < 1e-6
+        )
+
+    def residuals(self) -> np.ndarray:
+        """Recent one-step residuals y - insample (finite ones, newest last)."""
+        self._check_fitted()
+        r = self.y_ - self.insample_
+        r = r[np.isfinite(r)]
+        return r[-int(self.residual_window):]
+
+    def predict_quantile(self, q: float, horizon: int = 1) -> np.ndarray:
+        """q-quantile forecast for the next `horizon` intervals, never negative or NaN.
+
+        mean + conformal quantile of recent one-step residuals, widened by
+        sqrt(k) for the k-th step ahead (a random-walk error growth; an
+        approximation beyond one step). No residuals yet: the mean.
+        """
+        if not (isinstance(q, (int, float)) and 0.0 < q < 1.0):
+            raise ValueError(f"{type(self).__name__}: quantile q must be in (0, 1), got {q!r}")
+        mean = self.predict(horizon)
+        off = conformal_offset(self.residuals(), float(q))
+        k = np.sqrt(np.arange(1, mean.size + 1))
+        return clean_forecast(mean + off * k, fallback=self.last_value_)
+
+
+def check_horizon(horizon: int, who: str) -> int:
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+        raise ValueError(f"{who}: horizon must be an integer >= 1, got {horizon!r}")
+    return int(horizon)

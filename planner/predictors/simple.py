@@ -1,0 +1,82 @@
+"""Baselines: last value (constant) and seasonal naive.
+
+These are the yardsticks every other predictor is scored against (MASE is
+MAE relative to the constant predictor), and the automatic choice's safe
+fallback.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.predictors.base import PredictorBase, check_horizon, clean_forecast, previous_value
+
+
+class ConstantPredictor(PredictorBase):
+    """Next value = last observed value (NaN intervals skipped).
+
+    Needs one finite point. Its one-step residuals are the series' own
+    changes, so its p90 is "last value + 90th percentile of recent jumps".
+    """
+
+    name = "constant"
+
+    def __init__(self, *, residual_window: int = 200, warm_start: bool = False):
+        self.residual_window = residual_window
+        self.warm_start = warm_start
+
+    def fit(self, t_s, y) -> "ConstantPredictor":
+        _, v = self._set_series(t_s, y)
+        self.insample_ = previous_value(v)
+        return self
+
+    def predict(self, horizon: int = 1) -> np.ndarray:
+        self._check_fitted()
+        h = check_horizon(horizon, type(self).__name__)
+        return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+
+
+class SeasonalNaivePredictor(PredictorBase):
+    """Next value = the value one season earlier (e.g. same time yesterday).
+
+    season_s: season length, seconds (86400: daily); rounded to whole bins.
+    With less than one season plus one bin of history, or a missing value a
+    season back, it answers with the last value (fallback_reason_ says so).
+    """
+
+    name = "seasonal_naive"
+
+    def __init__(self, *, season_s: float = 86400.0, residual_window: int = 200, warm_start: bool = False):
+        self.season_s = season_s
+        self.residual_window = residual_window
+        self.warm_start = warm_start
+
+    def fit(self, t_s, y) -> "SeasonalNaivePredictor":
+        if not (isinstance(self.season_s, (int, float)) and self.season_s > 0):
+            raise ValueError(f"SeasonalNaivePredictor: season_s must be > 0 seconds, got {self.season_s!r}")
+        t, v = self._set_series(t_s, y)
+        p = int(round(self.season_s / self.interval_s_))
+        if p < 1:
+            raise ValueError(
+                f"SeasonalNaivePredictor: season_s={self.season_s} s is shorter than one interval "
+                f"({self.interval_s_} s)"
+            )
+        self.period_ = p
+        prev = previous_value(v)
+        ins = np.full(v.size, np.nan)
+        if v.size > p:
+            ins[p:] = v[:-p]
+            ins[p:] = np.where(np.isfinite(ins[p:]), ins[p:], prev[p:])
+        else:
+            self.fallback_reason_ = f"{v.size} points < one season ({p}) + 1: last value"
+        self.insample_ = ins
+        return self
+
+    def predict(self, horizon: int = 1) -> np.ndarray:
+        self._check_fitted()
+        h = check_horizon(horizon, type(self).__name__)
+        n, p = self.y_.size, self.period_
+        if n <= p:
+            return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+        idx = n - p + (np.arange(h) % p)
+        return clean_forecast(self.y_[idx], fallback=self.last_value_)
