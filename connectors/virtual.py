@@ -1,0 +1,236 @@
+"""The "virtual" connector: Dynamo's etcd key protocol, the environment does the scaling.
+
+Keys under `/{namespace}/planner/`:
+
+- `num_prefill_workers`, `num_decode_workers`: the targets (written by us)
+- `decision_id`: increases by one with every applied decision (written by us)
+- `scaled_decision_id`: the newest decision the deployment environment has
+  carried out (written by the environment)
+- `decided_at_s`: Unix time of the last decision, seconds (written by us)
+- `recent_targets`: JSON list of the recent decisions, for the scale-down
+  stabilization window (written by us)
+
+Targets, id, time and history are written in one transaction that compares the
+stored `decision_id` with the one we read, so two planners can never both write
+the same id and a crashed run never skips or reuses one: ids are always read
+back from etcd, never counted in the process.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import urlsplit
+
+from etcd3gw.client import Etcd3Client
+from etcd3gw.exceptions import ConnectionFailedError, ConnectionTimeoutError, Etcd3Exception
+from etcd3gw.utils import _encode
+
+from connectors.base import (
+    ConcurrentWriteError,
+    ConnectorError,
+    ConnectorUnavailableError,
+    append_targets,
+    as_recent_targets,
+    parse_targets_history,
+    targets_entry,
+)
+from connectors.config import VirtualConnectorConfig
+from planner.types import Decision, DecisionRecord, FleetState, PoolState
+
+KEY_PREFILL = "num_prefill_workers"
+KEY_DECODE = "num_decode_workers"
+KEY_DECISION_ID = "decision_id"
+KEY_SCALED_ID = "scaled_decision_id"
+KEY_DECIDED_AT = "decided_at_s"
+KEY_HISTORY = "recent_targets"
+_WRITTEN_TOGETHER = (KEY_PREFILL, KEY_DECODE, KEY_DECISION_ID, KEY_DECIDED_AT)
+
+
+class VirtualConnector:
+    """Connector over the etcd key protocol; every call reads etcd afresh."""
+
+    def __init__(
+        self,
+        config: VirtualConnectorConfig,
+        *,
+        default_namespace: str = "default",
+        client: Etcd3Client | None = None,
+    ):
+        self.config = config
+        self.namespace = config.namespace or default_namespace
+        self.prefix = f"/{self.namespace}/planner/"
+        if client is None:
+            parts = urlsplit(config.etcd_url)
+            client = Etcd3Client(
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or 2379,
+                protocol=parts.scheme,
+                timeout=config.request_timeout_s,
+            )
+        self._client = client
+
+    # -- Connector interface -------------------------------------------------
+
+    def validate(self) -> None:
+        """Reach etcd and check the stored keys are complete and well formed."""
+        state = self._read_state(doing="validating")
+        self._targets(state)
+        self._int(state, KEY_DECISION_ID)
+        self._int(state, KEY_SCALED_ID)
+        self._decided_at(state)
+        parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY))
+
+    def read_fleet(self, *, now_s: float) -> FleetState:
+        """Targets as current replicas; ready = targets of the newest decision the
+        environment confirmed (the initial replicas before any)."""
+        state = self._read_state(doing="reading the fleet")
+        targets = self._targets(state)
+        history = parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY))
+        record = self._record(state, now_s=now_s)
+        ready = self._confirmed_targets(state, history, record)
+        cfg = self.config
+        return FleetState(
+            prefill=PoolState(targets[0], ready[0], cfg.gpus_per_prefill_replica),
+            decode=PoolState(targets[1], ready[1], cfg.gpus_per_decode_replica),
+            last_decision=record,
+            recent_targets=as_recent_targets(history),
+        )
+
+    def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
+        """Write targets, the next decision id, time and history in one transaction.
+
+        Returns None without writing when decision.apply is False or the stored
+        targets already equal the decision's. Raises ConcurrentWriteError if
+        decision_id changed since our read (another planner wrote).
+        """
+        if not decision.apply:
+            return None
+        want = (decision.prefill_replicas, decision.decode_replicas)
+        state = self._read_state(doing="reading before apply")
+        prev_id = self._int(state, KEY_DECISION_ID)
+        if prev_id is not None and self._targets(state) == want:
+            return None
+        new_id = (prev_id or 0) + 1
+        history = append_targets(
+            parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY)),
+            targets_entry(decision_id=new_id, decided_at_s=now_s, prefill=want[0], decode=want[1]),
+            max_entries=self.config.history_max_entries,
+        )
+        values = {
+            KEY_PREFILL: str(want[0]),
+            KEY_DECODE: str(want[1]),
+            KEY_DECISION_ID: str(new_id),
+            KEY_DECIDED_AT: repr(float(now_s)),
+            KEY_HISTORY: json.dumps(history, separators=(",", ":")),
+        }
+        id_key = _encode(self._key(KEY_DECISION_ID))
+        if prev_id is None:
+            compare = {"key": id_key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+        else:
+            compare = {"key": id_key, "result": "EQUAL", "target": "VALUE", "value": _encode(str(prev_id))}
+        txn = {
+            "compare": [compare],
+            "success": [
+                {"request_put": {"key": _encode(self._key(k)), "value": _encode(v)}} for k, v in values.items()
+            ],
+            "failure": [{"request_range": {"key": id_key}}],
+        }
+        doing = f"writing decision {new_id} (prefill {want[0]}, decode {want[1]})"
+        result = self._call(lambda: self._client.transaction(txn), doing=doing)
+        if not result.get("succeeded", False):
+            raise ConcurrentWriteError(
+                f"etcd {self.config.etcd_url}: {doing}: {self._key(KEY_DECISION_ID)} is no longer "
+                f"{prev_id if prev_id is not None else '(absent)'}: another planner wrote a decision "
+                f"since this run read it; nothing written"
+            )
+        return DecisionRecord(new_id, float(now_s), want[0], want[1], done=False)
+
+    def last_decision_done(self, *, now_s: float | None = None) -> bool:
+        now_s = time.time() if now_s is None else now_s
+        record = self._record(self._read_state(doing="checking the last decision"), now_s=now_s)
+        return record is None or record.done
+
+    # -- helpers -------------------------------------------------------------
+
+    def _key(self, name: str) -> str:
+        return self.prefix + name
+
+    def _call(self, fn, *, doing: str):
+        try:
+            return fn()
+        except (ConnectionFailedError, ConnectionTimeoutError) as exc:
+            raise ConnectorUnavailableError(
+                f"etcd {self.config.etcd_url}: {doing} under {self.prefix}: unreachable ({exc or type(exc).__name__})"
+            ) from exc
+        except Etcd3Exception as exc:
+            raise ConnectorError(
+                f"etcd {self.config.etcd_url}: {doing} under {self.prefix}: "
+                f"{type(exc).__name__}: {exc.detail_text or exc}"
+            ) from exc
+
+    def _read_state(self, *, doing: str) -> dict[str, str]:
+        items = self._call(lambda: self._client.get_prefix(self.prefix), doing=doing)
+        state: dict[str, str] = {}
+        for value, meta in items:
+            key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
+            state[key[len(self.prefix):]] = value.decode()
+        return state
+
+    def _int(self, state: dict[str, str], name: str) -> int | None:
+        if name not in state:
+            return None
+        try:
+            value = int(state[name])
+        except ValueError:
+            raise ConnectorError(
+                f"etcd {self._key(name)}: expected a non-negative integer, got {state[name]!r}"
+            ) from None
+        if value < 0:
+            raise ConnectorError(f"etcd {self._key(name)}: expected a non-negative integer, got {value}")
+        return value
+
+    def _decided_at(self, state: dict[str, str]) -> float | None:
+        if KEY_DECIDED_AT not in state:
+            return None
+        try:
+            return float(state[KEY_DECIDED_AT])
+        except ValueError:
+            raise ConnectorError(
+                f"etcd {self._key(KEY_DECIDED_AT)}: expected seconds as a number, got {state[KEY_DECIDED_AT]!r}"
+            ) from None
+
+    def _targets(self, state: dict[str, str]) -> tuple[int, int]:
+        present = [k for k in _WRITTEN_TOGETHER if k in state]
+        if not present:
+            return (self.config.initial_prefill_replicas, self.config.initial_decode_replicas)
+        missing = [self._key(k) for k in _WRITTEN_TOGETHER if k not in state]
+        if missing:
+            raise ConnectorError(
+                f"etcd {self.prefix}: keys written together are incomplete, missing {missing}; "
+                f"another writer touched the planner's keys"
+            )
+        return (self._int(state, KEY_PREFILL), self._int(state, KEY_DECODE))
+
+    def _record(self, state: dict[str, str], *, now_s: float) -> DecisionRecord | None:
+        decision_id = self._int(state, KEY_DECISION_ID)
+        if decision_id is None:
+            return None
+        prefill, decode = self._targets(state)
+        decided_at_s = self._decided_at(state)
+        scaled_id = self._int(state, KEY_SCALED_ID)
+        confirmed = scaled_id is not None and scaled_id >= decision_id
+        timed_out = decided_at_s is not None and now_s - decided_at_s >= self.config.done_timeout_s
+        return DecisionRecord(decision_id, decided_at_s, prefill, decode, done=confirmed or timed_out)
+
+    def _confirmed_targets(
+        self, state: dict[str, str], history: list[dict], record: DecisionRecord | None
+    ) -> tuple[int, int]:
+        scaled_id = self._int(state, KEY_SCALED_ID)
+        if record is not None and scaled_id is not None and scaled_id >= record.decision_id:
+            return (record.prefill_replicas, record.decode_replicas)
+        confirmed = [e for e in history if scaled_id is not None and e["id"] <= scaled_id]
+        if confirmed:
+            newest = max(confirmed, key=lambda e: e["id"])
+            return (newest["prefill"], newest["decode"])
+        return (self.config.initial_prefill_replicas, self.config.initial_decode_replicas)
