@@ -11,7 +11,15 @@ from __future__ import annotations
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class _Strict(BaseModel):
@@ -68,15 +76,6 @@ class PredictorConfig(_Strict):
     history_intervals: int = Field(
         288, ge=1, le=20_000, description="intervals of history the collect step reads back"
     )
-
-
-class CorrectionConfig(_Strict):
-    enabled: bool = Field(True, description="apply observed/expected latency correction factors")
-    min_factor: float = Field(0.5, gt=0, description="lower bound on a correction factor")
-    max_factor: float = Field(3.0, gt=0, description="upper bound on a correction factor")
-    min_requests: float = Field(
-        10.0, ge=0, description="fewer requests than this in the interval: factor = 1 (cold start)"
-    )
     length_predictor: str | None = Field(
         None, description="predictor for mean ISL/OSL; None: the same as `name`"
     )
@@ -102,6 +101,15 @@ class CorrectionConfig(_Strict):
                 raise ValueError(f"predictor.params.{key}: {exc}") from None
         return self
 
+
+class CorrectionConfig(_Strict):
+    enabled: bool = Field(True, description="apply observed/expected latency correction factors")
+    min_factor: float = Field(0.5, gt=0, description="lower bound on a correction factor")
+    max_factor: float = Field(3.0, gt=0, description="upper bound on a correction factor")
+    min_requests: float = Field(
+        10.0, ge=0, description="fewer requests than this in the interval: factor = 1 (cold start)"
+    )
+
     @model_validator(mode="after")
     def _bounds(self) -> "CorrectionConfig":
         if self.min_factor > 1.0 or self.max_factor < 1.0:
@@ -125,33 +133,111 @@ class SizingConfig(_Strict):
     prefill_max_utilization_frac: float = Field(
         0.9, gt=0, le=1, description="cap on prefill utilisation (sla mode), whatever the queueing model says"
     )
+    ttft_quantile: float = Field(
+        0.95, gt=0, lt=1, description="TTFT quantile the sla mode keeps within slo.ttft_ms (0.95 = p95)"
+    )
+    prefill_arrival_cv: float = Field(
+        1.0, ge=0, le=10, description="coefficient of variation of request inter-arrival times (1 = Poisson)"
+    )
+    prefill_service_cv: float = Field(
+        1.0, ge=0, le=10,
+        description="coefficient of variation of prefill service times (0 = deterministic, M/D/c); "
+        "~ISL CV, 0.96 in the Azure 2023 traces",
+    )
+    decode_max_kv_usage_frac: float = Field(
+        0.8, gt=0, le=1, description="highest average KV-cache usage a decode replica is sized for (sla mode)"
+    )
+    unreachable_slack_frac: float = Field(
+        0.25, ge=0, le=10,
+        description="target below the best achievable latency: size for that latency x (1 + this) instead",
+    )
 
 
 class SaturationThresholds(_Strict):
-    """llm-d WVA saturation analyzer settings (recommended defaults)."""
+    """llm-d WVA saturation analyzer settings; every field defaults to WVA's recommended value.
 
-    kv_cache_threshold: float = Field(0.80, gt=0, le=1, description="KV usage at or above which a replica is saturated")
-    queue_length_threshold: float = Field(5, ge=0, description="waiting requests at or above which a replica is saturated")
-    kv_spare_trigger: float = Field(0.1, ge=0, le=1, description="scale up when average spare KV is below this")
-    queue_spare_trigger: float = Field(3, ge=0, description="scale up when average spare queue is below this")
+    Field names also accept WVA's ConfigMap spelling (kvCacheThreshold, ...), so a
+    WVA entry can be pasted as is. A field left out takes the recommended value,
+    never zero (WVA falls back to zeros, which marks every replica saturated).
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    kv_cache_threshold: float = Field(
+        0.80,
+        gt=0,
+        le=1,
+        validation_alias=AliasChoices("kv_cache_threshold", "kvCacheThreshold"),
+        description="KV-cache usage (fraction 0-1) at or above which a replica is saturated",
+    )
+    queue_length_threshold: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=AliasChoices("queue_length_threshold", "queueLengthThreshold"),
+        description="waiting requests at or above which a replica is saturated",
+    )
+    kv_spare_trigger: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        validation_alias=AliasChoices("kv_spare_trigger", "kvSpareTrigger"),
+        description="scale up when the average spare KV (threshold - usage, fraction) is below this",
+    )
+    queue_spare_trigger: float = Field(
+        3.0,
+        ge=0,
+        validation_alias=AliasChoices("queue_spare_trigger", "queueSpareTrigger"),
+        description="scale up when the average spare queue (threshold - waiting requests) is below this",
+    )
+
+    @model_validator(mode="after")
+    def _triggers_below_thresholds(self) -> "SaturationThresholds":
+        # spare = threshold - usage <= threshold, so a trigger at or above its
+        # threshold would call for a scale-up on every run.
+        if self.kv_spare_trigger >= self.kv_cache_threshold:
+            raise ValueError(
+                f"kv_spare_trigger ({self.kv_spare_trigger}) must be < kv_cache_threshold "
+                f"({self.kv_cache_threshold}), or every run scales up"
+            )
+        if self.queue_spare_trigger >= self.queue_length_threshold:
+            raise ValueError(
+                f"queue_spare_trigger ({self.queue_spare_trigger}) must be < queue_length_threshold "
+                f"({self.queue_length_threshold}), or every run scales up"
+            )
+        return self
 
 
 class SaturationConfig(_Strict):
+    """Saturation guardrail settings: a `default` entry plus per-model overrides.
+
+    An override is looked up by the key 'modelID#namespace' and replaces the
+    default wholly (no field-by-field merge, as in WVA); fields it leaves out take
+    the recommended values, not the default entry's.
+    """
+
     enabled: bool = Field(True, description="use the saturation guardrail")
-    default: SaturationThresholds = Field(default_factory=SaturationThresholds)
+    default: SaturationThresholds = Field(
+        default_factory=SaturationThresholds, description="thresholds for models without an override"
+    )
     overrides: dict[str, SaturationThresholds] = Field(
         default_factory=dict,
         description="per-model thresholds keyed 'modelID#namespace'; an override replaces the default wholly",
     )
 
-    @model_validator(mode="after")
-    def _keys(self) -> "SaturationConfig":
-        for key in self.overrides:
-            if key.count("#") != 1 or key.startswith("#") or key.endswith("#"):
-                raise ValueError(f"saturation.overrides: key {key!r} must be 'modelID#namespace'")
-        return self
+    @field_validator("overrides", mode="before")
+    @classmethod
+    def _keys(cls, value: object) -> object:
+        if isinstance(value, dict):
+            for key in value:
+                parts = str(key).split("#")
+                if len(parts) != 2 or not parts[0] or not parts[1]:
+                    raise ValueError(
+                        f"override key {key!r} must be 'modelID#namespace' (one '#', both parts non-empty)"
+                    )
+        return value
 
     def for_model(self, model_id: str, namespace: str) -> SaturationThresholds:
+        """Thresholds for one model: its override if present, else the default."""
         return self.overrides.get(f"{model_id}#{namespace}", self.default)
 
 
@@ -169,14 +255,26 @@ class PoolBounds(_Strict):
 
 
 class DecisionConfig(_Strict):
-    prefill: PoolBounds = Field(default_factory=PoolBounds)
-    decode: PoolBounds = Field(default_factory=PoolBounds)
+    """How SLA sizing and the saturation guardrail become replica targets."""
+
+    prefill: PoolBounds = Field(default_factory=PoolBounds, description="prefill pool replica bounds")
+    decode: PoolBounds = Field(default_factory=PoolBounds, description="decode pool replica bounds")
     max_gpu_budget: int | None = Field(None, ge=1, description="total GPUs both pools may use; None: unlimited")
     max_step_replicas: int | None = Field(
-        None, ge=1, description="largest change per pool per interval; None: unlimited"
+        None, ge=1, description="largest change per pool per interval, up or down; None: unlimited"
     )
     scale_down_stabilization_s: float = Field(
-        300.0, ge=0, description="scale down only to the highest target recommended over this window"
+        300.0, ge=0, description="scale down only to the highest target recommended over this window, s"
+    )
+    wait_for_previous_s: float = Field(
+        1800.0,
+        ge=0,
+        description="make no new decision while the previous one is not done, for at most this long, s",
+    )
+    max_observation_age_s: float | None = Field(
+        None,
+        gt=0,
+        description="hold when the observation is older than this, s; None: two adjustment intervals",
     )
     allow_scale_to_zero: bool = Field(False, description="permit 0 replicas (needs min_replicas 0 too)")
 

@@ -1,0 +1,170 @@
+"""Correction factors: observed latency / the latency the profile predicts.
+
+A factor above 1 means the fleet is slower than profiled (different hardware,
+overheads the profiler did not see, prefix-cache misses...); sizing scales its
+latency expectations by it.
+
+* prefill = observed mean TTFT / expected TTFT at the observed ISL. Expected is
+  the profile's single-request TTFT, as in Dynamo. When the caller also passes
+  `prefill_replicas` and the sizing config, the expectation includes the
+  queueing delay the sizing model (M/G/c, planner.sizing) predicts at the
+  observed load, and the factor is the service-time multiplier k that makes
+  the model's mean TTFT equal the observed one: k*S + Wq(k*S) = observed.
+  That keeps queueing out of the factor, so a congested interval does not
+  read as slow engines and double-count the queue at sizing time.
+* decode = observed mean ITL / expected ITL at the observed load and context.
+  KV usage per decode replica is estimated by Little's law from the observed
+  arrival rate, OSL and ITL: running = rps * osl * itl_s / decode_replicas,
+  kv = running * context / max_kv_tokens, context = isl + osl/2.
+
+Bounds. A factor is 1.0 (with a note saying why) when corrections are
+disabled, the observation is stale, fewer than `min_requests` requests
+arrived (cold start), or any input is missing, NaN, zero or negative; so an
+empty or broken interval never moves sizing. A computed factor outside
+[min_factor, max_factor] is clamped to the nearer bound, also with a note:
+a 10x "slowdown" is a measurement problem or an outage, and one interval must
+not multiply the fleet by it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy.optimize import brentq
+
+from planner.config import CorrectionConfig, SizingConfig
+from planner.profile import EngineProfile
+from planner.sizing import mean_wait_s, variability_factor
+from planner.types import Corrections, Observation, is_number
+
+
+def _positive(name: str, value: float | None) -> str | None:
+    """None if value is a finite number > 0, else why not."""
+    if value is None:
+        return f"{name} missing"
+    if not is_number(value):
+        return f"{name} is {value!r}"
+    if value <= 0:
+        return f"{name} is {value:g}"
+    return None
+
+
+def _bound(name: str, raw: float, cfg: CorrectionConfig, notes: list[str], detail: str) -> float:
+    if raw < cfg.min_factor:
+        notes.append(f"{name}: factor {raw:.3g} ({detail}) clamped to min_factor {cfg.min_factor:g}")
+        return cfg.min_factor
+    if raw > cfg.max_factor:
+        notes.append(f"{name}: factor {raw:.3g} ({detail}) clamped to max_factor {cfg.max_factor:g}")
+        return cfg.max_factor
+    return raw
+
+
+def _clamp_quiet(value: float, lo: float, hi: float) -> float:
+    return min(max(value, lo), hi)
+
+
+def _prefill_factor(
+    obs: Observation,
+    profile: EngineProfile,
+    cfg: CorrectionConfig,
+    notes: list[str],
+    prefill_replicas: int | None,
+    sizing: SizingConfig | None,
+) -> float:
+    why = _positive("avg_ttft_ms", obs.avg_ttft_ms) or _positive("avg_isl_tokens", obs.avg_isl_tokens)
+    if why:
+        notes.append(f"prefill: factor 1 ({why})")
+        return 1.0
+    lo, hi = profile.prefill.isl_range_tokens
+    isl = obs.avg_isl_tokens
+    if not lo <= isl <= hi:
+        notes.append(f"prefill: ISL {isl:g} tokens outside profiled {lo:g}..{hi:g}; expected TTFT at the nearer end")
+        isl = _clamp_quiet(isl, lo, hi)
+    service_ms = profile.prefill.ttft_ms_at(isl)
+    observed = obs.avg_ttft_ms
+    if prefill_replicas is None or sizing is None or prefill_replicas < 1:
+        raw = observed / service_ms
+        return _bound("prefill", raw, cfg, notes, f"{observed:.4g} ms / {service_ms:.4g} ms")
+
+    rps = obs.num_requests / obs.interval_s
+    g = variability_factor(sizing.prefill_arrival_cv, sizing.prefill_service_cv)
+
+    def model_ms(k: float) -> float:
+        s = k * service_ms / 1000.0
+        w = mean_wait_s(servers=prefill_replicas, arrival_rps=rps, service_s=s, variability=g)
+        return 1000.0 * (s + w) if math.isfinite(w) else math.inf
+
+    detail = f"{observed:.4g} ms observed vs M/G/{prefill_replicas} model at {rps:.3g} rps, service {service_ms:.4g} ms"
+    if observed <= model_ms(cfg.min_factor):
+        return _bound("prefill", min(cfg.min_factor, observed / service_ms), cfg, notes, detail)
+    if observed >= model_ms(cfg.max_factor):
+        notes.append(f"prefill: factor clamped to max_factor {cfg.max_factor:g} ({detail})")
+        return cfg.max_factor
+    # model_ms is increasing in k and finite on (min_factor, k_unstable); bisect on the finite part.
+    k_hi = cfg.max_factor
+    return brentq(lambda k: min(model_ms(k), 1e12) - observed, cfg.min_factor, k_hi, xtol=1e-6)
+
+
+def _decode_factor(
+    obs: Observation, profile: EngineProfile, cfg: CorrectionConfig, notes: list[str], decode_replicas: int
+) -> float:
+    why = (
+        _positive("avg_itl_ms", obs.avg_itl_ms)
+        or _positive("avg_isl_tokens", obs.avg_isl_tokens)
+        or _positive("avg_osl_tokens", obs.avg_osl_tokens)
+        or (None if decode_replicas >= 1 else f"decode_replicas is {decode_replicas}")
+    )
+    if why:
+        notes.append(f"decode: factor 1 ({why})")
+        return 1.0
+    dec = profile.decode
+    context = obs.avg_isl_tokens + obs.avg_osl_tokens / 2.0
+    c_lo, c_hi = dec.context_range_tokens
+    if not c_lo <= context <= c_hi:
+        notes.append(f"decode: context {context:g} tokens outside profiled {c_lo:g}..{c_hi:g}; used the nearer end")
+        context = _clamp_quiet(context, c_lo, c_hi)
+    rps = obs.num_requests / obs.interval_s
+    running = rps * obs.avg_osl_tokens * obs.avg_itl_ms / 1000.0 / decode_replicas
+    kv = dec.kv_usage_for(running, context)
+    _, kv_hi = dec.kv_range_frac(context)
+    if kv > kv_hi:
+        notes.append(f"decode: estimated KV usage {kv:.3g} above profiled {kv_hi:.3g}; used {kv_hi:.3g}")
+        kv = kv_hi
+    expected = dec.itl_ms_at(kv, context)
+    return _bound(
+        "decode", obs.avg_itl_ms / expected, cfg, notes,
+        f"{obs.avg_itl_ms:.4g} ms / {expected:.4g} ms at KV {kv:.3g}, context {context:.0f}",
+    )
+
+
+def correction_factors(
+    obs: Observation,
+    *,
+    profile: EngineProfile,
+    decode_replicas: int,
+    cfg: CorrectionConfig,
+    prefill_replicas: int | None = None,
+    sizing: SizingConfig | None = None,
+) -> Corrections:
+    """Bounded observed/expected latency factors for both pools (see the module docstring).
+
+    decode_replicas: decode replicas serving during the observed interval.
+    prefill_replicas, sizing: optional; with both, the prefill factor separates
+        queueing delay from service time using the sizing queue model.
+    """
+    if not cfg.enabled:
+        return Corrections(1.0, 1.0, enabled=False, notes=("corrections disabled",))
+    if obs.is_stale:
+        return Corrections(1.0, 1.0, notes=(f"stale observation ({'; '.join(obs.stale_reasons)}): factors 1",))
+    why = _positive("num_requests", obs.num_requests) or _positive("interval_s", obs.interval_s)
+    if why:
+        return Corrections(1.0, 1.0, notes=(f"no load to compare ({why}): factors 1",))
+    if obs.num_requests < cfg.min_requests:
+        return Corrections(
+            1.0, 1.0,
+            notes=(f"cold start: {obs.num_requests:g} requests < min_requests {cfg.min_requests:g}: factors 1",),
+        )
+    notes: list[str] = []
+    prefill = _prefill_factor(obs, profile, cfg, notes, prefill_replicas, sizing)
+    decode = _decode_factor(obs, profile, cfg, notes, decode_replicas)
+    return Corrections(prefill=float(prefill), decode=float(decode), notes=tuple(notes))
