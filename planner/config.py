@@ -194,16 +194,15 @@ class SaturationThresholds(_Strict):
     def _triggers_below_thresholds(self) -> "SaturationThresholds":
         # spare = threshold - usage <= threshold, so a trigger at or above its
         # threshold would call for a scale-up on every run.
-        if self.kv_spare_trigger >= self.kv_cache_threshold:
-            raise ValueError(
-                f"kv_spare_trigger ({self.kv_spare_trigger}) must be < kv_cache_threshold "
-                f"({self.kv_cache_threshold}), or every run scales up"
-            )
-        if self.queue_spare_trigger >= self.queue_length_threshold:
-            raise ValueError(
-                f"queue_spare_trigger ({self.queue_spare_trigger}) must be < queue_length_threshold "
-                f"({self.queue_length_threshold}), or every run scales up"
-            )
+        for trigger, threshold in (
+            ("kv_spare_trigger", "kv_cache_threshold"),
+            ("queue_spare_trigger", "queue_length_threshold"),
+        ):
+            if getattr(self, trigger) >= getattr(self, threshold):
+                raise ValueError(
+                    f"{trigger} ({getattr(self, trigger)}) must be < {threshold} "
+                    f"({getattr(self, threshold)}), or every run scales up"
+                )
         return self
 
 
