@@ -159,6 +159,7 @@ class ReasonCode(str, enum.Enum):
     HOLD_MISSING_METRICS = "hold_missing_metrics"
     HOLD_STALE_METRICS = "hold_stale_metrics"
     HOLD_PREVIOUS_NOT_DONE = "hold_previous_not_done"
+    PREVIOUS_DECISION_TIMED_OUT = "previous_decision_timed_out"
     UNCHANGED = "unchanged"
     SCALE_UP = "scale_up"
     SCALE_DOWN = "scale_down"
@@ -194,12 +195,20 @@ class PoolSizing:
 
 @dataclass(frozen=True)
 class Decision:
-    """Targets for both pools and why. `apply` is False when nothing should be written."""
+    """Targets for both pools and why. `apply` is False when nothing should be written.
+
+    recommended_*_replicas: the run's recommendation before the scale-down
+    stabilization window, step limit and GPU budget; store it with the decision
+    so later runs can rebuild `FleetState.recent_targets` from it. None when the
+    run held without recommending.
+    """
 
     prefill_replicas: int
     decode_replicas: int
     apply: bool
     reasons: tuple[Reason, ...]
+    recommended_prefill_replicas: int | None = None
+    recommended_decode_replicas: int | None = None
 
     def codes(self) -> list[str]:
         return [r.code.value for r in self.reasons]
@@ -210,4 +219,6 @@ class Decision:
             "decode_replicas": self.decode_replicas,
             "apply": self.apply,
             "reasons": [r.as_dict() for r in self.reasons],
+            "recommended_prefill_replicas": self.recommended_prefill_replicas,
+            "recommended_decode_replicas": self.recommended_decode_replicas,
         }
