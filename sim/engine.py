@@ -1,0 +1,528 @@
+"""Discrete-event simulation of a disaggregated prefill/decode fleet in virtual time.
+
+Request path: arrival -> a prefill worker's FIFO queue -> batched prefill (requests
+taken in order while the batch stays within `prefill_token_budget` tokens; a longer
+request runs alone) taking the profile's TTFT at the batch's total token count ->
+KV transfer to a decode worker (latency + bytes / bandwidth of the link between
+their domains) -> admission when the worker's KV cache can hold isl + osl tokens
+(else it waits there, FIFO) -> continuous batching until its last token.
+
+The first token is produced by prefill and reaches the client when the decode
+worker admits the request: TTFT = admission - arrival. A single request on an idle
+fleet with a free transfer therefore sees exactly the profile's prefill TTFT. The
+other osl - 1 tokens come from decode steps; ITL = (finish - first token) / (osl - 1).
+A request with osl <= 1 finishes at the end of its prefill.
+
+Decode runs per step, not per token, and jumps between events: every running
+request emits one token per step, so between joins and completions a worker's
+state is one counter. A segment lasts until the next completion; its step time is
+the profile's ITL at the KV usage and mean context halfway through it. A request
+arriving mid-segment joins at the next step boundary.
+
+Nothing is ever dropped: with no ready worker, arrivals and finished prefills wait
+at the frontend until one is ready.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.types import LoadHistory, Observation, PodMetrics, Pool
+from sim.fleet import DecodeWorker, PrefillWorker, TransferModel
+from sim.lookup import ProfileTables
+from sim.routing import LeastLoadedRouter, Router
+from sim.traces import Trace
+
+_PREFILL_DONE, _KV_DONE, _DECODE_SEG, _READY = 0, 1, 2, 3
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Fleet and engine settings of a simulation.
+
+    prefill_token_budget: most tokens one prefill batch holds (vLLM max_num_batched_tokens).
+    decode_max_batch: most running requests per decode worker (vLLM max_num_seqs); None: KV-bound only.
+    startup_s: time from adding a worker to it serving, seconds.
+    domains: topology domains "zone/rack"; workers of each pool are placed round-robin.
+    """
+
+    prefill_token_budget: int = 8192
+    decode_max_batch: int | None = None
+    startup_s: float = 60.0
+    gpus_per_prefill: int = 1
+    gpus_per_decode: int = 1
+    transfer: TransferModel = field(default_factory=TransferModel)
+    domains: tuple[str, ...] = ("zone-a/rack-1",)
+
+    def __post_init__(self) -> None:
+        if self.prefill_token_budget < 1:
+            raise ValueError(f"SimConfig: prefill_token_budget must be >= 1, got {self.prefill_token_budget}")
+        if self.decode_max_batch is not None and self.decode_max_batch < 1:
+            raise ValueError(f"SimConfig: decode_max_batch must be >= 1 or None, got {self.decode_max_batch}")
+        if self.startup_s < 0:
+            raise ValueError(f"SimConfig: startup_s must be >= 0, got {self.startup_s}")
+        if not self.domains:
+            raise ValueError("SimConfig: domains must list at least one 'zone/rack'")
+
+
+@dataclass
+class IntervalStats:
+    """Frontend counters since the last collection (what Prometheus would rate over)."""
+
+    arrivals: int = 0
+    isl_sum: float = 0.0
+    first_tokens: int = 0
+    ttft_sum_s: float = 0.0
+    completions: int = 0
+    osl_sum: float = 0.0
+    itl_count: int = 0
+    itl_sum_s: float = 0.0
+
+
+class FleetSim:
+    """The fleet, its event queue and every request's timestamps."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        tables: ProfileTables,
+        *,
+        config: SimConfig | None = None,
+        router: Router | None = None,
+        initial_prefill: int = 1,
+        initial_decode: int = 1,
+    ):
+        self.cfg = config or SimConfig()
+        self.tables = tables
+        self.router = router or LeastLoadedRouter()
+        self.trace = trace
+        self.arrival_s: list[float] = trace.arrival_s.tolist()
+        self.isl: list[int] = trace.isl_tokens.tolist()
+        self.osl: list[int] = trace.osl_tokens.tolist()
+        n = len(self.arrival_s)
+        self.first_token_s: list[float] = [NAN] * n
+        self.finish_s: list[float] = [NAN] * n
+        self.prefill_done_s: list[float] = [NAN] * n
+        self._join_step: list[int] = [0] * n
+        self.next_arrival = 0
+        self.completed = 0
+        self.now_s = 0.0
+        self._events: list = []
+        self._seq = 0
+        self.prefill_workers: list[PrefillWorker] = []
+        self.decode_workers: list[DecodeWorker] = []
+        self.prefill_serving: list[PrefillWorker] = []
+        self.decode_serving: list[DecodeWorker] = []
+        self._frontend_prefill: deque[int] = deque()
+        self._frontend_decode: deque[tuple[int, PrefillWorker]] = deque()
+        self.stats = IntervalStats()
+        self._alloc = {"prefill": 0, "decode": 0}
+        self._gpu_s = {"prefill": 0.0, "decode": 0.0}
+        self._alloc_t = 0.0
+        self.scale_log: list[tuple[float, Pool, int, int]] = []  # (t, pool, from, to)
+        for _ in range(initial_prefill):
+            self._add_worker("prefill", 0.0, ready_at_s=0.0)
+        for _ in range(initial_decode):
+            self._add_worker("decode", 0.0, ready_at_s=0.0)
+
+    # ------------------------------------------------------------------ fleet
+
+    def _push(self, t: float, kind: int, a, b=None) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, kind, a, b))
+
+    def _bill(self, t: float) -> None:
+        dt = t - self._alloc_t
+        if dt > 0:
+            self._gpu_s["prefill"] += dt * self._alloc["prefill"] * self.cfg.gpus_per_prefill
+            self._gpu_s["decode"] += dt * self._alloc["decode"] * self.cfg.gpus_per_decode
+            self._alloc_t = t
+
+    def gpu_seconds(self, until_s: float | None = None) -> dict[str, float]:
+        """GPU-seconds billed per pool up to until_s (default: now): starting, ready and draining workers."""
+        self._bill(self.now_s if until_s is None else until_s)
+        return dict(self._gpu_s)
+
+    def _add_worker(self, pool: Pool, t: float, *, ready_at_s: float):
+        self._bill(t)
+        self._alloc[pool] += 1
+        workers = self.prefill_workers if pool == "prefill" else self.decode_workers
+        idx = len(workers)
+        domain = self.cfg.domains[idx % len(self.cfg.domains)]
+        cls = PrefillWorker if pool == "prefill" else DecodeWorker
+        gpus = self.cfg.gpus_per_prefill if pool == "prefill" else self.cfg.gpus_per_decode
+        w = cls(idx, f"{pool}-{idx}", domain, gpus, ready_at_s)
+        workers.append(w)
+        if ready_at_s <= t:
+            self._make_ready(w, t)
+        else:
+            self._push(ready_at_s, _READY, w)
+        return w
+
+    def _retire(self, w, t: float) -> None:
+        if w.retired:
+            return
+        self._bill(t)
+        w.retired = True
+        self._alloc["prefill" if isinstance(w, PrefillWorker) else "decode"] -= 1
+
+    def _make_ready(self, w, t: float) -> None:
+        if w.retired:
+            return
+        w.ready = True
+        if isinstance(w, PrefillWorker):
+            self.prefill_serving.append(w)
+            while self._frontend_prefill:
+                self._route_prefill(self._frontend_prefill.popleft(), t)
+        else:
+            w.seg_t = t
+            self.decode_serving.append(w)
+            held = list(self._frontend_decode)
+            self._frontend_decode.clear()
+            for rid, src in held:
+                self._route_decode(rid, src, t)
+
+    def live_workers(self, pool: Pool) -> list:
+        """Starting and ready workers that are not draining (what the target counts)."""
+        workers = self.prefill_workers if pool == "prefill" else self.decode_workers
+        return [w for w in workers if not w.draining and not w.retired]
+
+    def ready_count(self, pool: Pool) -> int:
+        return len(self.prefill_serving if pool == "prefill" else self.decode_serving)
+
+    def allocated_count(self, pool: Pool) -> int:
+        """Workers holding GPUs: starting, ready and draining."""
+        return self._alloc[pool]
+
+    def set_target(self, pool: Pool, target: int, t_s: float | None = None) -> None:
+        """Scale a pool to `target` live workers at time t_s (default: now).
+
+        Up: new workers serve after `startup_s`. Down: starting workers are cancelled
+        first (newest first), then the least-loaded ready workers drain.
+        """
+        if target < 0:
+            raise ValueError(f"set_target: {pool} target must be >= 0, got {target}")
+        t = self.now_s if t_s is None else t_s
+        live = self.live_workers(pool)
+        if target == len(live):
+            return
+        self.scale_log.append((t, pool, len(live), target))
+        if target > len(live):
+            for _ in range(target - len(live)):
+                self._add_worker(pool, t, ready_at_s=t + self.cfg.startup_s)
+            return
+        excess = len(live) - target
+        starting = [w for w in live if not w.ready]
+        for w in reversed(starting):
+            if excess == 0:
+                return
+            self._retire(w, t)
+            excess -= 1
+        ready = sorted((w for w in live if w.ready), key=lambda w: (w.load_tokens(), -w.wid))
+        for w in ready[:excess]:
+            w.draining = True
+            serving = self.prefill_serving if pool == "prefill" else self.decode_serving
+            serving.remove(w)
+            if w.idle:
+                self._retire(w, t)
+
+    # ------------------------------------------------------------------ requests
+
+    def _route_prefill(self, rid: int, t: float) -> None:
+        if not self.prefill_serving:
+            self._frontend_prefill.append(rid)
+            return
+        w = self.router.pick_prefill(rid, self.isl[rid], self.prefill_serving)
+        w.queue.append(rid)
+        w.queued_tokens += self.isl[rid]
+        if not w.busy:
+            self._start_prefill(w, t)
+
+    def _start_prefill(self, w: PrefillWorker, t: float) -> None:
+        q = w.queue
+        isl = self.isl
+        budget = self.cfg.prefill_token_budget
+        rid = q.popleft()
+        batch = [rid]
+        tokens = isl[rid]
+        while q and tokens + isl[q[0]] <= budget:
+            rid = q.popleft()
+            batch.append(rid)
+            tokens += isl[rid]
+        w.busy = True
+        w.batch = batch
+        w.batch_tokens = tokens
+        w.busy_until_s = t + self.tables.prefill_ms(tokens) * 1e-3
+        self._push(w.busy_until_s, _PREFILL_DONE, w)
+
+    def _on_prefill_done(self, w: PrefillWorker, t: float) -> None:
+        osl = self.osl
+        for rid in w.batch:
+            self.prefill_done_s[rid] = t
+            if osl[rid] <= 1:
+                self._first_token(rid, t)
+                self._finish(rid, t)
+            else:
+                self._route_decode(rid, w, t)
+        w.queued_tokens -= w.batch_tokens
+        w.batch = []
+        w.batch_tokens = 0
+        w.busy = False
+        if w.queue:
+            self._start_prefill(w, t)
+        elif w.draining:
+            self._retire(w, t)
+
+    def _route_decode(self, rid: int, src: PrefillWorker, t: float) -> None:
+        d = None
+        if self.decode_serving:
+            d = self.router.pick_decode(rid, self.isl[rid], self.osl[rid], src, self.decode_serving)
+        if d is None:
+            self._frontend_decode.append((rid, src))
+            return
+        tokens = self.isl[rid] + self.osl[rid]
+        d.incoming += 1
+        d.incoming_tokens += tokens
+        self._push(t + self.cfg.transfer.seconds(src.domain, d.domain, self.isl[rid]), _KV_DONE, rid, d)
+
+    def _first_token(self, rid: int, t: float) -> None:
+        self.first_token_s[rid] = t
+        st = self.stats
+        st.first_tokens += 1
+        st.ttft_sum_s += t - self.arrival_s[rid]
+
+    def _finish(self, rid: int, t: float) -> None:
+        self.finish_s[rid] = t
+        self.completed += 1
+        st = self.stats
+        st.completions += 1
+        o = self.osl[rid]
+        st.osl_sum += o
+        if o > 1:
+            st.itl_count += 1
+            st.itl_sum_s += (t - self.first_token_s[rid]) / (o - 1)
+
+    def _fits(self, d: DecodeWorker, rid: int) -> bool:
+        if d.n == 0:
+            return True  # a request larger than the cache still runs alone
+        mb = self.cfg.decode_max_batch
+        if mb is not None and d.n >= mb:
+            return False
+        return d.reserved_tokens + self.isl[rid] + self.osl[rid] <= self.tables.max_kv_tokens
+
+    def _admit(self, d: DecodeWorker, rid: int, t: float) -> None:
+        isl = self.isl[rid]
+        d.n += 1
+        d.kv_base += isl + 1 - d.steps
+        d.reserved_tokens += isl + self.osl[rid]
+        self._join_step[rid] = d.steps
+        heapq.heappush(d.heap, (d.steps + self.osl[rid] - 1, rid))
+        self._first_token(rid, t)
+
+    def _advance(self, d: DecodeWorker, t: float) -> None:
+        """Bring a decode worker's step counter to the first step boundary at or after t."""
+        if d.n == 0:
+            if d.seg_t < t:
+                d.seg_t = t
+            return
+        if t <= d.seg_t:
+            return
+        k = math.ceil((t - d.seg_t) / d.step_s - 1e-9)
+        n_min = d.heap[0][0] - d.steps
+        if k > n_min:
+            k = n_min
+        d.steps += k
+        d.seg_t += k * d.step_s
+        self._complete_due(d, d.seg_t)
+
+    def _complete_due(self, d: DecodeWorker, t: float) -> None:
+        heap = d.heap
+        steps = d.steps
+        while heap and heap[0][0] <= steps:
+            _, rid = heapq.heappop(heap)
+            d.n -= 1
+            d.kv_base -= self.isl[rid] + 1 - self._join_step[rid]
+            d.reserved_tokens -= self.isl[rid] + self.osl[rid]
+            self._finish(rid, t)
+        while d.pending and self._fits(d, d.pending[0]):
+            self._admit(d, d.pending.popleft(), t)
+
+    def _reschedule(self, d: DecodeWorker) -> None:
+        d.version += 1
+        n = d.n
+        if n == 0:
+            return
+        n_min = d.heap[0][0] - d.steps
+        kv_now = d.kv_base + n * d.steps
+        if kv_now > d.kv_peak_tokens:
+            d.kv_peak_tokens = kv_now
+        kv_mid = kv_now + n * n_min * 0.5
+        step = self.tables.itl_ms(kv_mid / self.tables.max_kv_tokens, kv_mid / n) * 1e-3
+        d.step_s = step
+        self._push(d.seg_t + n_min * step, _DECODE_SEG, d, d.version)
+
+    def _on_kv_done(self, rid: int, d: DecodeWorker, t: float) -> None:
+        d.incoming -= 1
+        d.incoming_tokens -= self.isl[rid] + self.osl[rid]
+        self._advance(d, t)
+        if not d.pending and self._fits(d, rid):
+            self._admit(d, rid, t)
+        else:
+            d.pending.append(rid)
+        self._reschedule(d)
+
+    def _on_decode_segment(self, d: DecodeWorker, version: int, t: float) -> None:
+        if version != d.version or d.n == 0:
+            return
+        d.steps = d.heap[0][0]
+        d.seg_t = t
+        self._complete_due(d, t)
+        self._reschedule(d)
+        if d.draining and d.idle:
+            self._retire(d, t)
+
+    # ------------------------------------------------------------------ main loop
+
+    @property
+    def done(self) -> bool:
+        return self.completed == len(self.arrival_s)
+
+    def run_until(self, t_end: float) -> None:
+        """Process every arrival and event with time < t_end; then now = t_end."""
+        events = self._events
+        arrivals = self.arrival_s
+        n_arr = len(arrivals)
+        i = self.next_arrival
+        pop = heapq.heappop
+        while True:
+            t_ev = events[0][0] if events else math.inf
+            t_arr = arrivals[i] if i < n_arr else math.inf
+            if t_arr <= t_ev:
+                if t_arr >= t_end:
+                    break
+                st = self.stats
+                st.arrivals += 1
+                st.isl_sum += self.isl[i]
+                self._route_prefill(i, t_arr)
+                i += 1
+                continue
+            if t_ev >= t_end:
+                break
+            t, _, kind, a, b = pop(events)
+            if kind == _DECODE_SEG:
+                self._on_decode_segment(a, b, t)
+            elif kind == _KV_DONE:
+                self._on_kv_done(a, b, t)
+            elif kind == _PREFILL_DONE:
+                self._on_prefill_done(a, t)
+            else:
+                self._make_ready(a, t)
+        self.next_arrival = i
+        if t_end > self.now_s and t_end != math.inf:
+            self.now_s = t_end
+
+    def run_to_completion(self) -> None:
+        """Run until every request has finished (the fleet must be able to serve)."""
+        self.run_until(math.inf)
+        if not self.done:
+            raise RuntimeError(
+                f"simulation stalled with {len(self.arrival_s) - self.completed} requests unfinished: "
+                "a pool has no live workers"
+            )
+        last = max(self.finish_s) if self.finish_s else 0.0
+        self.now_s = max(self.now_s, last)
+
+    # ------------------------------------------------------------------ metrics
+
+    def take_interval_stats(self) -> IntervalStats:
+        """The counters since the last call, then reset (one planner interval)."""
+        st, self.stats = self.stats, IntervalStats()
+        return st
+
+    def pod_metrics(self, t_s: float) -> tuple[PodMetrics, ...]:
+        """Per-ready-worker saturation signals, as vLLM exports them; resets KV peaks.
+
+        kv_usage_frac: the highest KV usage since the last call (decode) or the running
+        batch's share of the cache (prefill); queue_length: requests waiting.
+        """
+        pods = []
+        cap = float(self.tables.max_kv_tokens)
+        for w in self.prefill_serving:
+            pods.append(PodMetrics(w.name, "prefill", min(w.batch_tokens / cap, 1.0), float(len(w.queue))))
+        for d in self.decode_serving:
+            now_kv = d.kv_tokens_at(t_s)
+            peak = max(d.kv_peak_tokens, now_kv)
+            d.kv_peak_tokens = now_kv
+            pods.append(PodMetrics(d.name, "decode", min(peak / cap, 1.0), float(len(d.pending))))
+        return tuple(pods)
+
+    def results(self) -> "RequestResults":
+        return RequestResults(
+            arrival_s=np.asarray(self.arrival_s),
+            first_token_s=np.asarray(self.first_token_s),
+            finish_s=np.asarray(self.finish_s),
+            isl_tokens=self.trace.isl_tokens,
+            osl_tokens=self.trace.osl_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class RequestResults:
+    """Per-request outcome arrays (seconds; NaN for requests not finished)."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    isl_tokens: np.ndarray
+    osl_tokens: np.ndarray
+
+    @property
+    def ttft_ms(self) -> np.ndarray:
+        return (self.first_token_s - self.arrival_s) * 1e3
+
+    @property
+    def itl_ms(self) -> np.ndarray:
+        """Mean inter-token latency per request, ms; NaN when osl <= 1 (no second token)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(
+                self.osl_tokens > 1,
+                (self.finish_s - self.first_token_s) * 1e3 / np.maximum(self.osl_tokens - 1, 1),
+                np.nan,
+            )
+
+    @property
+    def e2e_ms(self) -> np.ndarray:
+        return (self.finish_s - self.arrival_s) * 1e3
+
+    def sla_met(self, *, ttft_ms: float, itl_ms: float) -> np.ndarray:
+        """Both targets met (ITL counts as met for single-token outputs)."""
+        itl = self.itl_ms
+        return (self.ttft_ms <= ttft_ms) & (np.isnan(itl) | (itl <= itl_ms)) & ~np.isnan(self.finish_s)
+
+
+def interval_observation(
+    stats: IntervalStats,
+    *,
+    taken_at_s: float,
+    interval_s: float,
+    history: LoadHistory | None,
+    pods: tuple[PodMetrics, ...],
+) -> Observation:
+    """What the planner's collect step would read for one interval of the simulated frontend."""
+    return Observation(
+        taken_at_s=taken_at_s,
+        interval_s=interval_s,
+        num_requests=float(stats.arrivals),
+        avg_isl_tokens=stats.isl_sum / stats.arrivals if stats.arrivals else None,
+        avg_osl_tokens=stats.osl_sum / stats.completions if stats.completions else None,
+        avg_ttft_ms=stats.ttft_sum_s * 1e3 / stats.first_tokens if stats.first_tokens else None,
+        avg_itl_ms=stats.itl_sum_s * 1e3 / stats.itl_count if stats.itl_count else None,
+        history=history,
+        pods=pods,
+    )
