@@ -1,0 +1,365 @@
+"""The Kubernetes connector, through the official client, against the fake API server.
+
+The first group checks the fake server itself behaves as the Kubernetes API
+does for a custom resource (the lead's flow and e2e tests rely on it too); the
+rest drive the connector against a DGD seeded from the real Dynamo manifest.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from connectors.base import ConcurrentWriteError, ConnectorError, ConnectorUnavailableError, ResourceAccessError, make_connector
+from connectors.config import KubernetesConnectorConfig
+from connectors.kubernetes import KubernetesConnector
+from planner.types import Decision
+from tests.fixtures_net import free_port
+from tests.k8s_fake_server import (  # noqa: F401  (fixtures)
+    GROUP,
+    PLURAL,
+    TEST_TOKEN,
+    VERSION,
+    FakeKubeApiServer,
+    dgd_manifest,
+    fake_k8s_api,
+    k8s_namespace,
+    kube_api_client,
+    load_manifest,
+    merge_patch,
+    seed_dgd,
+)
+
+T0_S = 1_700_000_000.0
+DGD = "vllm-disagg"  # metadata.name in the real manifest
+
+
+def decide(prefill: int, decode: int, *, apply: bool = True) -> Decision:
+    return Decision(prefill_replicas=prefill, decode_replicas=decode, apply=apply, reasons=())
+
+
+def connector(server: FakeKubeApiServer, namespace: str, **overrides) -> KubernetesConnector:
+    cfg = KubernetesConnectorConfig(dgd_name=DGD, namespace=namespace, **overrides)
+    return KubernetesConnector(cfg, api_client=kube_api_client(server))
+
+
+def patches(server: FakeKubeApiServer):
+    return [r for r in server.requests if r.method == "PATCH"]
+
+
+# -- the fake server is faithful -----------------------------------------------
+
+@pytest.mark.parametrize("target, patch, expected", [
+    pytest.param({"a": 1, "b": {"c": 2, "d": 3}}, {"b": {"c": None, "e": 4}}, {"a": 1, "b": {"d": 3, "e": 4}},
+                 id="RFC 7386: null deletes, objects merge"),
+    pytest.param({"a": [1, 2]}, {"a": [3]}, {"a": [3]}, id="RFC 7386: arrays replace"),
+    pytest.param({"a": {"b": 1}}, {"a": 5}, {"a": 5}, id="RFC 7386: scalar replaces object"),
+])
+def test_merge_patch_follows_rfc_7386(target, patch, expected):
+    assert merge_patch(target, patch) == expected
+
+
+def test_fake_server_speaks_kubernetes(fake_k8s_api, k8s_namespace, dgd_manifest):
+    api = client.CustomObjectsApi(kube_api_client(fake_k8s_api))
+    created = api.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, load_manifest(dgd_manifest))
+    rv0, gen0 = created["metadata"]["resourceVersion"], created["metadata"]["generation"]
+
+    # A merge patch that only touches annotations: new resourceVersion, same generation.
+    out = api.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD,
+                                             {"metadata": {"annotations": {"a": "1"}}})
+    assert int(out["metadata"]["resourceVersion"]) > int(rv0) and out["metadata"]["generation"] == gen0
+    # A spec change bumps the generation; sibling fields of the patched service survive.
+    out = api.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD,
+                                             {"spec": {"services": {"decode": {"replicas": 3}}}})
+    assert out["metadata"]["generation"] == gen0 + 1
+    assert out["spec"]["services"]["decode"]["replicas"] == 3
+    assert out["spec"]["services"]["decode"]["envFromSecret"] == "hf-token-secret"
+    # Stale resourceVersion in a patch: 409 Conflict as a Status.
+    with pytest.raises(ApiException) as info:
+        api.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD,
+                                           {"metadata": {"resourceVersion": rv0}, "spec": {}})
+    status = json.loads(info.value.body)
+    assert info.value.status == 409
+    assert (status["kind"], status["apiVersion"], status["status"], status["reason"], status["code"]) == (
+        "Status", "v1", "Failure", "Conflict", 409)
+    assert "the object has been modified" in status["message"]
+    # PUT with a stale resourceVersion: 409; without one: 422.
+    stale = dict(out, metadata=dict(out["metadata"], resourceVersion=rv0))
+    with pytest.raises(ApiException) as info:
+        api.replace_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD, stale)
+    assert info.value.status == 409
+    no_rv = dict(out, metadata={k: v for k, v in out["metadata"].items() if k != "resourceVersion"})
+    with pytest.raises(ApiException) as info:
+        api.replace_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD, no_rv)
+    assert info.value.status == 422
+    # Writes to the main resource ignore status; /status ignores spec.
+    api.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD, {"status": {"state": "x"}})
+    assert "status" not in api.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD)
+    api.patch_namespaced_custom_object_status(GROUP, VERSION, k8s_namespace, PLURAL, DGD,
+                                              {"status": {"state": "pending"}, "spec": {"services": {}}})
+    got = api.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD)
+    assert got["status"] == {"state": "pending"} and "prefill" in got["spec"]["services"]
+    # List, then 404 in Status form.
+    listed = api.list_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL)
+    assert [i["metadata"]["name"] for i in listed["items"]] == [DGD]
+    with pytest.raises(ApiException) as info:
+        api.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, "nope")
+    status = json.loads(info.value.body)
+    assert (info.value.status, status["reason"], status["code"]) == (404, "NotFound", 404)
+    assert status["details"] == {"name": "nope", "group": GROUP, "kind": PLURAL}
+    assert status["message"] == f'{PLURAL}.{GROUP} "nope" not found'
+
+
+def test_fake_server_rejects_other_patch_types_and_bad_tokens(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    api = client.CustomObjectsApi(kube_api_client(fake_k8s_api))
+    with pytest.raises(ApiException) as info:
+        api.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD, [{"op": "test"}],
+                                           _content_type="application/json-patch+json")
+    assert info.value.status == 415
+    wrong = client.CustomObjectsApi(kube_api_client(fake_k8s_api, token="wrong"))
+    with pytest.raises(ApiException) as info:
+        wrong.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, DGD)
+    assert info.value.status == 401
+
+
+# -- the connector ---------------------------------------------------------------
+
+def test_validate_and_read_fleet_from_the_real_manifest(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace)
+    conn.validate()  # the manifest has no subComponentType: falls back to the names prefill/decode
+
+    fleet = conn.read_fleet(now_s=T0_S)
+
+    assert (fleet.prefill.current_replicas, fleet.prefill.ready_replicas, fleet.prefill.gpus_per_replica) == (1, 1, 1)
+    assert (fleet.decode.current_replicas, fleet.decode.ready_replicas, fleet.decode.gpus_per_replica) == (1, 1, 1)
+    assert fleet.last_decision is None and fleet.recent_targets == ()
+    assert conn.last_decision_done() is True
+
+
+def test_services_found_by_sub_component_type_before_names(fake_k8s_api, k8s_namespace, dgd_manifest):
+    manifest = load_manifest(dgd_manifest)
+    services = manifest["spec"]["services"]
+    # Realistic naming: the keys say nothing; subComponentType does.
+    services["VllmPrefillWorker"] = dict(services.pop("prefill"), subComponentType="prefill")
+    services["VllmDecodeWorker"] = dict(services.pop("decode"), subComponentType="decode")
+    services["VllmDecodeWorker"]["replicas"] = 2
+    services["VllmDecodeWorker"]["resources"]["limits"]["gpu"] = "2"
+    fake_k8s_api.create(manifest, namespace=k8s_namespace)
+    fake_k8s_api.reconcile(k8s_namespace, DGD)
+    conn = connector(fake_k8s_api, k8s_namespace)
+
+    record = conn.apply(decide(3, 4), now_s=T0_S)
+
+    obj = fake_k8s_api.get(k8s_namespace, DGD)
+    assert obj["spec"]["services"]["VllmPrefillWorker"]["replicas"] == 3
+    assert obj["spec"]["services"]["VllmDecodeWorker"]["replicas"] == 4
+    assert "prefill" not in obj["spec"]["services"]
+    assert record.decision_id == 1
+    assert conn.read_fleet(now_s=T0_S).decode.gpus_per_replica == 2
+
+
+@pytest.mark.parametrize("drop, message", [
+    pytest.param(["decode"], r"no decode service: none has subComponentType 'decode' and spec.services has no 'decode' key",
+                 id="decode missing"),
+    pytest.param(["prefill", "decode"], r"no prefill service.*no decode service", id="both missing"),
+])
+def test_validate_names_missing_services(fake_k8s_api, k8s_namespace, dgd_manifest, drop, message):
+    manifest = load_manifest(dgd_manifest)
+    for name in drop:
+        del manifest["spec"]["services"][name]
+    fake_k8s_api.create(manifest, namespace=k8s_namespace)
+    with pytest.raises(ResourceAccessError, match=message) as info:
+        connector(fake_k8s_api, k8s_namespace).validate()
+    assert f"{DGD} in namespace {k8s_namespace}" in str(info.value)
+
+
+def test_validate_uses_configured_service_names(fake_k8s_api, k8s_namespace, dgd_manifest):
+    manifest = load_manifest(dgd_manifest)
+    services = manifest["spec"]["services"]
+    services["pf"], services["dc"] = services.pop("prefill"), services.pop("decode")
+    fake_k8s_api.create(manifest, namespace=k8s_namespace)
+    connector(fake_k8s_api, k8s_namespace, prefill_service="pf", decode_service="dc").validate()
+
+
+def test_missing_dgd_is_a_clear_404(fake_k8s_api, k8s_namespace):
+    with pytest.raises(ResourceAccessError, match=rf"get {PLURAL}.{GROUP}/{DGD} in namespace {k8s_namespace}: "
+                                                  rf"404 Not Found: .*not found"):
+        connector(fake_k8s_api, k8s_namespace).validate()
+
+
+@pytest.mark.parametrize("verb, call", [
+    pytest.param("get", lambda c: c.validate(), id="get forbidden: validate"),
+    pytest.param("patch", lambda c: c.apply(decide(2, 2), now_s=T0_S), id="patch forbidden: apply"),
+])
+def test_forbidden_names_resource_and_verb(fake_k8s_api, k8s_namespace, dgd_manifest, verb, call):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    fake_k8s_api.forbid(verb)
+    with pytest.raises(ResourceAccessError) as info:
+        call(connector(fake_k8s_api, k8s_namespace))
+    text = str(info.value)
+    assert text.startswith(f"{verb} {PLURAL}.{GROUP}/{DGD} in namespace {k8s_namespace}: 403 Forbidden")
+    assert f'cannot {verb} resource "{PLURAL}"' in text
+
+
+def test_apply_merge_patches_replicas_and_annotations(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seeded = seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace)
+
+    record = conn.apply(decide(2, 3), now_s=T0_S)
+
+    (request,) = patches(fake_k8s_api)
+    assert request.content_type == "application/merge-patch+json"
+    assert request.body["metadata"]["resourceVersion"] == seeded["metadata"]["resourceVersion"]
+    assert request.body["spec"] == {"services": {"prefill": {"replicas": 2}, "decode": {"replicas": 3}}}
+    obj = fake_k8s_api.get(k8s_namespace, DGD)
+    ann = obj["metadata"]["annotations"]
+    assert ann["sla-planner/decision-id"] == "1"
+    assert float(ann["sla-planner/decided-at-s"]) == T0_S
+    assert json.loads(ann["sla-planner/targets"]) == {"prefill": 2, "decode": 3}
+    # Everything else in the manifest is untouched.
+    original = load_manifest(dgd_manifest)["spec"]["services"]
+    assert obj["spec"]["services"]["Frontend"] == original["Frontend"]
+    assert {k: v for k, v in obj["spec"]["services"]["decode"].items() if k != "replicas"} == {
+        k: v for k, v in original["decode"].items() if k != "replicas"}
+    assert (record.decision_id, record.prefill_replicas, record.decode_replicas, record.done) == (1, 2, 3, False)
+
+
+def test_done_follows_operator_status(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace)
+    conn.apply(decide(2, 3), now_s=T0_S)
+
+    fleet = conn.read_fleet(now_s=T0_S + 5)
+    assert (fleet.prefill.current_replicas, fleet.prefill.ready_replicas) == (2, 1)
+    assert fleet.last_decision.done is False and conn.last_decision_done() is False
+
+    # Ready counts match but the operator has not observed the new generation yet.
+    fake_k8s_api.set_ready(k8s_namespace, DGD, "prefill", ready=2)
+    fake_k8s_api.set_ready(k8s_namespace, DGD, "decode", ready=3)
+    assert conn.last_decision_done() is False
+
+    fake_k8s_api.reconcile(k8s_namespace, DGD)
+    fleet = conn.read_fleet(now_s=T0_S + 60)
+    assert fleet.last_decision.done is True
+    assert (fleet.prefill.ready_replicas, fleet.decode.ready_replicas) == (2, 3)
+    assert fleet.recent_targets == ((T0_S, 2, 3),)
+
+
+@pytest.mark.parametrize("status_entry, ready", [
+    pytest.param({"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}, 2, id="readyReplicas"),
+    pytest.param({"replicas": 2, "updatedReplicas": 2, "availableReplicas": 1}, 1,
+                 id="PodCliqueScalingGroup: availableReplicas only"),
+    pytest.param({"replicas": 2, "updatedReplicas": 2}, 0, id="neither reported: 0"),
+])
+def test_ready_replicas_tolerate_status_shapes(fake_k8s_api, k8s_namespace, dgd_manifest, status_entry, ready):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace, ready=False)
+    fake_k8s_api.patch(k8s_namespace, DGD, {"status": {"services": {"decode": status_entry}}}, subresource="status")
+    fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S)
+    assert fleet.decode.ready_replicas == ready
+    assert fleet.prefill.ready_replicas == 0  # no status for prefill at all
+
+
+def test_unchanged_targets_and_apply_false_do_not_patch(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace)
+    assert conn.apply(decide(1, 1), now_s=T0_S) is None  # the manifest already has 1 and 1
+    assert conn.apply(decide(4, 4, apply=False), now_s=T0_S) is None
+    assert patches(fake_k8s_api) == []
+
+
+def test_concurrent_writer_causes_409_then_reread_succeeds(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace)
+    # Another controller scales the Frontend between our GET and our PATCH.
+    fake_k8s_api.before_next("PATCH", lambda: fake_k8s_api.patch(
+        k8s_namespace, DGD, {"spec": {"services": {"Frontend": {"replicas": 2}}}}))
+
+    record = conn.apply(decide(2, 5), now_s=T0_S)
+
+    first, second = patches(fake_k8s_api)
+    assert int(second.body["metadata"]["resourceVersion"]) > int(first.body["metadata"]["resourceVersion"])
+    gets = [r for r in fake_k8s_api.requests if r.method == "GET"]
+    assert len(gets) == 2  # read, 409, read again
+    obj = fake_k8s_api.get(k8s_namespace, DGD)
+    assert obj["spec"]["services"]["Frontend"]["replicas"] == 2  # the other writer's change survives
+    assert (obj["spec"]["services"]["prefill"]["replicas"], obj["spec"]["services"]["decode"]["replicas"]) == (2, 5)
+    assert record.decision_id == 1
+
+
+def test_conflicts_beyond_the_retry_budget_raise(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace, conflict_retries=2)
+    calls = {"n": 0}
+
+    def every_patch():
+        calls["n"] += 1
+        fake_k8s_api.patch(k8s_namespace, DGD, {"metadata": {"labels": {"writer": str(calls['n'])}}})
+        if calls["n"] < 3:
+            fake_k8s_api.before_next("PATCH", every_patch)
+
+    # Another writer gets in before each of our 3 PATCHes (1 try + 2 retries).
+    fake_k8s_api.before_next("PATCH", every_patch)
+    with pytest.raises(ConcurrentWriteError, match=r"kept conflicting .*3 attempts, conflict_retries=2.*409 Conflict"):
+        conn.apply(decide(2, 2), now_s=T0_S)
+    assert fake_k8s_api.get(k8s_namespace, DGD)["spec"]["services"]["prefill"]["replicas"] == 1
+
+
+def test_decision_ids_continue_across_connector_instances(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    ids = [connector(fake_k8s_api, k8s_namespace).apply(decide(n, n), now_s=T0_S + 60 * n).decision_id
+           for n in (2, 3, 4)]
+    assert ids == [1, 2, 3]
+    fleet = connector(fake_k8s_api, k8s_namespace, history_max_entries=2).read_fleet(now_s=T0_S + 300)
+    assert fleet.recent_targets == ((T0_S + 120, 2, 2), (T0_S + 180, 3, 3), (T0_S + 240, 4, 4))
+    connector(fake_k8s_api, k8s_namespace, history_max_entries=2).apply(decide(5, 5), now_s=T0_S + 300)
+    fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S + 300)
+    assert fleet.recent_targets == ((T0_S + 240, 4, 4), (T0_S + 300, 5, 5))  # 2 kept
+
+
+def test_bad_annotation_is_named(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    fake_k8s_api.patch(k8s_namespace, DGD, {"metadata": {"annotations": {"sla-planner/decision-id": "seven"}}})
+    with pytest.raises(ConnectorError, match=r"annotation sla-planner/decision-id must be a non-negative integer, got 'seven'"):
+        connector(fake_k8s_api, k8s_namespace).validate()
+
+
+def test_kubeconfig_auth(fake_k8s_api, k8s_namespace, dgd_manifest, tmp_path):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+
+    def kubeconfig(token: str):
+        path = tmp_path / f"kubeconfig-{token}"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "fake", "cluster": {"server": fake_k8s_api.url}}],
+            "users": [{"name": "planner", "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "fake", "user": "planner"}}],
+        }))
+        return str(path)
+
+    cfg = KubernetesConnectorConfig(dgd_name=DGD, auth="kubeconfig", kubeconfig_path=kubeconfig(TEST_TOKEN))
+    conn = make_connector(cfg, default_namespace=k8s_namespace)
+    conn.validate()
+    assert conn.apply(decide(2, 2), now_s=T0_S).decision_id == 1
+
+    bad = KubernetesConnectorConfig(dgd_name=DGD, auth="kubeconfig", kubeconfig_path=kubeconfig("wrong"))
+    with pytest.raises(ResourceAccessError, match=r"401 Unauthorized"):
+        make_connector(bad, default_namespace=k8s_namespace).validate()
+
+    missing = KubernetesConnectorConfig(dgd_name=DGD, auth="kubeconfig", kubeconfig_path=str(tmp_path / "nope"))
+    with pytest.raises(ConnectorError, match=r"Kubernetes auth from kubeconfig .*nope failed"):
+        make_connector(missing, default_namespace=k8s_namespace)
+
+
+def test_unreachable_api_server_is_retryable(k8s_namespace):
+    cfg = client.Configuration(host=f"http://127.0.0.1:{free_port()}")
+    cfg.retries = 0
+    conn = KubernetesConnector(KubernetesConnectorConfig(dgd_name=DGD, namespace=k8s_namespace),
+                               api_client=client.ApiClient(cfg))
+    with pytest.raises(ConnectorUnavailableError, match=r"validating: Kubernetes API server http://127.0.0.1:\d+ unreachable"):
+        conn.validate()
