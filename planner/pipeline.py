@@ -16,10 +16,9 @@ from planner.correct import correction_factors
 from planner.decide import decide
 from planner.predict import forecast_next
 from planner.profile import EngineProfile
-from planner.saturation import PoolSaturation, analyze_pool
+from planner.saturation import PoolSaturation, analyze_fleet
 from planner.sizing import size_decode, size_prefill
 from planner.types import (
-    POOLS,
     Corrections,
     Decision,
     FleetState,
@@ -118,21 +117,18 @@ def size_pools(
 
 
 def analyze_saturation(
-    obs: Observation, fleet: FleetState, cfg: PlannerConfig
+    obs: Observation, fleet: FleetState, cfg: PlannerConfig, *, now_s: float
 ) -> dict[Pool, PoolSaturation] | None:
     """The saturation guardrail per pool, or None when it is switched off."""
-    if not cfg.saturation.enabled:
-        return None
-    thresholds = cfg.saturation.for_model(cfg.model_id, cfg.namespace)
-    return {
-        pool: analyze_pool(
-            [p for p in obs.pods if p.pool == pool],
-            pool=pool,
-            current_replicas=getattr(fleet, pool).current_replicas,
-            thresholds=thresholds,
-        )
-        for pool in POOLS
-    }
+    return analyze_fleet(
+        obs=obs,
+        fleet=fleet,
+        saturation_cfg=cfg.saturation,
+        decision_cfg=cfg.decision,
+        model_id=cfg.model_id,
+        namespace=cfg.namespace,
+        now_s=now_s,
+    )
 
 
 def plan_interval(
@@ -157,7 +153,7 @@ def plan_interval(
     )
     forecast = forecast_next(history_for_prediction(obs), cfg.predictor, cache=predictor_cache)
     sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
-    saturation = analyze_saturation(obs, fleet, cfg)
+    saturation = analyze_saturation(obs, fleet, cfg, now_s=now_s)
     decision = decide(
         sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now_s
     )

@@ -1,0 +1,137 @@
+"""The planner flow: collect → correct → predict → interpolate → saturation → decide → apply.
+
+Scheduled every adjustment interval (prefect.yaml). Each step is its own task,
+so the UI shows which one failed or retried. A run rebuilds everything from
+Prometheus and the connector, so a crashed or rescheduled run loses nothing.
+`dry_run` or a what-if decides without applying.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from flows.config import PlannerRunConfig, WhatIfParams, load_run_config
+from flows.report import artifact_key, decision_summary, decision_table
+from planner.pipeline import PlanResult, WhatIf, apply_what_if, effective_config
+from planner.types import Observation
+from tasks.apply import apply_decision
+from tasks.collect import collect_metrics, open_connector, read_fleet
+from tasks.correct import correct_latency
+from tasks.decide import decide_targets
+from tasks.interpolate import interpolate_replicas, load_profiling_data
+from tasks.predict import predict_load
+from tasks.saturation import analyze_saturation
+
+
+@flow(name="sla-planner", log_prints=False)
+def planner_flow(
+    config: PlannerRunConfig | None = None,
+    config_path: str | None = None,
+    dry_run: bool = False,
+    what_if: WhatIfParams | None = None,
+    observation: Observation | None = None,
+    now_s: float | None = None,
+) -> dict:
+    """Plan one adjustment interval and apply it (unless dry_run or what_if).
+
+    config / config_path: the run configuration, inline or as a YAML file.
+    observation: given metrics instead of Prometheus (what-if, simulator, replay).
+    now_s: the run's clock, seconds (Unix time when None).
+    """
+    logger = get_run_logger()
+    run_cfg = _resolve_config(config, config_path)
+    now = time.time() if now_s is None else now_s
+    base = run_cfg.planner
+    overrides = None if what_if is None else WhatIf(load_multiplier=what_if.load_multiplier, slo=what_if.slo(base.slo))
+    cfg = effective_config(base, overrides)
+    applying = not dry_run and what_if is None
+
+    profile = load_profiling_data(cfg.profile)
+    connector = open_connector(run_cfg.connector, namespace=cfg.namespace)
+    # Fleet first, then metrics: load that arrives in between is counted against
+    # the older replica numbers, so any error leans toward more replicas.
+    fleet = read_fleet(connector, now_s=now)
+    if observation is None:
+        observation = collect_metrics(
+            run_cfg.metrics,
+            now_s=now,
+            interval_s=cfg.adjustment_interval_s,
+            history_intervals=cfg.predictor.history_intervals,
+        )
+    obs = apply_what_if(observation, overrides)
+
+    corrections = correct_latency(
+        obs, profile=profile, decode_replicas=fleet.decode.current_replicas, cfg=cfg.correction
+    )
+    forecast = predict_load(obs, cfg=cfg.predictor)
+    sizing = interpolate_replicas(forecast, corrections=corrections, profile=profile, cfg=cfg)
+    saturation = analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now)
+    decision = decide_targets(
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now
+    )
+    record = apply_decision(connector, decision, now_s=now) if applying else None
+
+    result = PlanResult(
+        observation=obs,
+        fleet=fleet,
+        corrections=corrections,
+        forecast=forecast,
+        sizing=sizing,
+        saturation=saturation,
+        decision=decision,
+    )
+    what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
+    summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if_text)
+    create_table_artifact(
+        key=artifact_key("decision", cfg.namespace),
+        table=decision_table(result, record=record, dry_run=not applying),
+        description=f"planner decision for {cfg.namespace}: inputs, forecast, factors, targets, reasons",
+    )
+    create_markdown_artifact(
+        key=artifact_key("summary", cfg.namespace), markdown=summary, description="planner decision summary"
+    )
+    if run_cfg.planner_metrics.enabled:
+        _publish_planner_metrics(run_cfg, result, record)
+    logger.info(
+        "prefill %d -> %d, decode %d -> %d (%s); reasons: %s",
+        fleet.prefill.current_replicas,
+        decision.prefill_replicas,
+        fleet.decode.current_replicas,
+        decision.decode_replicas,
+        "dry run" if not applying else ("applied" if record else "not written"),
+        ", ".join(decision.codes()),
+    )
+    return {
+        "decision": decision.as_dict(),
+        "decision_id": None if record is None else record.decision_id,
+        "applied": record is not None,
+        "dry_run": not applying,
+        "forecast": {
+            "num_requests": forecast.num_requests,
+            "num_requests_p90": forecast.num_requests_p90,
+            "avg_isl_tokens": forecast.avg_isl_tokens,
+            "avg_osl_tokens": forecast.avg_osl_tokens,
+            "predictor": forecast.predictor,
+        },
+        "corrections": {"prefill": corrections.prefill, "decode": corrections.decode},
+        "current": {"prefill": fleet.prefill.current_replicas, "decode": fleet.decode.current_replicas},
+    }
+
+
+def _resolve_config(config: PlannerRunConfig | None, config_path: str | None) -> PlannerRunConfig:
+    if config is not None and config_path is not None:
+        raise ValueError("planner flow: give either `config` or `config_path`, not both")
+    if config is not None:
+        return config
+    if config_path is not None:
+        return load_run_config(config_path)
+    raise ValueError("planner flow: no configuration: pass `config` or `config_path`")
+
+
+def _publish_planner_metrics(run_cfg: PlannerRunConfig, result: PlanResult, record) -> None:
+    from connectors.planner_metrics import publish_run
+
+    publish_run(run_cfg.planner_metrics, result=result, record=record, namespace=run_cfg.planner.namespace)

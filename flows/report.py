@@ -1,0 +1,98 @@
+"""What a planner run shows in the Prefect UI: a table of inputs → decision and a summary.
+
+Pure builders (no Prefect imports) so tests can check the content directly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from planner.pipeline import PlanResult
+from planner.types import POOLS, DecisionRecord
+
+
+def artifact_key(kind: str, namespace: str) -> str:
+    """A stable artifact key (lowercase letters, digits, dashes) so the UI keeps the history."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", f"sla-planner-{kind}-{namespace}".lower()).strip("-")
+    return re.sub(r"-{2,}", "-", slug)
+
+
+def _fmt(x: float | int | None, digits: int = 2) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, int):
+        return str(x)
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run: bool) -> list[dict]:
+    """One row per input, forecast, factor and pool, each with its value and detail."""
+    obs, fc, corr, d = result.observation, result.forecast, result.corrections, result.decision
+    rows: list[dict] = []
+
+    def row(step: str, item: str, value: str, detail: str = "") -> None:
+        rows.append({"step": step, "item": item, "value": value, "detail": detail})
+
+    stale = "; ".join(obs.stale_reasons)
+    row("collect", "requests in interval", _fmt(obs.num_requests, 1), f"interval {obs.interval_s:.0f} s")
+    row("collect", "avg ISL / OSL tokens", f"{_fmt(obs.avg_isl_tokens, 0)} / {_fmt(obs.avg_osl_tokens, 0)}")
+    row("collect", "avg TTFT / ITL ms", f"{_fmt(obs.avg_ttft_ms, 1)} / {_fmt(obs.avg_itl_ms, 2)}")
+    row("collect", "history points", str(len(obs.history) if obs.history is not None else 0), stale or "fresh")
+    row("collect", "pods reporting", str(len(obs.pods)))
+    row("correct", "prefill / decode factor", f"{corr.prefill:.3f} / {corr.decode:.3f}",
+        ("enabled" if corr.enabled else "disabled") + ("; " + "; ".join(corr.notes) if corr.notes else ""))
+    row("predict", "requests next interval (mean / p90)",
+        f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}", fc.predictor + ("; " + "; ".join(fc.notes) if fc.notes else ""))
+    row("predict", "ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}")
+    for pool in POOLS:
+        sizing = result.sizing[pool]
+        row("interpolate", f"{pool} replicas for SLA", str(sizing.replicas), sizing.message)
+        if result.saturation is not None:
+            sat = result.saturation[pool]
+            row("saturation", f"{pool} guardrail", sat.signal, sat.message)
+        state = getattr(result.fleet, pool)
+        target = d.prefill_replicas if pool == "prefill" else d.decode_replicas
+        row("decide", f"{pool} replicas", f"{state.current_replicas} → {target}",
+            f"ready {state.ready_replicas}")
+    for reason in d.reasons:
+        numbers = ", ".join(f"{k}={_fmt(v)}" for k, v in reason.numbers.items())
+        row("decide", f"reason {reason.code.value}", reason.pool or "both", reason.message + (f" [{numbers}]" if numbers else ""))
+    if dry_run:
+        row("apply", "result", "dry run", "nothing applied")
+    elif record is None:
+        row("apply", "result", "not written", "targets unchanged or held")
+    else:
+        row("apply", "result", f"decision {record.decision_id}",
+            f"prefill {record.prefill_replicas}, decode {record.decode_replicas}")
+    return rows
+
+
+def decision_summary(result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, what_if: str = "") -> str:
+    """A short markdown paragraph: what changed and why."""
+    d, fleet = result.decision, result.fleet
+    head = (
+        f"**prefill {fleet.prefill.current_replicas} → {d.prefill_replicas}, "
+        f"decode {fleet.decode.current_replicas} → {d.decode_replicas}**"
+    )
+    if dry_run:
+        outcome = "dry run: nothing applied" + (f" ({what_if})" if what_if else "")
+    elif record is None:
+        outcome = "nothing written"
+    else:
+        outcome = f"applied as decision {record.decision_id}"
+    lines = [f"### Planner decision\n\n{head} — {outcome}.\n"]
+    fc = result.forecast
+    lines.append(
+        f"Forecast ({fc.predictor}): {_fmt(fc.num_requests, 1)} requests next interval "
+        f"(p90 {_fmt(fc.num_requests_p90, 1)}), ISL {_fmt(fc.avg_isl_tokens, 0)}, OSL {_fmt(fc.avg_osl_tokens, 0)}."
+    )
+    lines.append("")
+    for reason in d.reasons:
+        lines.append(f"- `{reason.code.value}`{' (' + reason.pool + ')' if reason.pool else ''}: {reason.message}")
+    if result.observation.stale_reasons:
+        lines.append("")
+        lines.append("Metrics problems: " + "; ".join(result.observation.stale_reasons))
+    return "\n".join(lines)

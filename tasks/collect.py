@@ -1,0 +1,39 @@
+"""The collect step: metrics from Prometheus and the fleet from the connector."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from connectors.base import Connector, make_connector
+from connectors.config import ConnectorConfig, MetricsConfig
+from planner.types import FleetState, Observation
+
+# Backoff for calls that cross the network: 2 s, 4 s, 8 s, then the run fails visibly.
+NETWORK_RETRY_DELAYS_S = [2, 4, 8]
+
+
+@task(retries=len(NETWORK_RETRY_DELAYS_S), retry_delay_seconds=NETWORK_RETRY_DELAYS_S, cache_policy=NO_CACHE)
+def collect_metrics(
+    metrics: MetricsConfig, *, now_s: float, interval_s: float, history_intervals: int
+) -> Observation:
+    """Averages over the last interval, per-pod saturation signals and the load history."""
+    from connectors.prometheus import PrometheusCollector
+
+    return PrometheusCollector(metrics).collect(
+        now_s=now_s, interval_s=interval_s, history_intervals=history_intervals
+    )
+
+
+@task(retries=len(NETWORK_RETRY_DELAYS_S), retry_delay_seconds=NETWORK_RETRY_DELAYS_S, cache_policy=NO_CACHE)
+def open_connector(config: ConnectorConfig, *, namespace: str) -> Connector:
+    """Build the connector and check the backend holds what the planner needs."""
+    connector = make_connector(config, default_namespace=namespace)
+    connector.validate()
+    return connector
+
+
+@task(retries=len(NETWORK_RETRY_DELAYS_S), retry_delay_seconds=NETWORK_RETRY_DELAYS_S, cache_policy=NO_CACHE)
+def read_fleet(connector: Connector, *, now_s: float) -> FleetState:
+    """Current and ready replicas, the last decision and the recent targets."""
+    return connector.read_fleet(now_s=now_s)

@@ -1,0 +1,16 @@
+"""The predict step: next-interval load from the collected history."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from planner.config import PredictorConfig
+from planner.pipeline import history_for_prediction
+from planner.predict import forecast_next
+from planner.types import Forecast, Observation
+
+
+@task(cache_policy=NO_CACHE)
+def predict_load(obs: Observation, *, cfg: PredictorConfig) -> Forecast:
+    return forecast_next(history_for_prediction(obs), cfg)

@@ -1,0 +1,128 @@
+"""The planner flow end to end under Prefect's test harness: artifacts and the applied result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from connectors.config import LocalConnectorConfig
+from flows.config import PlannerRunConfig, WhatIfParams, load_run_config
+from flows.report import artifact_key
+from planner.config import PlannerConfig, ProfileConfig
+from planner.types import LoadHistory, Observation, PodMetrics
+from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
+
+INTERVAL_S = 60.0
+
+
+def _observation(*, requests: float, n_hist: int = 30, pods=()) -> Observation:
+    hist = LoadHistory(
+        t_s=tuple(INTERVAL_S * i for i in range(n_hist)),
+        num_requests=(requests,) * n_hist,
+        avg_isl_tokens=(1000.0,) * n_hist,
+        avg_osl_tokens=(150.0,) * n_hist,
+        interval_s=INTERVAL_S,
+    )
+    return Observation(
+        taken_at_s=INTERVAL_S * n_hist,
+        interval_s=INTERVAL_S,
+        num_requests=requests,
+        avg_isl_tokens=1000.0,
+        avg_osl_tokens=150.0,
+        avg_ttft_ms=60.0,
+        avg_itl_ms=6.0,
+        history=hist,
+        pods=pods,
+    )
+
+
+@pytest.fixture
+def run_config(tmp_path: Path, h200_profile_dir: Path) -> PlannerRunConfig:
+    return PlannerRunConfig(
+        planner=PlannerConfig(
+            namespace="test-ns",
+            profile=ProfileConfig(dir=str(h200_profile_dir)),
+        ),
+        connector=LocalConnectorConfig(state_path=str(tmp_path / "fleet.json")),
+    )
+
+
+def _artifact(key: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    import anyio
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+            )
+
+    return anyio.run(read)
+
+
+def test_flow_applies_scale_up_and_publishes_artifacts(prefect_harness, run_config, tmp_path):
+    from flows.planner import planner_flow
+
+    # 1,200 requests/min of ISL 1000 is 20 rps x 1000 tokens = 20k prefill tokens/s:
+    # more than one H200 prefill replica keeps within a 200 ms TTFT.
+    out = planner_flow(config=run_config, observation=_observation(requests=1200.0), now_s=1800.0)
+    assert out["applied"] is True
+    assert out["decision"]["prefill_replicas"] > 1
+    state = json.loads((tmp_path / "fleet.json").read_text())
+    assert json.dumps(state).count(str(out["decision"]["prefill_replicas"])) >= 1
+
+    table = _artifact(artifact_key("decision", "test-ns"))
+    assert table, "decision table artifact missing"
+    rows = json.loads(table[0].data)
+    items = {r["item"]: r for r in rows}
+    assert items["prefill replicas"]["value"] == f"1 → {out['decision']['prefill_replicas']}"
+    assert "requests next interval (mean / p90)" in items
+    assert any(r["item"].startswith("reason ") for r in rows)
+    summary = _artifact(artifact_key("summary", "test-ns"))
+    assert "Planner decision" in summary[0].data
+
+
+def test_dry_run_and_what_if_apply_nothing(prefect_harness, run_config, tmp_path):
+    from flows.planner import planner_flow
+
+    out = planner_flow(
+        config=run_config,
+        observation=_observation(requests=600.0),
+        what_if=WhatIfParams(load_multiplier=4.0, ttft_ms=150.0),
+        now_s=1800.0,
+    )
+    assert out["dry_run"] is True and out["applied"] is False
+    # x4 load: 40 rps at ISL 1000 needs several prefill replicas; nothing is written.
+    assert out["decision"]["prefill_replicas"] >= 3
+    base = planner_flow(config=run_config, observation=_observation(requests=600.0), dry_run=True, now_s=1800.0)
+    assert base["decision"]["prefill_replicas"] < out["decision"]["prefill_replicas"]
+    assert not (tmp_path / "fleet.json").exists() or "decision" not in (tmp_path / "fleet.json").read_text()
+
+
+def test_missing_metrics_hold(prefect_harness, run_config):
+    from flows.planner import planner_flow
+
+    obs = Observation(
+        taken_at_s=1800.0, interval_s=INTERVAL_S, num_requests=None, avg_isl_tokens=None,
+        avg_osl_tokens=None, avg_ttft_ms=None, avg_itl_ms=None,
+        stale_reasons=("prometheus: no frontend samples in the last 180 s",),
+    )
+    out = planner_flow(config=run_config, observation=obs, now_s=1800.0)
+    assert out["decision"]["prefill_replicas"] == 1 and out["decision"]["decode_replicas"] == 1
+    codes = [r["code"] for r in out["decision"]["reasons"]]
+    assert any(c.startswith("hold_") for c in codes), codes
+
+
+def test_repo_config_loads_and_bad_field_is_named(tmp_path):
+    cfg = load_run_config(Path(__file__).resolve().parents[1] / "configs" / "planner.yaml")
+    assert Path(cfg.planner.profile.dir).is_dir()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("planner:\n  profile: {dir: x}\n  slo: {ttft_ms: -5}\n  adjustmnet_interval_s: 3\n")
+    with pytest.raises(ValueError) as err:
+        load_run_config(bad)
+    text = str(err.value)
+    assert "planner.slo.ttft_ms" in text and "-5" in text
+    assert "adjustmnet_interval_s" in text
