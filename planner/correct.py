@@ -95,14 +95,23 @@ def _prefill_factor(
         return 1000.0 * (s + w) if math.isfinite(w) else math.inf
 
     detail = f"{observed:.4g} ms observed vs M/G/{prefill_replicas} model at {rps:.3g} rps, service {service_ms:.4g} ms"
+    # The model's mean TTFT rises with k and is unbounded as k*S*rps approaches the replica count.
+    k_unstable = prefill_replicas / (rps * service_ms / 1000.0) if rps > 0 else math.inf
+    if k_unstable <= cfg.min_factor:
+        notes.append(
+            f"prefill: queue model overloaded at the observed load ({rps:.3g} rps x {service_ms:.4g} ms "
+            f"on {prefill_replicas} replicas); plain TTFT ratio used"
+        )
+        return _bound("prefill", observed / service_ms, cfg, notes, f"{observed:.4g} ms / {service_ms:.4g} ms")
     if observed <= model_ms(cfg.min_factor):
-        return _bound("prefill", min(cfg.min_factor, observed / service_ms), cfg, notes, detail)
-    if observed >= model_ms(cfg.max_factor):
-        notes.append(f"prefill: factor clamped to max_factor {cfg.max_factor:g} ({detail})")
-        return cfg.max_factor
-    # model_ms is increasing in k and finite on (min_factor, k_unstable); bisect on the finite part.
-    k_hi = cfg.max_factor
-    return brentq(lambda k: min(model_ms(k), 1e12) - observed, cfg.min_factor, k_hi, xtol=1e-6)
+        notes.append(f"prefill: factor clamped to min_factor {cfg.min_factor:g} ({detail})")
+        return cfg.min_factor
+    k_hi = min(cfg.max_factor, k_unstable * (1.0 - 1e-9))
+    if observed >= model_ms(k_hi):
+        notes.append(f"prefill: factor clamped to max_factor {cfg.max_factor:g} ({detail})" if k_hi == cfg.max_factor
+                     else f"prefill: factor {k_hi:.3g}, the most the queue model allows ({detail})")
+        return k_hi
+    return brentq(lambda k: model_ms(k) - observed, cfg.min_factor, k_hi, xtol=1e-9)
 
 
 def _decode_factor(

@@ -102,10 +102,9 @@ def _array(arrays: Mapping[str, np.ndarray], key: str, *, source: str, ndim: int
     raw = np.asarray(arrays[key])
     if raw.ndim != ndim:
         raise ValueError(f"{source}: key {key!r} must be {ndim}-D, got shape {raw.shape}")
-    try:
-        a = raw.astype(float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{source}: key {key!r} must be numeric, got dtype {raw.dtype}") from None
+    if raw.dtype.kind not in "biuf":
+        raise ValueError(f"{source}: key {key!r} must be numeric, got dtype {raw.dtype}")
+    a = raw.astype(float)
     if a.size == 0:
         raise ValueError(f"{source}: key {key!r} is empty")
     bad = ~np.isfinite(a)
