@@ -394,7 +394,11 @@ class FleetSim:
         return self.completed == len(self.arrival_s)
 
     def run_until(self, t_end: float) -> None:
-        """Process every arrival and event with time < t_end; then now = t_end."""
+        """Process arrivals before t_end and events up to t_end inclusive; then now = t_end.
+
+        Events at exactly t_end (a worker ready at the boundary) count as done, so a
+        planner running at t_end sees them, as it would see a pod that just became ready.
+        """
         events = self._events
         arrivals = self.arrival_s
         n_arr = len(arrivals)
@@ -412,7 +416,7 @@ class FleetSim:
                 self._route_prefill(i, t_arr)
                 i += 1
                 continue
-            if t_ev >= t_end:
+            if t_ev > t_end:
                 break
             t, _, kind, a, b = pop(events)
             if kind == _DECODE_SEG:

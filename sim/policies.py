@@ -1,0 +1,218 @@
+"""Scaling policies the simulator compares, all behind one small interface.
+
+Names (`make_policy`):
+  planner              the planner core with the given configuration (default sizing "sla")
+  planner:<predictor>  the same with another load predictor (constant, kalman, ...)
+  dynamo               the planner with Dynamo's seed sizing formulas (sizing.mode = "dynamo")
+  saturation           the saturation guardrail alone, WVA-style: +1 replica when a pool
+                       runs out of spare KV/queue, -1 when the N/(N-1) check says it is safe
+  static:<P>x<D>       a fixed fleet of P prefill and D decode workers
+  oracle               see sim.oracle (needs the whole trace; built by make_oracle_policy)
+  dynamo-peer          NVIDIA Dynamo's own planner classes (only with the optional extra)
+
+A policy has `name`, `initial_fleet(first_obs) -> (prefill, decode)` and
+`decide(PolicyInput) -> PolicyOutput`. Dynamic policies start from the fleet the
+default planner would size for the first interval's load (see sim.replay).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+from planner.config import PlannerConfig, ProfileConfig
+from planner.pipeline import plan_interval
+from planner.predict import predictor_names
+from planner.profile import EngineProfile, ProfileRangeWarning
+from planner.saturation import analyze_fleet
+from planner.types import FleetState, Observation, PoolState
+from sim.replay import PolicyInput, PolicyOutput
+
+_STATIC = re.compile(r"^static:(\d+)x(\d+)$")
+
+
+def _clamp(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, n))
+
+
+class PlannerPolicy:
+    """The planner core, exactly as the planner flow runs it, one interval at a time."""
+
+    def __init__(self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "planner"):
+        self.name = name
+        self.cfg = cfg
+        self.profile = profile
+        self.stabilization_window_s = cfg.decision.scale_down_stabilization_s
+        self._cache: dict = {}
+        self.last_plan = None
+
+    def initial_fleet(self, first: Observation) -> tuple[int, int]:
+        return warm_start_fleet(self.cfg, self.profile, first)
+
+    def decide(self, step: PolicyInput) -> PolicyOutput:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ProfileRangeWarning)
+            plan = plan_interval(
+                step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s, predictor_cache=self._cache
+            )
+        self.last_plan = plan
+        d = plan.decision
+        reason = "; ".join(f"{r.code.value}: {r.message}" for r in d.reasons)
+        if not d.apply:
+            return PolicyOutput(None, None, reason)
+        return PolicyOutput(
+            d.prefill_replicas,
+            d.decode_replicas,
+            reason,
+            recommended_prefill=d.recommended_prefill_replicas,
+            recommended_decode=d.recommended_decode_replicas,
+        )
+
+
+def warm_start_fleet(cfg: PlannerConfig, profile: EngineProfile, first: Observation) -> tuple[int, int]:
+    """The fleet the planner sizes for the first interval's load, within the configured bounds."""
+    fleet = FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1))
+    if first.num_requests is None or first.avg_isl_tokens is None or first.avg_osl_tokens is None:
+        return cfg.decision.prefill.min_replicas or 1, cfg.decision.decode.min_replicas or 1
+    warm = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"name": "constant"})})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileRangeWarning)
+        plan = plan_interval(first, fleet, warm, profile, now_s=first.taken_at_s)
+    b = cfg.decision
+    return (
+        _clamp(max(1, plan.sizing["prefill"].replicas), max(1, b.prefill.min_replicas), b.prefill.max_replicas),
+        _clamp(max(1, plan.sizing["decode"].replicas), max(1, b.decode.min_replicas), b.decode.max_replicas),
+    )
+
+
+class SaturationPolicy:
+    """The saturation guardrail alone (llm-d WVA style): one replica up or down at a time."""
+
+    def __init__(self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "saturation"):
+        self.name = name
+        self.cfg = cfg
+        self.profile = profile
+        self.stabilization_window_s = 0.0
+
+    def initial_fleet(self, first: Observation) -> tuple[int, int]:
+        return warm_start_fleet(self.cfg, self.profile, first)
+
+    def decide(self, step: PolicyInput) -> PolicyOutput:
+        verdicts = analyze_fleet(
+            obs=step.observation,
+            fleet=step.fleet,
+            saturation_cfg=self.cfg.saturation,
+            decision_cfg=self.cfg.decision,
+            model_id=self.cfg.model_id,
+            namespace=self.cfg.namespace,
+            now_s=step.now_s,
+        )
+        if verdicts is None:
+            return PolicyOutput(None, None, "saturation guardrail disabled")
+        targets = {}
+        for pool, v in verdicts.items():
+            b = getattr(self.cfg.decision, pool)
+            targets[pool] = _clamp(v.target_replicas, max(1, b.min_replicas), b.max_replicas)
+        reason = "; ".join(v.message for v in verdicts.values())
+        return PolicyOutput(targets["prefill"], targets["decode"], reason)
+
+
+class StaticPolicy:
+    """A fixed fleet: P prefill and D decode workers, never scaled."""
+
+    def __init__(self, prefill: int, decode: int):
+        if prefill < 1 or decode < 1:
+            raise ValueError(f"static policy: need >= 1 worker per pool, got {prefill}x{decode}")
+        self.name = f"static:{prefill}x{decode}"
+        self.prefill = prefill
+        self.decode = decode
+        self.stabilization_window_s = 0.0
+
+    def initial_fleet(self, first: Observation) -> tuple[int, int]:
+        return self.prefill, self.decode
+
+    def decide(self, step: PolicyInput) -> PolicyOutput:
+        return PolicyOutput(None, None, "static")
+
+
+class ScheduledPolicy:
+    """Targets fixed in advance per control step (the oracle's plan)."""
+
+    def __init__(self, prefill: list[int], decode: list[int], *, initial: tuple[int, int], name: str = "oracle"):
+        if len(prefill) != len(decode):
+            raise ValueError(f"scheduled policy: {len(prefill)} prefill targets vs {len(decode)} decode targets")
+        self.name = name
+        self.prefill = list(prefill)
+        self.decode = list(decode)
+        self.initial = initial
+        self.stabilization_window_s = 0.0
+
+    def initial_fleet(self, first: Observation) -> tuple[int, int]:
+        return self.initial
+
+    def decide(self, step: PolicyInput) -> PolicyOutput:
+        k = step.interval_index
+        if k >= len(self.prefill):
+            return PolicyOutput(self.prefill[-1], self.decode[-1], "schedule: past the end, holding")
+        return PolicyOutput(self.prefill[k], self.decode[k], "schedule")
+
+
+def peer_available() -> bool:
+    """True when NVIDIA Dynamo's planner package (the optional benchmark extra) is importable."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("dynamo.planner") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def policy_names() -> list[str]:
+    """Policy names the CLI accepts (parametrised ones shown with their pattern)."""
+    names = ["planner", *(f"planner:{p}" for p in predictor_names()), "dynamo", "saturation", "static:<P>x<D>", "oracle"]
+    if peer_available():
+        names.append("dynamo-peer")
+    return names
+
+
+def make_policy(name: str, *, cfg: PlannerConfig, profile: EngineProfile):
+    """A policy by name (all but `oracle`, which needs the trace: see sim.oracle)."""
+    if name == "planner":
+        return PlannerPolicy(cfg, profile, name="planner")
+    if name.startswith("planner:"):
+        predictor = name.split(":", 1)[1]
+        if predictor not in predictor_names():
+            raise ValueError(f"policy {name!r}: unknown predictor {predictor!r}; valid: {', '.join(predictor_names())}")
+        pcfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"name": predictor})})
+        return PlannerPolicy(pcfg, profile, name=name)
+    if name == "dynamo":
+        dcfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"mode": "dynamo"})})
+        return PlannerPolicy(dcfg, profile, name="dynamo")
+    if name == "saturation":
+        return SaturationPolicy(cfg, profile)
+    m = _STATIC.match(name)
+    if m:
+        return StaticPolicy(int(m.group(1)), int(m.group(2)))
+    if name.startswith("static"):
+        raise ValueError(f"policy {name!r}: expected static:<P>x<D>, e.g. static:4x2")
+    if name == "dynamo-peer":
+        if not peer_available():
+            raise ValueError(
+                "policy 'dynamo-peer' needs the optional extra: pip install --no-deps ai-dynamo==1.0.2 "
+                "ai-dynamo-runtime==1.0.2"
+            )
+        from sim.dynamo_peer import DynamoPeerPolicy
+
+        return DynamoPeerPolicy(cfg, profile)
+    if name == "oracle":
+        raise ValueError("policy 'oracle' needs the whole trace: build it with sim.oracle.make_oracle_policy")
+    raise ValueError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}")
+
+
+def default_planner_config(*, profile_dir: str, ttft_ms: float, itl_ms: float, interval_s: float) -> PlannerConfig:
+    """The planner's default configuration for a what-if run."""
+    return PlannerConfig(
+        adjustment_interval_s=interval_s,
+        slo={"ttft_ms": ttft_ms, "itl_ms": itl_ms},
+        profile=ProfileConfig(dir=str(profile_dir)),
+    )

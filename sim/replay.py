@@ -1,0 +1,286 @@
+"""Replay a trace through the simulated fleet with a scaling policy in the loop.
+
+Every `interval_s` of virtual time the replay does what the planner flow does
+against a real deployment: it collects the interval's frontend averages and
+per-worker KV usage and queue (as `planner.types.Observation`, with the load
+history the collect step would rebuild from Prometheus range queries), reads the
+fleet state and the previously applied decisions (as `FleetState`), asks the
+policy for targets and applies them to the simulated fleet. The simulator is the
+metrics source and the connector; the planner policy runs the same
+`planner.pipeline.plan_interval` as the flow.
+
+GPU-hours are billed for every allocated worker (starting, ready or draining)
+from 0 to the end of the interval in which the last request finished.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.config import SloTarget
+from planner.types import DecisionRecord, FleetState, LoadHistory, Observation, PoolState
+from sim.engine import FleetSim, RequestResults, SimConfig, interval_observation
+from sim.lookup import ProfileTables
+from sim.routing import Router, make_router
+from sim.traces import Trace
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a replay holds fixed: SLA, control interval, engine and fleet settings.
+
+    history_intervals: intervals of load history handed to the policy each run.
+    max_drain_s: after the last arrival, give up if requests are still running this long.
+    """
+
+    slo: SloTarget = field(default_factory=SloTarget)
+    interval_s: float = 60.0
+    sim: SimConfig = field(default_factory=SimConfig)
+    router: str = "least-loaded"
+    history_intervals: int = 288
+    max_drain_s: float = 6 * 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError(f"Scenario: interval_s must be > 0, got {self.interval_s}")
+        if self.history_intervals < 1:
+            raise ValueError(f"Scenario: history_intervals must be >= 1, got {self.history_intervals}")
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """What a policy sees at one control step (all on the simulated clock)."""
+
+    now_s: float
+    observation: Observation
+    fleet: FleetState
+    interval_index: int
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """Targets (None: leave the fleet as it is), and why, for the timeline."""
+
+    prefill_replicas: int | None
+    decode_replicas: int | None
+    reason: str = ""
+    recommended_prefill: int | None = None
+    recommended_decode: int | None = None
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class Timeline:
+    """Per-interval series of a replay (all lists of equal length)."""
+
+    t_s: list[float] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    avg_isl_tokens: list[float] = field(default_factory=list)
+    avg_osl_tokens: list[float] = field(default_factory=list)
+    avg_ttft_ms: list[float] = field(default_factory=list)
+    avg_itl_ms: list[float] = field(default_factory=list)
+    prefill_ready: list[int] = field(default_factory=list)
+    decode_ready: list[int] = field(default_factory=list)
+    prefill_allocated: list[int] = field(default_factory=list)
+    decode_allocated: list[int] = field(default_factory=list)
+    prefill_target: list[int] = field(default_factory=list)
+    decode_target: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, list]:
+        return {k: list(v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Everything a replay produced."""
+
+    trace_name: str
+    policy: str
+    scenario: Scenario
+    requests: RequestResults
+    timeline: Timeline
+    gpu_seconds: dict[str, float]
+    scale_log: tuple[tuple[float, str, int, int], ...]
+    end_s: float
+    wall_s: float
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(self.gpu_seconds.values()) / 3600.0
+
+    def sla_met(self) -> np.ndarray:
+        return self.requests.sla_met(ttft_ms=self.scenario.slo.ttft_ms, itl_ms=self.scenario.slo.itl_ms)
+
+
+def _nan_if_none(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+class _DecisionLog:
+    """What the simulated connector remembers of applied decisions (like the DGD annotations)."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self.records: list[DecisionRecord] = []
+        self.recommended: list[tuple[float, int, int]] = []
+
+    def add(self, t_s: float, out: PolicyOutput, prefill: int, decode: int) -> None:
+        self.records.append(DecisionRecord(len(self.records) + 1, t_s, prefill, decode, done=False))
+        rp = out.recommended_prefill if out.recommended_prefill is not None else prefill
+        rd = out.recommended_decode if out.recommended_decode is not None else decode
+        self.recommended.append((t_s, rp, rd))
+
+    def fleet_state(self, sim: FleetSim, now_s: float) -> FleetState:
+        p_live, d_live = len(sim.live_workers("prefill")), len(sim.live_workers("decode"))
+        p_ready, d_ready = sim.ready_count("prefill"), sim.ready_count("decode")
+        last = None
+        if self.records:
+            r = self.records[-1]
+            done = p_ready == r.prefill_replicas == p_live and d_ready == r.decode_replicas == d_live
+            last = DecisionRecord(r.decision_id, r.decided_at_s, r.prefill_replicas, r.decode_replicas, done)
+        recent = tuple(x for x in self.recommended if now_s - x[0] <= self.window_s)
+        return FleetState(
+            prefill=PoolState(p_live, p_ready, sim.cfg.gpus_per_prefill),
+            decode=PoolState(d_live, d_ready, sim.cfg.gpus_per_decode),
+            last_decision=last,
+            recent_targets=recent,
+        )
+
+
+def replay(
+    trace: Trace,
+    tables: ProfileTables,
+    policy,
+    *,
+    scenario: Scenario,
+    router: Router | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
+    """Run `trace` through a simulated fleet controlled by `policy`.
+
+    policy: has `name`, `initial_fleet(first: Observation) -> (prefill, decode)` and
+        `decide(PolicyInput) -> PolicyOutput`.
+    progress: called as progress(requests_arrived, total) after every interval.
+    """
+    wall0 = time.perf_counter()
+    interval = scenario.interval_s
+    first = _first_interval_observation(trace, interval)
+    p0, d0 = policy.initial_fleet(first)
+    sim = FleetSim(
+        trace,
+        tables,
+        config=scenario.sim,
+        router=router or make_router(scenario.router),
+        initial_prefill=p0,
+        initial_decode=d0,
+    )
+    window_s = getattr(policy, "stabilization_window_s", 0.0)
+    log = _DecisionLog(window_s)
+    tl = Timeline()
+    hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": []}
+    n_total = len(trace)
+    last_arrival = trace.duration_s
+    k = 0
+    while True:
+        t = (k + 1) * interval
+        sim.run_until(t)
+        stats = sim.take_interval_stats()
+        pods = sim.pod_metrics(t)
+        hist["t"].append(t)
+        hist["n"].append(float(stats.arrivals))
+        hist["isl"].append(stats.isl_sum / stats.arrivals if stats.arrivals else math.nan)
+        hist["osl"].append(stats.osl_sum / stats.completions if stats.completions else math.nan)
+        h0 = max(0, len(hist["t"]) - scenario.history_intervals)
+        history = LoadHistory(
+            t_s=tuple(hist["t"][h0:]),
+            num_requests=tuple(hist["n"][h0:]),
+            avg_isl_tokens=tuple(hist["isl"][h0:]),
+            avg_osl_tokens=tuple(hist["osl"][h0:]),
+            interval_s=interval,
+        )
+        obs = interval_observation(stats, taken_at_s=t, interval_s=interval, history=history, pods=pods)
+        finished = sim.done
+        reason = ""
+        if not finished:
+            fleet = log.fleet_state(sim, t)
+            out = policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
+            reason = out.reason
+            if out.prefill_replicas is not None or out.decode_replicas is not None:
+                p = out.prefill_replicas if out.prefill_replicas is not None else fleet.prefill.current_replicas
+                d = out.decode_replicas if out.decode_replicas is not None else fleet.decode.current_replicas
+                if p < 1 or d < 1:
+                    raise ValueError(f"policy {policy.name}: targets must keep >= 1 worker per pool, got {p}x{d}")
+                if (p, d) != (fleet.prefill.current_replicas, fleet.decode.current_replicas):
+                    sim.set_target("prefill", p, t)
+                    sim.set_target("decode", d, t)
+                    log.add(t, out, p, d)
+        _record(tl, t, obs, sim, reason)
+        if progress is not None:
+            progress(sim.next_arrival, n_total)
+        if finished:
+            break
+        if t > last_arrival + scenario.max_drain_s:
+            raise RuntimeError(
+                f"replay {trace.name} with {policy.name}: {n_total - sim.completed} requests still running "
+                f"{scenario.max_drain_s:g} s after the last arrival"
+            )
+        k += 1
+    end_s = t
+    return ReplayResult(
+        trace_name=trace.name,
+        policy=policy.name,
+        scenario=scenario,
+        requests=sim.results(),
+        timeline=tl,
+        gpu_seconds=sim.gpu_seconds(end_s),
+        scale_log=tuple(sim.scale_log),
+        end_s=end_s,
+        wall_s=time.perf_counter() - wall0,
+    )
+
+
+def _record(tl: Timeline, t: float, obs: Observation, sim: FleetSim, reason: str) -> None:
+    tl.t_s.append(t)
+    tl.arrivals.append(_nan_if_none(obs.num_requests))
+    tl.avg_isl_tokens.append(_nan_if_none(obs.avg_isl_tokens))
+    tl.avg_osl_tokens.append(_nan_if_none(obs.avg_osl_tokens))
+    tl.avg_ttft_ms.append(_nan_if_none(obs.avg_ttft_ms))
+    tl.avg_itl_ms.append(_nan_if_none(obs.avg_itl_ms))
+    tl.prefill_ready.append(sim.ready_count("prefill"))
+    tl.decode_ready.append(sim.ready_count("decode"))
+    tl.prefill_allocated.append(sim.allocated_count("prefill"))
+    tl.decode_allocated.append(sim.allocated_count("decode"))
+    tl.prefill_target.append(len(sim.live_workers("prefill")))
+    tl.decode_target.append(len(sim.live_workers("decode")))
+    tl.reasons.append(reason)
+
+
+def _first_interval_observation(trace: Trace, interval_s: float) -> Observation:
+    """The first interval's true load, for warm-starting a policy's initial fleet.
+
+    A planner that had been running before the trace began would have sized the
+    fleet for roughly this load; starting every dynamic policy from it keeps the
+    comparison about control, not about a cold start.
+    """
+    from sim.traces import bin_trace
+
+    h = bin_trace(trace, bin_s=interval_s, end_s=interval_s)
+    n = h.num_requests[0]
+    isl = h.avg_isl_tokens[0]
+    osl = h.avg_osl_tokens[0]
+    return Observation(
+        taken_at_s=0.0,
+        interval_s=interval_s,
+        num_requests=n,
+        avg_isl_tokens=None if math.isnan(isl) else isl,
+        avg_osl_tokens=None if math.isnan(osl) else osl,
+        avg_ttft_ms=None,
+        avg_itl_ms=None,
+        history=h,
+    )
