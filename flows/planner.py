@@ -109,7 +109,9 @@ def planner_flow(
         "decision_id": None if record is None else record.decision_id,
         "applied": record is not None,
         "dry_run": not applying,
-        "forecast": {
+        "forecast": None
+        if forecast is None
+        else {
             "num_requests": forecast.num_requests,
             "num_requests_p90": forecast.num_requests_p90,
             "avg_isl_tokens": forecast.avg_isl_tokens,

@@ -44,12 +44,17 @@ def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run
     row("collect", "pods reporting", str(len(obs.pods)))
     row("correct", "prefill / decode factor", f"{corr.prefill:.3f} / {corr.decode:.3f}",
         ("enabled" if corr.enabled else "disabled") + ("; " + "; ".join(corr.notes) if corr.notes else ""))
-    row("predict", "requests next interval (mean / p90)",
-        f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}", fc.predictor + ("; " + "; ".join(fc.notes) if fc.notes else ""))
-    row("predict", "ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}")
+    if fc is None:
+        row("predict", "requests next interval (mean / p90)", "n/a", "no load data: sizing skipped, decision holds")
+    else:
+        row("predict", "requests next interval (mean / p90)",
+            f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}",
+            fc.predictor + ("; " + "; ".join(fc.notes) if fc.notes else ""))
+        row("predict", "ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}")
     for pool in POOLS:
-        sizing = result.sizing[pool]
-        row("interpolate", f"{pool} replicas for SLA", str(sizing.replicas), sizing.message)
+        sizing = result.sizing.get(pool)
+        if sizing is not None:
+            row("interpolate", f"{pool} replicas for SLA", str(sizing.replicas), sizing.message)
         if result.saturation is not None:
             sat = result.saturation[pool]
             row("saturation", f"{pool} guardrail", sat.signal, sat.message)
@@ -85,10 +90,13 @@ def decision_summary(result: PlanResult, *, record: DecisionRecord | None, dry_r
         outcome = f"applied as decision {record.decision_id}"
     lines = [f"### Planner decision\n\n{head} — {outcome}.\n"]
     fc = result.forecast
-    lines.append(
-        f"Forecast ({fc.predictor}): {_fmt(fc.num_requests, 1)} requests next interval "
-        f"(p90 {_fmt(fc.num_requests_p90, 1)}), ISL {_fmt(fc.avg_isl_tokens, 0)}, OSL {_fmt(fc.avg_osl_tokens, 0)}."
-    )
+    if fc is None:
+        lines.append("No load data to forecast from: the decision holds.")
+    else:
+        lines.append(
+            f"Forecast ({fc.predictor}): {_fmt(fc.num_requests, 1)} requests next interval "
+            f"(p90 {_fmt(fc.num_requests_p90, 1)}), ISL {_fmt(fc.avg_isl_tokens, 0)}, OSL {_fmt(fc.avg_osl_tokens, 0)}."
+        )
     lines.append("")
     for reason in d.reasons:
         lines.append(f"- `{reason.code.value}`{' (' + reason.pool + ')' if reason.pool else ''}: {reason.message}")

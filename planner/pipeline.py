@@ -8,10 +8,11 @@ same order, so all three share one decision path.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-from planner.config import PlannerConfig, SloTarget
+from planner.config import PlannerConfig, PredictorConfig, SloTarget
 from planner.correct import correction_factors
 from planner.decide import decide
 from planner.predict import forecast_next
@@ -53,7 +54,7 @@ class PlanResult:
     observation: Observation
     fleet: FleetState
     corrections: Corrections
-    forecast: Forecast
+    forecast: Forecast | None
     sizing: Mapping[Pool, PoolSizing]
     saturation: Mapping[Pool, PoolSaturation] | None
     decision: Decision
@@ -95,14 +96,38 @@ def history_for_prediction(obs: Observation) -> LoadHistory:
     )
 
 
+def has_load_data(history: LoadHistory) -> bool:
+    """True when at least one interval has a finite request count."""
+    return any(math.isfinite(n) for n in history.num_requests)
+
+
+def predict_next(
+    obs: Observation, cfg: PredictorConfig, *, cache: MutableMapping | None = None
+) -> Forecast | None:
+    """The next-interval forecast, or None when there is no load data to forecast from.
+
+    With no data the sizing step is skipped and the decision holds (it never
+    shrinks the fleet because metrics are absent).
+    """
+    history = history_for_prediction(obs)
+    if not has_load_data(history):
+        return None
+    return forecast_next(history, cfg, cache=cache)
+
+
 def size_pools(
-    forecast: Forecast,
+    forecast: Forecast | None,
     *,
     corrections: Corrections,
     profile: EngineProfile,
     cfg: PlannerConfig,
 ) -> dict[Pool, PoolSizing]:
-    """Replicas each pool needs for the SLA at the forecast load (the interpolate step)."""
+    """Replicas each pool needs for the SLA at the forecast load (the interpolate step).
+
+    Empty without a forecast: `decide` then holds both pools.
+    """
+    if forecast is None:
+        return {}
     common = dict(
         corrections=corrections,
         slo=cfg.slo,
@@ -151,7 +176,7 @@ def plan_interval(
     corrections = correction_factors(
         obs, profile=profile, decode_replicas=fleet.decode.current_replicas, cfg=cfg.correction
     )
-    forecast = forecast_next(history_for_prediction(obs), cfg.predictor, cache=predictor_cache)
+    forecast = predict_next(obs, cfg.predictor, cache=predictor_cache)
     sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
     saturation = analyze_saturation(obs, fleet, cfg, now_s=now_s)
     decision = decide(

@@ -6,11 +6,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from planner.config import PredictorConfig
-from planner.pipeline import history_for_prediction
-from planner.predict import forecast_next
+from planner.pipeline import predict_next
 from planner.types import Forecast, Observation
 
 
 @task(cache_policy=NO_CACHE)
-def predict_load(obs: Observation, *, cfg: PredictorConfig) -> Forecast:
-    return forecast_next(history_for_prediction(obs), cfg)
+def predict_load(obs: Observation, *, cfg: PredictorConfig) -> Forecast | None:
+    """None when the history holds no load data (the decision then holds)."""
+    return predict_next(obs, cfg)
