@@ -1,0 +1,295 @@
+"""The collect step's source: Dynamo frontend and vLLM worker metrics from Prometheus.
+
+One `collect` call evaluates the configured PromQL (see connectors.config) at
+`now_s` and returns an `Observation`:
+
+- interval averages (TTFT, ITL, ISL, OSL) as increase(_sum) / increase(_count)
+  over the last interval, and the request count as increase(requests_total);
+  seconds become milliseconds here, once
+- the load history the predictors need, from range queries with step =
+  interval, so a run needs nothing from the previous one
+- per-pod KV-cache usage and queue length for the saturation guardrail,
+  attributed to prefill/decode by pod name or label
+
+Each value says what it is: None where Prometheus had no data (or 0/0 for an
+interval without requests), and `stale_reasons` explaining series that are
+missing or too old. Prometheus unreachable raises `PrometheusUnavailableError`
+(a ConnectionError naming the URL) for the task's retries; a query Prometheus
+rejects raises ValueError naming the config field.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import string
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from connectors.config import MetricsConfig
+from planner.types import LoadHistory, Observation, PodMetrics, Pool
+
+log = logging.getLogger(__name__)
+
+# Prometheus refuses range queries of more than 11,000 points per series.
+MAX_POINTS_PER_RANGE_QUERY = 10_000
+_FRONTEND_SCALARS = ("num_requests", "avg_ttft_s", "avg_itl_s", "avg_isl_tokens", "avg_osl_tokens")
+_HISTORY_QUERIES = ("num_requests", "avg_isl_tokens", "avg_osl_tokens")
+
+
+class PrometheusUnavailableError(ConnectionError):
+    """Prometheus could not be reached or answered 5xx; retrying may help."""
+
+
+def promql_duration(seconds: float) -> str:
+    """A PromQL duration for seconds: 60 -> '60s', 1.5 -> '1500ms' (rounded to ms)."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"interval must be at least 1 ms, got {seconds} s")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+@dataclass(frozen=True)
+class _Sample:
+    labels: dict
+    t_s: float
+    value: float | None  # None for NaN / inf
+
+
+class PrometheusCollector:
+    """Reads one interval's observation and the load history from Prometheus."""
+
+    def __init__(self, cfg: MetricsConfig):
+        self.cfg = cfg
+        headers = None
+        if cfg.bearer_token_file:
+            try:
+                token = Path(cfg.bearer_token_file).read_text().strip()
+            except OSError as exc:
+                raise ValueError(f"metrics.bearer_token_file: cannot read {cfg.bearer_token_file}: {exc}") from None
+            headers = {"Authorization": f"Bearer {token}"}
+        # No retries inside the HTTP client: the Prefect task retries with backoff,
+        # and stacked retries would multiply the wait before a visible failure.
+        self._prom = PrometheusConnect(
+            url=cfg.prometheus_url,
+            headers=headers,
+            disable_ssl=not cfg.verify_tls,
+            retry=Retry(total=0, raise_on_status=False),
+            timeout=cfg.request_timeout_s,
+        )
+        self._prefill_re = re.compile(cfg.pools.prefill_pod_regex)
+        self._decode_re = re.compile(cfg.pools.decode_pod_regex)
+
+    def close(self) -> None:
+        self._prom.close()
+
+    def collect(self, *, now_s: float, interval_s: float, history_intervals: int) -> Observation:
+        """Observation for the interval ending at now_s.
+
+        now_s: evaluation time, Unix seconds.
+        interval_s: adjustment interval, seconds (the averaging window and history step).
+        history_intervals: how many intervals of history to read back (>= 1).
+        """
+        if not interval_s > 0:
+            raise ValueError(f"collect: interval_s must be > 0, got {interval_s}")
+        if history_intervals < 1:
+            raise ValueError(f"collect: history_intervals must be >= 1, got {history_intervals}")
+        stale: list[str] = []
+        values: dict[str, float | None] = {}
+        for name in _FRONTEND_SCALARS:
+            values[name] = self._scalar(name, now_s=now_s, interval_s=interval_s, stale=stale)
+        self._check_age(now_s=now_s, interval_s=interval_s, stale=stale)
+        pods = self._pods(now_s=now_s, interval_s=interval_s, stale=stale)
+        history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals)
+        return Observation(
+            taken_at_s=float(now_s),
+            interval_s=float(interval_s),
+            num_requests=values["num_requests"],
+            avg_isl_tokens=values["avg_isl_tokens"],
+            avg_osl_tokens=values["avg_osl_tokens"],
+            avg_ttft_ms=_ms(values["avg_ttft_s"]),
+            avg_itl_ms=_ms(values["avg_itl_s"]),
+            history=history,
+            pods=pods,
+            stale_reasons=tuple(stale),
+        )
+
+    # -- queries -------------------------------------------------------------
+
+    def render(self, name: str, *, interval_s: float) -> str:
+        """The PromQL text of queries.<name> with the placeholders filled in."""
+        template = string.Template(getattr(self.cfg.queries, name))
+        return template.substitute(
+            frontend_selector=self.cfg.frontend_selector,
+            worker_selector=self.cfg.worker_selector,
+            interval=promql_duration(interval_s),
+            pod_group_by=", ".join(self.cfg.pools.group_by_labels()),
+        )
+
+    def _run(self, name: str, query: str, call):
+        where = f"Prometheus at {self.cfg.prometheus_url}"
+        try:
+            return call()
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            raise PrometheusUnavailableError(
+                f"{where} unreachable while running queries.{name}: {type(exc).__name__}: {exc}"
+            ) from exc
+        except PrometheusApiClientException as exc:
+            match = re.search(r"HTTP Status Code (\d+)", str(exc))
+            code = int(match.group(1)) if match else 0
+            detail = _error_detail(str(exc))
+            if code >= 500 or code in (0, 429):
+                raise PrometheusUnavailableError(f"{where} failed queries.{name} (HTTP {code}): {detail}") from exc
+            raise ValueError(
+                f"metrics.queries.{name}: {where} rejected the query (HTTP {code}): {detail}; query: {query}"
+            ) from None
+
+    def _instant(self, name: str, *, now_s: float, interval_s: float) -> list[_Sample]:
+        query = self.render(name, interval_s=interval_s)
+        result = self._run(name, query, lambda: self._prom.custom_query(query, params={"time": repr(float(now_s))}))
+        return [_Sample(item.get("metric", {}), float(item["value"][0]), _number(item["value"][1])) for item in result]
+
+    def _scalar(self, name: str, *, now_s: float, interval_s: float, stale: list[str]) -> float | None:
+        samples = self._instant(name, now_s=now_s, interval_s=interval_s)
+        if len(samples) > 1:
+            raise ValueError(
+                f"metrics.queries.{name}: expected at most one series, got {len(samples)} "
+                f"(labels {[s.labels for s in samples[:3]]}...); aggregate it, e.g. sum(...)"
+            )
+        if not samples:
+            stale.append(
+                f"prometheus: queries.{name} returned no series at t={now_s:.0f} "
+                f"(frontend_selector {self.cfg.frontend_selector!r})"
+            )
+            return None
+        return samples[0].value
+
+    def _check_age(self, *, now_s: float, interval_s: float, stale: list[str]) -> None:
+        samples = self._instant("newest_sample_s", now_s=now_s, interval_s=interval_s)
+        newest_s = max((s.value for s in samples if s.value is not None), default=None)
+        if newest_s is None:
+            stale.append(
+                f"prometheus: no frontend samples within the lookback before t={now_s:.0f} "
+                f"(queries.newest_sample_s empty)"
+            )
+        elif now_s - newest_s > self.cfg.stale_after_s:
+            stale.append(
+                f"prometheus: newest frontend sample is {now_s - newest_s:.0f} s old "
+                f"(stale_after_s {self.cfg.stale_after_s:g})"
+            )
+
+    def _pods(self, *, now_s: float, interval_s: float, stale: list[str]) -> tuple[PodMetrics, ...]:
+        pools = self.cfg.pools
+        seen: dict[str, dict] = {}
+        unmatched: set[str] = set()
+        for name, field in (("kv_usage_frac", "kv"), ("queue_length", "queue")):
+            for sample in self._instant(name, now_s=now_s, interval_s=interval_s):
+                pod = sample.labels.get(pools.pod_label)
+                if not pod:
+                    stale.append(f"prometheus: queries.{name} returned a series without label {pools.pod_label!r}: "
+                                 f"{sample.labels}")
+                    continue
+                pool = self._pool_of(pod, sample.labels)
+                if pool is None:
+                    unmatched.add(pod)
+                    continue
+                entry = seen.setdefault(pod, {"pool": pool, "kv": None, "queue": None, "variant": "default"})
+                if pools.variant_label and sample.labels.get(pools.variant_label):
+                    entry["variant"] = sample.labels[pools.variant_label]
+                value = sample.value
+                if field == "kv" and value is not None and not (0.0 <= value <= 1.0):
+                    stale.append(f"prometheus: pod {pod} KV-cache usage {value:g} is outside 0..1 "
+                                 f"(does queries.kv_usage_frac return percent?)")
+                    value = None
+                entry[field] = value
+        if unmatched:
+            log.warning("worker pods matching neither pool were ignored (metrics.pools, by=%s): %s",
+                        pools.by, sorted(unmatched))
+        return tuple(
+            PodMetrics(pod=pod, pool=e["pool"], kv_usage_frac=e["kv"], queue_length=e["queue"], variant=e["variant"])
+            for pod, e in sorted(seen.items())
+        )
+
+    def _pool_of(self, pod: str, labels: dict) -> Pool | None:
+        pools = self.cfg.pools
+        if pools.by == "label":
+            value = labels.get(pools.pool_label)
+            if value in pools.prefill_label_values:
+                return "prefill"
+            if value in pools.decode_label_values:
+                return "decode"
+            return None
+        # Prefill first: a pod named like "...-prefill-decode-..." is rare, but
+        # checking one order keeps the mapping deterministic.
+        if self._prefill_re.search(pod):
+            return "prefill"
+        if self._decode_re.search(pod):
+            return "decode"
+        return None
+
+    def _range(self, name: str, *, end_s: float, interval_s: float, n: int) -> dict[float, float | None]:
+        query = self.render(name, interval_s=interval_s)
+        points: dict[float, float | None] = {}
+        # Oldest chunk first; each chunk holds at most MAX_POINTS_PER_RANGE_QUERY steps.
+        for chunk_end_index in range(0, n, MAX_POINTS_PER_RANGE_QUERY):
+            count = min(MAX_POINTS_PER_RANGE_QUERY, n - chunk_end_index)
+            chunk_end_s = end_s - (n - chunk_end_index - count) * interval_s
+            chunk_start_s = chunk_end_s - (count - 1) * interval_s
+            result = self._run(name, query, lambda: self._prom.custom_query_range(
+                query,
+                start_time=datetime.fromtimestamp(chunk_start_s, tz=timezone.utc),
+                end_time=datetime.fromtimestamp(chunk_end_s, tz=timezone.utc),
+                step=repr(float(interval_s)),
+                # The client rounds start/end to whole seconds; send them exact so
+                # the grid ends at now_s for any interval.
+                params={"start": repr(chunk_start_s), "end": repr(chunk_end_s)},
+            ))
+            if len(result) > 1:
+                raise ValueError(
+                    f"metrics.queries.{name}: expected at most one series in the history range query, "
+                    f"got {len(result)}; aggregate it, e.g. sum(...)"
+                )
+            for item in result:
+                for t, v in item.get("values", []):
+                    points[float(t)] = _number(v)
+        return points
+
+    def _history(self, *, now_s: float, interval_s: float, n: int) -> LoadHistory:
+        end_s = float(now_s)
+        series = {name: self._range(name, end_s=end_s, interval_s=interval_s, n=n) for name in _HISTORY_QUERIES}
+        # Intervals without a request count are unknown (not zero): leave them out,
+        # the t_s gaps show where they were.
+        times = sorted(t for t, v in series["num_requests"].items() if v is not None)
+        nan = float("nan")
+
+        def at(name: str, t: float) -> float:
+            v = series[name].get(t)
+            return nan if v is None else v
+
+        return LoadHistory(
+            t_s=tuple(times),
+            num_requests=tuple(series["num_requests"][t] for t in times),
+            avg_isl_tokens=tuple(at("avg_isl_tokens", t) for t in times),
+            avg_osl_tokens=tuple(at("avg_osl_tokens", t) for t in times),
+            interval_s=float(interval_s),
+        )
+
+
+def _number(text) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _error_detail(message: str) -> str:
+    match = re.search(r'"error"\s*:\s*"((?:[^"\\]|\\.)*)"', message)
+    return match.group(1) if match else message[:300]

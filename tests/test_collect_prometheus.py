@@ -1,0 +1,262 @@
+"""The collect step's Prometheus collector against a real Prometheus holding known data.
+
+History is backfilled with promtool (see tests/fixtures_prometheus.py) at a
+fixed date, so every expected value below is hand-computed from the series we
+wrote. Each scenario has its own `namespace` label value.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from prometheus_client import Counter, Gauge, Histogram
+
+import connectors.prometheus as prom_module
+from connectors.config import MetricsConfig, PoolMapping, QueryTemplates
+from connectors.prometheus import PrometheusCollector, PrometheusUnavailableError, promql_duration
+from tests.fixtures_net import free_port
+from tests.fixtures_prometheus import (  # noqa: F401  (fixtures)
+    ANCHOR_S,
+    FrontendInterval,
+    OpenMetricsWriter,
+    PrometheusServer,
+    live_exporter,
+    prometheus_server,
+    write_frontend_intervals,
+    write_gauge,
+)
+
+INTERVAL_S = 60.0
+N_STEADY = 10
+END_S = ANCHOR_S + N_STEADY * INTERVAL_S  # the "now" of most tests
+
+
+def steady_interval(k: int) -> FrontendInterval:
+    """Interval k of the steady scenario: every quantity grows linearly with k."""
+    return FrontendInterval(
+        requests=60 + 12 * k,
+        avg_ttft_s=0.100 + 0.010 * k,
+        avg_itl_s=0.0050 + 0.0005 * k,
+        avg_isl_tokens=1000 + 100 * k,
+        avg_osl_tokens=200 + 10 * k,
+    )
+
+
+@pytest.fixture(scope="session")
+def collect_data(prometheus_server: PrometheusServer) -> PrometheusServer:
+    """Backfill every scenario once per session."""
+    w = OpenMetricsWriter()
+    # steady: 10 intervals, frontend + workers.
+    steady = {"namespace": "collect-steady", "model": "llama"}
+    write_frontend_intervals(w, labels=steady, start_s=ANCHOR_S, interval_s=INTERVAL_S,
+                             intervals=[steady_interval(k) for k in range(N_STEADY)])
+    # KV usage: the 1 m window before END_S sees 0.2, 0.6, 0.4, 0.4; 0.99 at -90 s is outside it.
+    kv_points = [(END_S - 90, 0.99), (END_S - 45, 0.2), (END_S - 30, 0.6), (END_S - 15, 0.4), (END_S, 0.4)]
+    prefill_pod = {**steady, "pod": "vllm-disagg-0-prefill-7c9f", "dynamo_component": "prefill", "accelerator": "h200"}
+    decode_pod = {**steady, "pod": "vllm-disagg-0-decode-5b2d", "dynamo_component": "backend", "accelerator": "h100"}
+    frontend_pod = {**steady, "pod": "vllm-disagg-0-frontend-1a2b", "dynamo_component": "frontend"}
+    write_gauge(w, name="vllm:kv_cache_usage_perc", labels=prefill_pod, points=kv_points)
+    write_gauge(w, name="vllm:num_requests_waiting", labels=prefill_pod, points=[(END_S - 15, 2), (END_S, 3)])
+    # The decode pod reports with the underscore spelling.
+    write_gauge(w, name="vllm_kv_cache_usage_perc", labels=decode_pod, points=[(END_S - 30, 0.85), (END_S, 0.80)])
+    write_gauge(w, name="vllm_num_requests_waiting", labels=decode_pod, points=[(END_S, 7)])
+    write_gauge(w, name="vllm:kv_cache_usage_perc", labels=frontend_pod, points=[(END_S, 0.1)])
+
+    # two frontends: 100 requests at 0.1 s TTFT and 300 at 0.2 s in the last interval.
+    for instance, requests, ttft_s in (("fe-a", 100, 0.1), ("fe-b", 300, 0.2)):
+        write_frontend_intervals(
+            w, labels={"namespace": "collect-two", "instance": instance}, start_s=ANCHOR_S, interval_s=INTERVAL_S,
+            intervals=[FrontendInterval(requests, ttft_s, 0.01, 500, 100)] * 3)
+    # idle: traffic, then an interval without requests.
+    write_frontend_intervals(w, labels={"namespace": "collect-idle"}, start_s=ANCHOR_S, interval_s=INTERVAL_S,
+                             intervals=[FrontendInterval(30, 0.1, 0.01, 500, 100), FrontendInterval(0, 0, 0, 0, 0)])
+    # old: the frontend stopped reporting 200 s before END_S.
+    write_frontend_intervals(w, labels={"namespace": "collect-old"}, start_s=END_S - 320, interval_s=INTERVAL_S,
+                             intervals=[FrontendInterval(50, 0.1, 0.01, 500, 100)] * 2)
+    # kv reported in percent by mistake.
+    write_frontend_intervals(w, labels={"namespace": "collect-pct"}, start_s=END_S - 120, interval_s=INTERVAL_S,
+                             intervals=[FrontendInterval(50, 0.1, 0.01, 500, 100)] * 2)
+    write_gauge(w, name="vllm:kv_cache_usage_perc", labels={"namespace": "collect-pct", "pod": "x-decode-1"},
+                points=[(END_S, 57.0)])
+    prometheus_server.backfill(w.render())
+    return prometheus_server
+
+
+def collector(server: PrometheusServer, namespace: str, **overrides) -> PrometheusCollector:
+    cfg = MetricsConfig(prometheus_url=server.url, frontend_selector=f'namespace="{namespace}"',
+                        worker_selector=f'namespace="{namespace}"', **overrides)
+    return PrometheusCollector(cfg)
+
+
+@pytest.mark.parametrize("seconds, expected", [
+    pytest.param(60.0, "60s", id="whole seconds"),
+    pytest.param(1.5, "1500ms", id="fraction: 1.5 s = 1500 ms"),
+])
+def test_promql_duration(seconds, expected):
+    assert promql_duration(seconds) == expected
+
+
+def test_interval_averages_equal_hand_computed_values(collect_data):
+    obs = collector(collect_data, "collect-steady").collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=N_STEADY)
+
+    # Last interval is k = 9.
+    assert obs.taken_at_s == END_S and obs.interval_s == INTERVAL_S
+    assert obs.num_requests == pytest.approx(168.0, rel=1e-9)        # 60 + 12*9
+    assert obs.avg_ttft_ms == pytest.approx(190.0, rel=1e-9)         # (0.100 + 0.010*9) s = 190 ms
+    assert obs.avg_itl_ms == pytest.approx(9.5, rel=1e-9)            # (0.0050 + 0.0005*9) s = 9.5 ms
+    assert obs.avg_isl_tokens == pytest.approx(1900.0, rel=1e-9)     # 1000 + 100*9
+    assert obs.avg_osl_tokens == pytest.approx(290.0, rel=1e-9)      # 200 + 10*9
+    assert obs.stale_reasons == ()
+
+
+def test_history_comes_from_range_queries(collect_data):
+    # 12 intervals asked, 10 exist: the two before the data starts are left out, not zero.
+    obs = collector(collect_data, "collect-steady").collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=12)
+
+    h = obs.history
+    assert h.interval_s == INTERVAL_S
+    assert h.t_s == tuple(ANCHOR_S + INTERVAL_S * (k + 1) for k in range(N_STEADY))
+    assert h.num_requests == pytest.approx([60 + 12 * k for k in range(N_STEADY)], rel=1e-9)
+    assert h.avg_isl_tokens == pytest.approx([1000 + 100 * k for k in range(N_STEADY)], rel=1e-9)
+    assert h.avg_osl_tokens == pytest.approx([200 + 10 * k for k in range(N_STEADY)], rel=1e-9)
+
+
+def test_long_history_is_read_in_chunks(collect_data, monkeypatch):
+    whole = collector(collect_data, "collect-steady").collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=N_STEADY).history
+    monkeypatch.setattr(prom_module, "MAX_POINTS_PER_RANGE_QUERY", 3)  # 10 points = chunks of 3+3+3+1
+    chunked = collector(collect_data, "collect-steady").collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=N_STEADY).history
+    assert chunked == whole
+
+
+def test_pods_by_name_with_both_metric_spellings(collect_data):
+    obs = collector(collect_data, "collect-steady").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+
+    pods = {p.pod: p for p in obs.pods}
+    assert set(pods) == {"vllm-disagg-0-prefill-7c9f", "vllm-disagg-0-decode-5b2d"}  # the frontend pod matches neither
+    prefill, decode = pods["vllm-disagg-0-prefill-7c9f"], pods["vllm-disagg-0-decode-5b2d"]
+    assert (prefill.pool, prefill.kv_usage_frac, prefill.queue_length) == ("prefill", 0.6, 3.0)  # max(0.2, 0.6, 0.4, 0.4)
+    assert (decode.pool, decode.kv_usage_frac, decode.queue_length) == ("decode", 0.85, 7.0)     # vllm_ spelling
+    assert prefill.variant == "default"
+
+
+def test_pods_by_label_with_variant(collect_data):
+    pools = PoolMapping(by="label", pool_label="dynamo_component", variant_label="accelerator")
+    obs = collector(collect_data, "collect-steady", pools=pools).collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+
+    got = sorted((p.pod, p.pool, p.variant) for p in obs.pods)
+    assert got == [("vllm-disagg-0-decode-5b2d", "decode", "h100"), ("vllm-disagg-0-prefill-7c9f", "prefill", "h200")]
+
+
+def test_two_frontends_are_weighted_by_request_count(collect_data):
+    obs = collector(collect_data, "collect-two").collect(
+        now_s=ANCHOR_S + 3 * INTERVAL_S, interval_s=INTERVAL_S, history_intervals=3)
+    assert obs.num_requests == pytest.approx(400.0, rel=1e-9)   # 100 + 300
+    assert obs.avg_ttft_ms == pytest.approx(175.0, rel=1e-9)    # (100*0.1 + 300*0.2) / 400 s = 175 ms
+    assert obs.history.num_requests == pytest.approx([400.0] * 3, rel=1e-9)
+
+
+def test_idle_interval_has_zero_requests_and_no_averages(collect_data):
+    obs = collector(collect_data, "collect-idle").collect(
+        now_s=ANCHOR_S + 2 * INTERVAL_S, interval_s=INTERVAL_S, history_intervals=2)
+    assert obs.num_requests == 0.0
+    assert (obs.avg_ttft_ms, obs.avg_itl_ms, obs.avg_isl_tokens, obs.avg_osl_tokens) == (None, None, None, None)
+    assert obs.stale_reasons == ()  # idle is not stale
+    assert obs.history.num_requests == pytest.approx([30.0, 0.0])
+    assert obs.history.avg_isl_tokens[0] == pytest.approx(500.0) and math.isnan(obs.history.avg_isl_tokens[1])
+
+
+def test_old_data_is_marked_stale(collect_data):
+    # Last sample at END_S - 200; stale_after_s 120 -> stale; the 60 s windows hold no samples.
+    obs = collector(collect_data, "collect-old", stale_after_s=120).collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=5)
+    assert obs.num_requests is None and obs.avg_ttft_ms is None
+    assert "prometheus: newest frontend sample is 200 s old (stale_after_s 120)" in obs.stale_reasons
+    assert any("queries.num_requests returned no series" in r for r in obs.stale_reasons)
+    assert obs.is_stale
+
+
+def test_unknown_model_is_empty_and_stale(collect_data):
+    obs = collector(collect_data, "no-such-namespace").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=3)
+    assert (obs.num_requests, obs.avg_ttft_ms, obs.pods, len(obs.history)) == (None, None, (), 0)
+    assert any("no frontend samples within the lookback" in r for r in obs.stale_reasons)
+    assert len(obs.stale_reasons) == 6  # 5 empty frontend queries + the age check
+
+
+def test_kv_usage_outside_0_1_is_rejected(collect_data):
+    obs = collector(collect_data, "collect-pct").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    (pod,) = obs.pods
+    assert pod.kv_usage_frac is None
+    assert any("pod x-decode-1 KV-cache usage 57 is outside 0..1" in r for r in obs.stale_reasons)
+
+
+def test_query_rejected_by_prometheus_names_the_field(collect_data):
+    queries = QueryTemplates(num_requests="sum(rate(dynamo_frontend_requests_total[${interval}])")
+    with pytest.raises(ValueError, match=r"metrics.queries.num_requests: Prometheus at .* rejected the query \(HTTP 400\)"):
+        collector(collect_data, "collect-steady", queries=queries).collect(
+            now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+
+
+def test_unaggregated_override_is_rejected(collect_data):
+    queries = QueryTemplates(num_requests="increase(dynamo_frontend_requests_total{${frontend_selector}}[${interval}])")
+    with pytest.raises(ValueError, match=r"metrics.queries.num_requests: expected at most one series, got 2"):
+        collector(collect_data, "collect-two", queries=queries).collect(
+            now_s=ANCHOR_S + 3 * INTERVAL_S, interval_s=INTERVAL_S, history_intervals=1)
+
+
+def test_unreachable_prometheus_is_a_connection_error_naming_the_url():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConnectionError, match=rf"Prometheus at {url} unreachable while running queries.num_requests"):
+        PrometheusCollector(MetricsConfig(prometheus_url=url)).collect(
+            now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert issubclass(PrometheusUnavailableError, ConnectionError)
+
+
+@pytest.mark.parametrize("fields, message", [
+    pytest.param({"frontend_selector": '{model="x"}'}, "without braces", id="selector with braces"),
+    pytest.param({"queries": {"num_requests": "sum(x{${selector}})"}}, r"unknown placeholder\(s\) \['selector'\]",
+                 id="unknown placeholder"),
+    pytest.param({"pools": {"prefill_pod_regex": "("}}, "not a valid regular expression", id="bad regex"),
+    pytest.param({"prometheus_url": "localhost:9090"}, "must start with http:// or https://", id="url without scheme"),
+    pytest.param({"stale_after": 5}, "stale_after", id="unknown field"),
+])
+def test_bad_metrics_config_is_named(fields, message):
+    with pytest.raises(ValueError, match=message):
+        MetricsConfig(**fields)
+
+
+def test_live_scrape_end_to_end(prometheus_server, live_exporter):
+    """Dynamo-style metrics served live, scraped every second, read by the collector."""
+    reg = live_exporter.registry
+    labels = ["namespace"]
+    requests_total = Counter("dynamo_frontend_requests", "requests", labels, registry=reg)
+    ttft = Histogram("dynamo_frontend_time_to_first_token_seconds", "ttft", labels, registry=reg)
+    kv = Gauge("vllm:kv_cache_usage_perc", "kv", labels + ["pod"], registry=reg)
+    # A frontend that has served for a while: 100 requests at 0.25 s. (Far from zero,
+    # so Prometheus' extrapolation is not cut at the counter's zero point and it
+    # cancels exactly in increase(_sum) / increase(_count).)
+    requests_total.labels("live").inc(100)
+    for _ in range(100):
+        ttft.labels("live").observe(0.25)
+    kv.labels("live", "live-decode-0").set(0.42)
+    prometheus_server.wait_for_series('dynamo_frontend_time_to_first_token_seconds_count{namespace="live"}')
+    # Two more requests at 0.35 s after the first scrape: the interval's mean is 0.35 s.
+    requests_total.labels("live").inc(2)
+    ttft.labels("live").observe(0.35)
+    ttft.labels("live").observe(0.35)
+    prometheus_server.wait_for_series('dynamo_frontend_time_to_first_token_seconds_count{namespace="live"} == 102')
+
+    obs = collector(prometheus_server, "live").collect(now_s=time.time(), interval_s=60.0, history_intervals=1)
+
+    (pod,) = obs.pods
+    assert (pod.pod, pod.pool, pod.kv_usage_frac) == ("live-decode-0", "decode", 0.42)
+    # increase(_sum) / increase(_count) = (25.7 - 25) / (102 - 100) = 0.35 s = 350 ms.
+    assert obs.avg_ttft_ms == pytest.approx(350.0, rel=1e-6)
+    assert obs.num_requests > 0
+    assert not any("newest frontend sample" in r for r in obs.stale_reasons)
