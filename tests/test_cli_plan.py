@@ -1,0 +1,39 @@
+"""`sla-planner plan`, the README's first command, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_prints_each_interval_decision(tmp_path):
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"), DO_NOT_TRACK="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner_cli.main", "plan", "--intervals", "3", "--state-dir", str(tmp_path / "state")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [l for l in proc.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s+", l)]
+    assert len(rows) == 3, proc.stdout
+    # x8 the Azure conversation trace is ~25 requests/s: more than one prefill replica.
+    first = rows[0].split()
+    assert first[0] == "60" and int(first[5]) > 1, rows[0]
+    assert "sla_sizing" in rows[0]
+    assert re.search(r"\d+ requests: [\d.]+% met both SLAs", proc.stdout)
+    assert (tmp_path / "state" / "fleet.json").is_file()
+
+
+def test_plan_rejects_bad_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("planner:\n  profile: {dir: /nonexistent}\n  sloo: {}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner_cli.main", "plan", "--config", str(bad)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "sloo" in proc.stderr and str(bad) in proc.stderr
