@@ -1,0 +1,184 @@
+"""Typed routing-service configuration (configs/routing.yaml): one pydantic model per section.
+
+Unknown keys are errors; units are in field names. `RouterConfig` is the whole
+file; `PickerConfig` is what the in-process picker needs (the simulator builds
+one directly). The publish token is never in this file: it comes from the
+environment variable named by `auth.token_env`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from routing.features import ROLES
+
+NO_SHARED_DOMAIN = "none"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SloRoutingConfig(_Strict):
+    """SLO-aware picking (llm-d's predicted-latency scheduling)."""
+
+    enabled: bool = Field(
+        True, description="pick on predicted headroom vs SLOs; requests must then carry an SLO"
+    )
+    strategy: Literal["least", "most"] = Field(
+        "least", description="least: favour just-enough headroom (bin-packing); most: favour the most (spread)"
+    )
+    exploration_frac: float = Field(
+        0.01, ge=0, le=1, description="probability a non-critical request goes to a uniformly random candidate"
+    )
+    weight_floor: float = Field(
+        0.05, gt=0, le=1, description="added to every normalised weight so no valid endpoint has zero chance"
+    )
+    ttft_weight_frac: float = Field(
+        0.5, ge=0, le=1, description="share of TTFT in the blended relative headroom (the rest is TPOT)"
+    )
+    prediction: Literal["mean", "p90"] = Field(
+        "p90", description="which published model predicts latency (p90 falls back to mean when absent)"
+    )
+    expected_output_tokens: int = Field(
+        128, ge=1, description="SLO routing off: output tokens assumed when scoring decode latency"
+    )
+
+
+class LevelQos(_Strict):
+    """KV-transfer cost between a prefill and a decode endpoint that share a domain at one level."""
+
+    latency_ms: float = Field(ge=0, description="fixed transfer setup latency, ms")
+    bandwidth_gbyte_per_s: float = Field(gt=0, description="transfer bandwidth, GB/s (1e9 bytes/s)")
+    weight: float = Field(1.0, ge=0, description="multiplies the transfer time in the cost")
+
+
+class TopologyConfig(_Strict):
+    """Topology-aware decode selection (Dynamo's KV-transfer domains) and soft scoring."""
+
+    levels: list[str] = Field(
+        default_factory=lambda: ["zone", "rack", "host"],
+        min_length=1,
+        description="topology levels, broadest first (e.g. zone, rack, host)",
+    )
+    level: str | None = Field(
+        None, description="KV-transfer domain level for the hard filter; unset: no filtering"
+    )
+    policy: Literal["fail", "fallback"] = Field(
+        "fail", description="no same-domain decode: fail the request, or warn and use any decode endpoint"
+    )
+    labels_wait_s: float = Field(
+        30.0, ge=0, description="how long to wait for the configured level's label file before failing"
+    )
+    labels_poll_s: float = Field(1.0, gt=0, description="retry period while waiting for label files")
+    qos: dict[str, LevelQos] = Field(
+        default_factory=dict,
+        description=f"soft scoring: cost per narrowest shared level, plus {NO_SHARED_DOMAIN!r} for no shared domain; "
+        "empty: no soft scoring",
+    )
+    kv_bytes_per_token: float = Field(
+        0.0, ge=0, description="KV-cache bytes per prompt token moved prefill->decode (soft scoring)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "TopologyConfig":
+        if len(set(self.levels)) != len(self.levels):
+            raise ValueError(f"topology.levels: duplicate level in {self.levels}")
+        for name in self.levels:
+            if name == NO_SHARED_DOMAIN or not name or "/" in name or name.startswith("."):
+                raise ValueError(f"topology.levels: {name!r} is not a usable level name")
+        if self.level is not None and self.level not in self.levels:
+            raise ValueError(f"topology.level: {self.level!r} is not one of levels {self.levels}")
+        if self.qos:
+            expected = set(self.levels) | {NO_SHARED_DOMAIN}
+            missing = sorted(expected - set(self.qos))
+            extra = sorted(set(self.qos) - expected)
+            if missing or extra:
+                raise ValueError(
+                    f"topology.qos: needs exactly the keys {sorted(expected)}; missing {missing}, unknown {extra}"
+                )
+        return self
+
+
+class PickerConfig(_Strict):
+    """Everything the in-process picker needs."""
+
+    slo: SloRoutingConfig = Field(default_factory=SloRoutingConfig)
+    topology: TopologyConfig = Field(default_factory=TopologyConfig)
+
+
+class EndpointConfig(_Strict):
+    """A statically configured endpoint (others register over HTTP)."""
+
+    id: str = Field(min_length=1, max_length=253, description="unique endpoint id")
+    role: Literal["prefill", "decode", "aggregated"] = Field(description=f"one of {ROLES}")
+    url: str | None = Field(None, description="base URL of the engine (scraped for /metrics when enabled)")
+    domains: dict[str, str] = Field(default_factory=dict, description="topology domain per level")
+    labels_dir: str | None = Field(
+        None, description="read domains from one file per level here (waits for topology.level's file)"
+    )
+    max_kv_tokens: int | None = Field(None, ge=1, description="KV-cache capacity, tokens; default: the profile's")
+    gpus: int = Field(1, ge=1, description="GPUs the engine uses")
+
+
+class SampleStoreConfig(_Strict):
+    capacity: int = Field(100_000, ge=1, description="samples kept in total")
+    kv_buckets: int = Field(10, ge=1, le=100, description="KV-usage buckets per role and target for eviction")
+
+
+class ModelStoreConfig(_Strict):
+    dir: str | None = Field(None, description="persist published models here (restored at start); unset: memory only")
+    keep_versions: int = Field(10, ge=2, description="published versions retained for rollback")
+    max_trees: int = Field(2_000, ge=1, description="most trees a published document may hold")
+    max_nodes: int = Field(500_000, ge=1, description="most tree nodes a published document may hold")
+
+
+class AuthConfig(_Strict):
+    token_env: str = Field(
+        "SLA_ROUTER_TOKEN", min_length=1, description="environment variable holding the admin bearer token"
+    )
+
+
+class LimitsConfig(_Strict):
+    max_body_bytes: int = Field(65_536, ge=1024, description="largest request body, bytes (model publish excepted)")
+    max_model_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest model document, bytes")
+
+
+class ScrapeConfig(_Strict):
+    interval_s: float | None = Field(
+        None, gt=0, description="scrape each endpoint's url + /metrics this often; unset: no scraping"
+    )
+    timeout_s: float = Field(1.0, gt=0, description="per-scrape timeout, s")
+
+
+class RouterConfig(_Strict):
+    """The routing service's whole configuration."""
+
+    profile_dir: str = Field(description="Dynamo profiler folder: the latency estimate when no model is published")
+    picker: PickerConfig = Field(default_factory=PickerConfig)
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    metrics_max_age_s: float = Field(
+        10.0, gt=0, description="scraped metrics older than this are ignored (lifecycle estimates used)"
+    )
+    inflight_ttl_s: float = Field(
+        900.0, gt=0, description="a request with no completion after this long is dropped from the load, s"
+    )
+    samples: SampleStoreConfig = Field(default_factory=SampleStoreConfig)
+    models: ModelStoreConfig = Field(default_factory=ModelStoreConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
+    seed: int | None = Field(None, description="picker RNG seed; unset: fresh entropy")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "RouterConfig":
+        seen: set[str] = set()
+        for ep in self.endpoints:
+            if ep.id in seen:
+                raise ValueError(f"endpoints: duplicate id {ep.id!r}")
+            seen.add(ep.id)
+            if ep.domains and ep.labels_dir:
+                raise ValueError(f"endpoints[{ep.id}]: set domains or labels_dir, not both")
+        return self

@@ -1,0 +1,409 @@
+"""Latency models in a safe, JSON-only format: schema, validation, evaluation, export.
+
+The retrain flow publishes fitted models as a JSON document; the router never
+unpickles anything. A document carries, for each target (TTFT and TPOT), a mean
+model and optionally a p90 model, each either gradient-boosted trees (the node
+arrays of scikit-learn's HistGradientBoostingRegressor) or a linear model. The
+router validates a document completely before it can serve: schema, feature
+names equal to routing.features for the target, array shapes, child indices that
+form a tree (no cycles, bounded depth), finite numbers, size limits, and finite
+non-negative predictions on probe rows.
+
+Document (format_version 1):
+
+    {"format": "sla-planner/latency-model", "format_version": 1,
+     "version": "2026-11-22T02-00Z",            # unique, [A-Za-z0-9._-], <= 64 chars
+     "created_at_s": 1795000000.0,               # optional, Unix seconds
+     "metrics": {"ttft_mape": 0.041},            # optional, name -> finite number
+     "notes": "...",                              # optional
+     "targets": {
+       "ttft": {"feature_names": [...TTFT_FEATURES], "mean": REG, "p90": REG},
+       "tpot": {"feature_names": [...TPOT_FEATURES], "mean": REG}}}
+
+    REG = {"kind": "hist_gradient_boosting", "link": "identity" | "log",
+           "baseline": float,
+           "trees": [{"feature": [int], "threshold": [float], "left": [int],
+                      "right": [int], "value": [float], "is_leaf": [bool]}, ...]}
+        | {"kind": "linear", "link": "identity" | "log", "intercept": float,
+           "coef": [float, one per feature]}
+
+A tree's node 0 is its root; an internal node sends a row left when
+x[feature] <= threshold, else right. The raw prediction is baseline + the sum of
+the leaves reached (or intercept + x . coef); link "log" exponentiates it.
+Predictions are in ms and clipped at 0. Features are never missing, so no
+missing-value routing is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from routing.features import FEATURES, TARGETS, Target
+
+FORMAT = "sla-planner/latency-model"
+FORMAT_VERSION = 1
+MAX_TREE_DEPTH = 64
+# Bounds that keep one prediction call cheap and one document small.
+DEFAULT_MAX_TREES = 2_000
+DEFAULT_MAX_NODES = 500_000
+# Exported in place of +-inf split thresholds (JSON has no infinity); for finite
+# inputs "x <= 1.7e308" decides exactly like "x <= inf".
+_FLOAT_MAX = float(np.finfo(float).max)
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class TreeArrays(_Strict):
+    """One regression tree as parallel node arrays; node 0 is the root."""
+
+    feature: list[int] = Field(description="split feature index per node (ignored on leaves)")
+    threshold: list[float] = Field(description="split threshold per node: x <= threshold goes left")
+    left: list[int] = Field(description="left child index per node (ignored on leaves)")
+    right: list[int] = Field(description="right child index per node (ignored on leaves)")
+    value: list[float] = Field(description="leaf value per node (ignored on internal nodes)")
+    is_leaf: list[bool] = Field(description="true for leaves")
+
+    @model_validator(mode="after")
+    def _shape(self) -> "TreeArrays":
+        n = len(self.is_leaf)
+        if n == 0:
+            raise ValueError("a tree needs at least one node")
+        for name in ("feature", "threshold", "left", "right", "value"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries, is_leaf has {n}")
+        return self
+
+
+class TreesRegressor(_Strict):
+    """Gradient-boosted trees (scikit-learn HistGradientBoostingRegressor node arrays)."""
+
+    kind: Literal["hist_gradient_boosting"]
+    link: Literal["identity", "log"] = Field("identity", description="log: prediction = exp(raw)")
+    baseline: float = Field(description="raw prediction before the trees")
+    trees: list[TreeArrays] = Field(min_length=1, description="trees, added to the baseline")
+
+
+class LinearRegressor(_Strict):
+    """Linear model: raw = intercept + sum(coef * x)."""
+
+    kind: Literal["linear"]
+    link: Literal["identity", "log"] = Field("identity", description="log: prediction = exp(raw)")
+    intercept: float
+    coef: list[float] = Field(min_length=1, description="one coefficient per feature, in feature order")
+
+
+Regressor = Annotated[Union[TreesRegressor, LinearRegressor], Field(discriminator="kind")]
+
+
+class TargetModels(_Strict):
+    feature_names: list[str] = Field(description="must equal the router's feature list for the target")
+    mean: Regressor = Field(description="mean latency model, ms")
+    p90: Regressor | None = Field(None, description="p90 latency model, ms (optional)")
+
+
+class Targets(_Strict):
+    ttft: TargetModels = Field(description="time to first token, ms")
+    tpot: TargetModels = Field(description="time per output token, ms")
+
+
+class ModelDocument(_Strict):
+    """A published latency-model bundle (see module docstring)."""
+
+    format: Literal["sla-planner/latency-model"]
+    format_version: Literal[1]
+    version: str = Field(pattern=VERSION_PATTERN, description="unique version id")
+    created_at_s: float | None = Field(None, ge=0, description="when the model was trained, Unix s")
+    metrics: dict[str, float] = Field(default_factory=dict, description="evaluation metrics, finite numbers")
+    notes: str = Field("", max_length=4096)
+    targets: Targets
+
+
+@dataclass(frozen=True)
+class _CompiledTrees:
+    """All trees stacked into flat arrays, deepest tree first, leaves looping to themselves."""
+
+    feature: np.ndarray  # int64, per global node
+    threshold: np.ndarray  # float64
+    children: np.ndarray  # int64, 2 per node: [left, right]
+    value: np.ndarray  # float64
+    roots: np.ndarray  # int64, per tree, deepest first
+    active_trees: tuple[int, ...]  # per level: trees deeper than that level
+    baseline: float
+    log_link: bool
+
+    @property
+    def depth(self) -> int:
+        return len(self.active_trees)
+
+    def raw(self, x: np.ndarray) -> np.ndarray:
+        n, n_features = x.shape
+        # (tree, row) pairs, tree-major with the deepest trees first: the pairs
+        # still descending at each level are a prefix, so shallow trees drop
+        # out for free. A leaf points at itself, so no masking is needed.
+        node = np.repeat(self.roots, n)
+        row_base = np.tile(np.arange(n, dtype=np.int64) * n_features, self.roots.size)
+        flat = x.ravel()
+        for n_trees in self.active_trees:
+            k = n_trees * n
+            cur = node[:k]
+            xv = flat.take(self.feature.take(cur) + row_base[:k])
+            node[:k] = self.children.take(cur * 2 + (xv > self.threshold.take(cur)))
+        return self.value.take(node).reshape(self.roots.size, n).sum(axis=0) + self.baseline
+
+
+@dataclass(frozen=True)
+class _CompiledLinear:
+    coef: np.ndarray
+    intercept: float
+    log_link: bool
+
+    def raw(self, x: np.ndarray) -> np.ndarray:
+        return x @ self.coef + self.intercept
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """A validated, ready-to-serve model bundle; immutable once built."""
+
+    version: str
+    document: dict
+    metrics: dict[str, float]
+    created_at_s: float | None
+    _models: dict[tuple[str, str], object] = field(repr=False)
+
+    def has_quantile(self, target: Target, quantile: str) -> bool:
+        return (target, quantile) in self._models
+
+    def predict(self, target: Target, x: np.ndarray, *, quantile: Literal["mean", "p90"] = "mean") -> np.ndarray:
+        """Predicted latency, ms (>= 0), one per row of x (columns FEATURES[target]).
+
+        quantile "p90" falls back to the mean model when no p90 model was published.
+        """
+        model = self._models.get((target, quantile)) or self._models[(target, "mean")]
+        raw = model.raw(x)
+        if model.log_link:
+            raw = np.exp(raw)
+        return np.maximum(raw, 0.0)
+
+
+def parse_model_document(data: dict, *, max_trees: int = DEFAULT_MAX_TREES, max_nodes: int = DEFAULT_MAX_NODES) -> LatencyModel:
+    """Validate a decoded JSON document and compile it; ValueError names the field.
+
+    max_trees / max_nodes: limits over the whole document (all targets).
+    """
+    try:
+        doc = ModelDocument.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(_describe(exc)) from None
+    models: dict[tuple[str, str], object] = {}
+    total_trees = total_nodes = 0
+    for target in TARGETS:
+        tm: TargetModels = getattr(doc.targets, target)
+        expected = list(FEATURES[target])
+        if tm.feature_names != expected:
+            raise ValueError(
+                f"targets.{target}.feature_names: expected {expected} (routing.features), got {tm.feature_names}"
+            )
+        for quantile in ("mean", "p90"):
+            reg = getattr(tm, quantile)
+            if reg is None:
+                continue
+            where = f"targets.{target}.{quantile}"
+            if isinstance(reg, TreesRegressor):
+                total_trees += len(reg.trees)
+                total_nodes += sum(len(t.is_leaf) for t in reg.trees)
+                if total_trees > max_trees:
+                    raise ValueError(f"{where}.trees: document has more than {max_trees} trees")
+                if total_nodes > max_nodes:
+                    raise ValueError(f"{where}.trees: document has more than {max_nodes} nodes")
+                compiled = _compile_trees(reg, n_features=len(expected), where=where)
+            else:
+                if len(reg.coef) != len(expected):
+                    raise ValueError(f"{where}.coef: expected {len(expected)} coefficients, got {len(reg.coef)}")
+                compiled = _CompiledLinear(np.array(reg.coef, dtype=float), float(reg.intercept), reg.link == "log")
+            _probe(compiled, n_features=len(expected), where=where)
+            models[(target, quantile)] = compiled
+    return LatencyModel(
+        version=doc.version,
+        document=doc.model_dump(mode="json"),
+        metrics=dict(doc.metrics),
+        created_at_s=doc.created_at_s,
+        _models=models,
+    )
+
+
+def _compile_trees(reg: TreesRegressor, *, n_features: int, where: str) -> _CompiledTrees:
+    checked = []
+    for t_idx, tree in enumerate(reg.trees):
+        loc = f"{where}.trees[{t_idx}]"
+        n = len(tree.is_leaf)
+        is_leaf = np.array(tree.is_leaf, dtype=bool)
+        feature = np.array(tree.feature, dtype=np.int64)
+        left = np.array(tree.left, dtype=np.int64)
+        right = np.array(tree.right, dtype=np.int64)
+        internal = ~is_leaf
+        if internal.any():
+            bad = internal & ((feature < 0) | (feature >= n_features))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{loc}.feature[{i}]: must be 0..{n_features - 1}, got {feature[i]}")
+            for name, child in (("left", left), ("right", right)):
+                bad = internal & ((child <= 0) | (child >= n))
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise ValueError(f"{loc}.{name}[{i}]: must be a node index 1..{n - 1}, got {child[i]}")
+        depth = _tree_depth(is_leaf, left, right, loc=loc)
+        checked.append((depth, tree, is_leaf, feature, left, right))
+    checked.sort(key=lambda c: -c[0])
+    feats, thrs, kids, vals, roots = [], [], [], [], []
+    offset = 0
+    for _, tree, is_leaf, feature, left, right in checked:
+        n = is_leaf.size
+        gidx = np.arange(n, dtype=np.int64) + offset
+        feats.append(np.where(is_leaf, 0, feature))
+        thrs.append(np.where(is_leaf, 0.0, np.array(tree.threshold, dtype=float)))
+        kids.append(np.column_stack([np.where(is_leaf, gidx, left + offset), np.where(is_leaf, gidx, right + offset)]).ravel())
+        vals.append(np.where(is_leaf, np.array(tree.value, dtype=float), 0.0))
+        roots.append(offset)
+        offset += n
+    depths = np.array([c[0] for c in checked])
+    return _CompiledTrees(
+        feature=np.concatenate(feats),
+        threshold=np.concatenate(thrs),
+        children=np.concatenate(kids),
+        value=np.concatenate(vals),
+        roots=np.array(roots, dtype=np.int64),
+        active_trees=tuple(int((depths > level).sum()) for level in range(int(depths.max()))),
+        baseline=float(reg.baseline),
+        log_link=reg.link == "log",
+    )
+
+
+def _tree_depth(is_leaf: np.ndarray, left: np.ndarray, right: np.ndarray, *, loc: str) -> int:
+    """Depth of the tree from node 0; raises on cycles, shared nodes or excess depth."""
+    seen = np.zeros(is_leaf.size, dtype=bool)
+    frontier = [0]
+    seen[0] = True
+    depth = 0
+    while True:
+        nxt = []
+        for node in frontier:
+            if is_leaf[node]:
+                continue
+            for child in (int(left[node]), int(right[node])):
+                if seen[child]:
+                    raise ValueError(f"{loc}: node {child} is reached twice (children must form a tree)")
+                seen[child] = True
+                nxt.append(child)
+        if not nxt:
+            return depth
+        depth += 1
+        if depth > MAX_TREE_DEPTH:
+            raise ValueError(f"{loc}: deeper than {MAX_TREE_DEPTH} levels")
+        frontier = nxt
+
+
+def _probe(model, *, n_features: int, where: str) -> None:
+    # All-zero and large rows: a model whose sums overflow is refused up front,
+    # not discovered on a live request.
+    probe = np.array([np.zeros(n_features), np.full(n_features, 1e6)])
+    raw = model.raw(probe)
+    out = np.exp(raw) if model.log_link else raw
+    if not np.isfinite(out).all():
+        raise ValueError(f"{where}: predictions on probe rows are not finite ({out.tolist()})")
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(document)"
+        parts.append(f"{loc}: {err['msg']}")
+    more = len(exc.errors()) - 5
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def export_hist_gradient_boosting(estimator) -> dict:
+    """A fitted sklearn HistGradientBoostingRegressor as a REG dict (trees kind).
+
+    Supports numeric features only (no categorical splits) and losses with an
+    identity link (squared_error, absolute_error, quantile) or a log link
+    (poisson, gamma). Reads the fitted node arrays; nothing is pickled.
+    """
+    predictors = getattr(estimator, "_predictors", None)
+    if predictors is None:
+        raise ValueError("export_hist_gradient_boosting: estimator is not fitted")
+    if getattr(estimator, "is_categorical_", None) is not None and np.any(estimator.is_categorical_):
+        raise ValueError("export_hist_gradient_boosting: categorical features are not supported")
+    link_name = type(estimator._loss.link).__name__
+    if link_name == "IdentityLink":
+        link = "identity"
+    elif link_name == "LogLink":
+        link = "log"
+    else:
+        raise ValueError(f"export_hist_gradient_boosting: unsupported link {link_name}")
+    trees = []
+    for per_iteration in predictors:
+        if len(per_iteration) != 1:
+            raise ValueError("export_hist_gradient_boosting: multi-output models are not supported")
+        nodes = per_iteration[0].nodes
+        trees.append(
+            {
+                "feature": nodes["feature_idx"].astype(int).tolist(),
+                "threshold": np.clip(nodes["num_threshold"], -_FLOAT_MAX, _FLOAT_MAX).tolist(),
+                "left": nodes["left"].astype(int).tolist(),
+                "right": nodes["right"].astype(int).tolist(),
+                "value": nodes["value"].astype(float).tolist(),
+                "is_leaf": nodes["is_leaf"].astype(bool).tolist(),
+            }
+        )
+    return {
+        "kind": "hist_gradient_boosting",
+        "link": link,
+        "baseline": float(np.ravel(estimator._baseline_prediction)[0]),
+        "trees": trees,
+    }
+
+
+def export_linear(estimator, *, link: Literal["identity", "log"] = "identity") -> dict:
+    """A fitted sklearn linear model (coef_, intercept_) as a REG dict (linear kind)."""
+    if not hasattr(estimator, "coef_"):
+        raise ValueError("export_linear: estimator is not fitted (no coef_)")
+    return {
+        "kind": "linear",
+        "link": link,
+        "intercept": float(np.ravel(estimator.intercept_)[0]),
+        "coef": np.ravel(estimator.coef_).astype(float).tolist(),
+    }
+
+
+def model_document(
+    *,
+    version: str,
+    ttft_mean: dict,
+    tpot_mean: dict,
+    ttft_p90: dict | None = None,
+    tpot_p90: dict | None = None,
+    metrics: dict[str, float] | None = None,
+    created_at_s: float | None = None,
+    notes: str = "",
+) -> dict:
+    """Assemble a publishable document from exported REG dicts (feature names filled in)."""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "version": version,
+        "created_at_s": created_at_s,
+        "metrics": dict(metrics or {}),
+        "notes": notes,
+        "targets": {
+            "ttft": {"feature_names": list(FEATURES["ttft"]), "mean": ttft_mean, "p90": ttft_p90},
+            "tpot": {"feature_names": list(FEATURES["tpot"]), "mean": tpot_mean, "p90": tpot_p90},
+        },
+    }

@@ -1,0 +1,137 @@
+"""Latency prediction for routing: the published model if any, else a profile-derived estimate.
+
+`ProfileEstimator` turns the same feature rows a published model sees into TTFT
+and TPOT from pre-deployment profiling data (no training needed):
+
+* TTFT on a prefill or aggregated endpoint = the request's own single-request
+  prefill time at its uncached prompt length + the time to drain the prefill
+  work queued ahead of it (max of prefill tokens in flight and waiting requests
+  x this prompt) at the profiled prefill throughput. Aggregated endpoints add
+  one decode step (running decodes share the engine). On a decode endpoint,
+  TTFT is its first decode step.
+* TPOT on a decode or aggregated endpoint = the profiled ITL at the KV usage
+  after adding this prompt and at the mean context per running request
+  (KV tokens / (running + 1)). Prefill endpoints have no TPOT (0).
+
+Profile curves are tabulated once at construction (the profile classes warn on
+each clamp; the tables clamp silently to the profiled range, which is what a
+router wants on every request), so an estimate is a few vectorised lookups.
+The estimate assumes one GPU per engine, like the profile's per-GPU figures.
+
+`LatencyPredictor.snapshot()` pins one model for a whole pick, so a model swap
+in the middle of a pick cannot mix two versions.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from routing.features import TPOT_FEATURES, TTFT_FEATURES, Target
+
+_COL = {name: j for j, name in enumerate(TPOT_FEATURES)}
+_ISL_POINTS = 256
+_KV_POINTS = 129
+_CTX_POINTS = 64
+
+
+class LatencyModelLike(Protocol):
+    def predict(self, target: Target, x: np.ndarray, *, quantile: Literal["mean", "p90"] = "mean") -> np.ndarray: ...
+
+
+class ProfileEstimator:
+    """TTFT/TPOT (ms) from an EngineProfile (planner.profile), on feature rows."""
+
+    version = None
+
+    def __init__(self, profile):
+        """profile: planner.profile.EngineProfile (prefill and decode profiles, name)."""
+        self.name = profile.name
+        self.max_kv_tokens = float(profile.decode.max_kv_tokens)
+        lo, hi = profile.prefill.isl_range_tokens
+        self._isl = np.geomspace(lo, hi, _ISL_POINTS)
+        self._ttft_ms = np.asarray(profile.prefill.ttft_ms_many(self._isl), dtype=float)
+        self._thpt = np.asarray(profile.prefill.throughput_per_gpu_many(self._isl), dtype=float)
+        clo, chi = profile.decode.context_range_tokens
+        self._ctx = np.geomspace(clo, chi, _CTX_POINTS) if chi > clo else np.array([clo, clo * (1 + 1e-9)])
+        self._inv_ctx = 1.0 / self._ctx
+        kv = np.linspace(0.0, 1.0, _KV_POINTS)
+        with warnings.catch_warnings():
+            # KV usage above what was measured at a context is clamped: the
+            # table then holds the highest measured ITL there, on purpose.
+            warnings.simplefilter("ignore")
+            self._itl = np.array([profile.decode.itl_ms_many(kv, c) for c in self._ctx])
+        if not (np.isfinite(self._ttft_ms).all() and np.isfinite(self._thpt).all() and np.isfinite(self._itl).all()):
+            raise ValueError(f"profile {profile.name}: tabulated curves are not finite")
+
+    def predict(self, target: Target, x: np.ndarray, *, quantile: str = "mean") -> np.ndarray:
+        """Predicted latency, ms, per feature row (columns FEATURES[target]); quantile is ignored."""
+        is_prefill = x[:, _COL["role_prefill"]] == 1.0
+        is_decode = x[:, _COL["role_decode"]] == 1.0
+        if target == "tpot":
+            return np.where(is_prefill, 0.0, self._tpot(x))
+        input_tokens = x[:, _COL["input_tokens"]]
+        uncached = np.maximum(input_tokens * (1.0 - x[:, _COL["prefix_cache_hit_frac"]]), 1.0)
+        own_ms = np.interp(uncached, self._isl, self._ttft_ms)
+        thpt = np.interp(uncached, self._isl, self._thpt)
+        queued = np.maximum(x[:, _COL["prefill_tokens_in_flight"]], x[:, _COL["waiting_requests"]] * uncached)
+        prefill_ms = own_ms + queued / thpt * 1e3
+        if is_prefill.all():
+            return prefill_ms
+        step_ms = self._tpot(x)
+        return np.where(is_prefill, prefill_ms, np.where(is_decode, step_ms, prefill_ms + step_ms))
+
+    def _tpot(self, x: np.ndarray) -> np.ndarray:
+        kv = np.minimum(x[:, _COL["kv_usage_frac"]] + x[:, _COL["input_tokens"]] / self.max_kv_tokens, 1.0)
+        running = x[:, _COL["running_requests"]] + 1.0
+        ctx = np.maximum(kv * self.max_kv_tokens / running, 1.0)
+        return self._itl_at(kv, ctx)
+
+    def _itl_at(self, kv: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        kf = np.clip(kv, 0.0, 1.0) * (_KV_POINTS - 1)
+        k0 = np.minimum(kf.astype(np.int64), _KV_POINTS - 2)
+        wk = kf - k0
+        c = np.clip(ctx, self._ctx[0], self._ctx[-1])
+        j = np.clip(np.searchsorted(self._ctx, c), 1, self._ctx.size - 1)
+        i = j - 1
+        # Linear in 1/context between rows, as the profile interpolates.
+        w = (self._inv_ctx[i] - 1.0 / c) / (self._inv_ctx[i] - self._inv_ctx[j])
+        t = self._itl
+        a = t[i, k0] * (1 - wk) + t[i, k0 + 1] * wk
+        b = t[j, k0] * (1 - wk) + t[j, k0 + 1] * wk
+        return a + w * (b - a)
+
+
+@dataclass(frozen=True)
+class PinnedModel:
+    """The model one pick uses: `version` None means the profile estimate."""
+
+    model: LatencyModelLike
+    version: str | None
+    quantile: Literal["mean", "p90"]
+
+    def predict(self, target: Target, x: np.ndarray) -> np.ndarray:
+        return self.model.predict(target, x, quantile=self.quantile)
+
+
+class LatencyPredictor:
+    """Serves the active published model (from a ModelStore), else the profile estimate."""
+
+    def __init__(self, *, estimate: ProfileEstimator, models=None, quantile: Literal["mean", "p90"] = "p90"):
+        """models: routing.model_store.ModelStore or None (estimate only)."""
+        self.estimate = estimate
+        self.models = models
+        self.quantile = quantile
+
+    def snapshot(self) -> PinnedModel:
+        active = self.models.active if self.models is not None else None
+        if active is None:
+            return PinnedModel(self.estimate, None, self.quantile)
+        return PinnedModel(active, active.version, self.quantile)
+
+
+# The column lists are re-exported for callers building rows by hand.
+__all__ = ["LatencyPredictor", "PinnedModel", "ProfileEstimator", "TPOT_FEATURES", "TTFT_FEATURES"]
