@@ -346,7 +346,8 @@ def multiply_load(trace: Trace, k: float, *, seed: int, jitter_s: float = 1.0) -
     arrival = np.maximum(np.concatenate(arrivals), 0.0) if arrivals else np.zeros(0)
     hashes = [trace.hash_ids[i] for i in idx_all] if trace.hash_ids is not None else None
     return _make_trace(
-        f"{trace.name}*load{k:g}", arrival, trace.isl_tokens[idx_all], trace.osl_tokens[idx_all], hashes
+        f"{trace.name}*load{k:g}", arrival, trace.isl_tokens[idx_all], trace.osl_tokens[idx_all], hashes,
+        skipped=trace.skipped_lines, examples=trace.skipped_examples,
     )
 
 
@@ -390,7 +391,8 @@ def jitter_within_ticks(trace: Trace, *, tick_s: float, seed: int) -> Trace:
     rng = np.random.default_rng(seed)
     arrival = trace.arrival_s + rng.uniform(0.0, tick_s, size=len(trace))
     return _make_trace(
-        f"{trace.name}~jitter{tick_s:g}", arrival, trace.isl_tokens, trace.osl_tokens, trace.hash_ids
+        f"{trace.name}~jitter{tick_s:g}", arrival, trace.isl_tokens, trace.osl_tokens, trace.hash_ids,
+        skipped=trace.skipped_lines, examples=trace.skipped_examples,
     )
 
 

@@ -1,0 +1,135 @@
+"""`sla-planner what-if`: replay a trace through a simulated fleet under a scaling policy.
+
+The trace format is detected from the content (Azure CSV, Mooncake JSONL, plain or
+gzip; ServeGen .tar.gz archives are synthesised into a request stream). Prints the
+headline figures; --json writes them (requests, slo_attainment, ttft_ms and itl_ms
+p50/p90/p99, gpu_hours, oracle_gpu_hours, scale_events, wall_s, ...).
+
+Policies: planner, planner:<predictor>, dynamo, saturation, static:<P>x<D>, oracle
+(and dynamo-peer when NVIDIA Dynamo's planner package is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "what-if",
+        help="replay a trace through a simulated fleet under a policy (SLA attainment, GPU-hours)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--trace", required=True, help="trace file (Azure CSV, Mooncake JSONL, ServeGen .tar.gz)")
+    p.add_argument("--profile", required=True, help="profiler output folder (selected_*_interpolation/raw_data.npz)")
+    p.add_argument("--ttft-ms", type=float, required=True, help="TTFT target, ms")
+    p.add_argument("--itl-ms", type=float, required=True, help="ITL target, ms")
+    p.add_argument("--policy", default="planner", help="scaling policy (default: %(default)s)")
+    p.add_argument("--startup-s", type=float, default=60.0, help="worker startup delay, s (default: %(default)s)")
+    p.add_argument("--interval-s", type=float, default=60.0, help="adjustment interval, s (default: %(default)s)")
+    p.add_argument("--load-multiplier", type=float, default=1.0,
+                   help="superpose this many jittered copies of the trace (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed for load multiplication and synthesis (default: 0)")
+    p.add_argument("--router", default="least-loaded", choices=["least-loaded", "round-robin"],
+                   help="request router (default: %(default)s)")
+    p.add_argument("--with-oracle", action="store_true", help="also compute the oracle's GPU-hours (slower)")
+    p.add_argument("--skip-malformed", action="store_true", help="skip malformed trace lines instead of failing")
+    p.add_argument("--max-replicas", type=int, default=16, help="most workers per pool (default: %(default)s)")
+    p.add_argument("--servegen-start-s", type=float, default=86_400.0,
+                   help="ServeGen: offset into the archive, s (default: %(default)s)")
+    p.add_argument("--servegen-duration-s", type=float, default=3_600.0,
+                   help="ServeGen: duration to synthesise, s (default: %(default)s)")
+    p.add_argument("--servegen-rate-scale", type=float, default=0.005,
+                   help="ServeGen: multiply every client's rate (default: %(default)s)")
+    p.add_argument("--json", dest="json_out", default=None, help="write the summary JSON here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _scenario(args: argparse.Namespace):
+    from sim.whatif import WhatIfScenario
+
+    return WhatIfScenario(
+        trace=args.trace,
+        profile_dir=args.profile,
+        ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms,
+        policy=args.policy,
+        startup_s=args.startup_s,
+        interval_s=args.interval_s,
+        load_multiplier=args.load_multiplier,
+        seed=args.seed,
+        router=args.router,
+        with_oracle=args.with_oracle,
+        skip_malformed=args.skip_malformed,
+        servegen_start_s=args.servegen_start_s,
+        servegen_duration_s=args.servegen_duration_s,
+        servegen_rate_scale=args.servegen_rate_scale,
+        max_replicas=args.max_replicas,
+    )
+
+
+def _print_summary(s: dict) -> None:
+    def p(d):
+        return " / ".join("n/a" if d[k] is None else f"{d[k]:.1f}" for k in ("p50", "p90", "p99"))
+
+    print(f"trace            {s['trace']} ({s['requests']:,} requests)")
+    print(f"policy           {s['policy']}")
+    print(f"SLA attainment   {100 * s['slo_attainment']:.2f}% "
+          f"(TTFT {100 * s['ttft_attainment']:.2f}%, ITL {100 * s['itl_attainment']:.2f}%)")
+    print(f"TTFT ms          p50/p90/p99 {p(s['ttft_ms'])}")
+    print(f"ITL ms           p50/p90/p99 {p(s['itl_ms'])}")
+    print(f"GPU-hours        {s['gpu_hours']:.2f}"
+          + ("" if s["oracle_gpu_hours"] is None else f" (oracle {s['oracle_gpu_hours']:.2f})"))
+    print(f"scale events     {s['scale_events']}")
+    print(f"wall             {s['wall_s']:.1f} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from planner.config import format_validation_error
+    from sim.whatif import load_scenario_trace, run_what_if
+
+    try:
+        sc = _scenario(args)
+    except ValidationError as exc:
+        print(format_validation_error(exc, source="sla-planner what-if"), file=sys.stderr)
+        return 2
+    try:
+        trace = load_scenario_trace(sc)
+    except (ValueError, OSError) as exc:
+        print(f"sla-planner what-if: {exc}", file=sys.stderr)
+        return 2
+    bar = None
+    progress = None
+    if not args.no_progress and sc.policy != "oracle":
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(trace), unit="req", desc=f"{sc.policy}", file=sys.stderr, dynamic_ncols=True)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(done - bar.n)
+
+    try:
+        summary, _ = run_what_if(sc, trace=trace, progress=progress)
+    except ValueError as exc:
+        print(f"sla-planner what-if: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if bar is not None:
+            bar.close()
+    if trace.skipped_lines:
+        print(f"skipped {trace.skipped_lines} malformed lines: {'; '.join(trace.skipped_examples)}", file=sys.stderr)
+    _print_summary(summary)
+    if args.json_out:
+        out = Path(args.json_out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0

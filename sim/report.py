@@ -1,0 +1,180 @@
+"""What a replay means: SLA attainment, latency percentiles, GPU-hours, scale events, plots.
+
+`summarize` gives the JSON the CLI writes and the flows publish; `plot_*` draw PNG
+figures with matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from sim.replay import ReplayResult
+
+PERCENTILES = (50, 90, 99)
+
+
+def _percentiles(values: np.ndarray) -> dict[str, float | None]:
+    v = values[np.isfinite(values)]
+    if not len(v):
+        return {f"p{p}": None for p in PERCENTILES}
+    return {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES))}
+
+
+def summarize(result: ReplayResult, *, oracle_gpu_hours: float | None = None, extra: dict | None = None) -> dict:
+    """The replay's headline figures as plain JSON-able values.
+
+    slo_attainment: share of requests meeting both the TTFT and the ITL target (0..1).
+    ttft_ms / itl_ms / e2e_ms: p50, p90, p99 over requests (ITL over requests with >1 token).
+    gpu_hours: GPUs allocated (starting, ready or draining) integrated over the replay.
+    scale_events: pool-level target changes applied.
+    """
+    req = result.requests
+    met = result.sla_met()
+    slo = result.scenario.slo
+    ttft = req.ttft_ms
+    itl = req.itl_ms
+    itl_ok = np.isnan(itl) | (itl <= slo.itl_ms)
+    out = {
+        "trace": result.trace_name,
+        "policy": result.policy,
+        "requests": int(len(req.arrival_s)),
+        "completed": int(np.isfinite(req.finish_s).sum()),
+        "slo_attainment": float(met.mean()) if len(met) else 1.0,
+        "ttft_attainment": float((ttft <= slo.ttft_ms).mean()) if len(ttft) else 1.0,
+        "itl_attainment": float(itl_ok.mean()) if len(itl) else 1.0,
+        "ttft_ms": _percentiles(ttft),
+        "itl_ms": _percentiles(itl),
+        "e2e_ms": _percentiles(req.e2e_ms),
+        "gpu_hours": result.gpu_hours,
+        "gpu_hours_by_pool": {k: v / 3600.0 for k, v in result.gpu_seconds.items()},
+        "oracle_gpu_hours": oracle_gpu_hours,
+        "scale_events": len(result.scale_log),
+        "max_replicas": {
+            "prefill": int(max(result.timeline.prefill_allocated, default=0)),
+            "decode": int(max(result.timeline.decode_allocated, default=0)),
+        },
+        "simulated_s": result.end_s,
+        "wall_s": result.wall_s,
+        "requests_per_wall_s": len(req.arrival_s) / result.wall_s if result.wall_s > 0 else None,
+        "scenario": {
+            "ttft_ms": slo.ttft_ms,
+            "itl_ms": slo.itl_ms,
+            "interval_s": result.scenario.interval_s,
+            "startup_s": result.scenario.sim.startup_s,
+            "router": result.scenario.router,
+        },
+    }
+    if extra:
+        out.update(extra)
+    return out
+
+
+def markdown_report(summary: dict) -> str:
+    """A short Markdown table of the headline figures (for a Prefect artifact)."""
+
+    def ms(d: dict, key: str) -> str:
+        v = d[key]
+        return "n/a" if v is None else f"{v:.1f}"
+
+    s = summary
+    oracle = "n/a" if s.get("oracle_gpu_hours") is None else f"{s['oracle_gpu_hours']:.2f}"
+    rows = [
+        ("trace", s["trace"]),
+        ("policy", s["policy"]),
+        ("requests", f"{s['requests']:,}"),
+        ("SLA attainment (TTFT and ITL)", f"{100 * s['slo_attainment']:.2f}%"),
+        ("TTFT p50 / p90 / p99, ms", " / ".join(ms(s["ttft_ms"], k) for k in ("p50", "p90", "p99"))),
+        ("ITL p50 / p90 / p99, ms", " / ".join(ms(s["itl_ms"], k) for k in ("p50", "p90", "p99"))),
+        ("GPU-hours", f"{s['gpu_hours']:.2f}"),
+        ("oracle GPU-hours", oracle),
+        ("scale events", str(s["scale_events"])),
+        (
+            "SLA targets",
+            f"TTFT {s['scenario']['ttft_ms']:g} ms, ITL {s['scenario']['itl_ms']:g} ms, "
+            f"interval {s['scenario']['interval_s']:g} s, startup {s['scenario']['startup_s']:g} s",
+        ),
+        ("wall time, s", f"{s['wall_s']:.1f}"),
+    ]
+    lines = ["| quantity | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_load_vs_replicas(result: ReplayResult, path: str | Path) -> Path:
+    """PNG: request rate per interval against ready/allocated workers of both pools."""
+    plt = _figure()
+    tl = result.timeline
+    t_min = np.asarray(tl.t_s) / 60.0
+    rps = np.asarray(tl.arrivals) / result.scenario.interval_s
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
+    ax.plot(t_min, rps, color="0.4", label="arrivals, req/s")
+    ax.set_xlabel("time, min")
+    ax.set_ylabel("requests/s")
+    ax2 = ax.twinx()
+    ax2.step(t_min, tl.prefill_ready, where="post", color="tab:blue", label="prefill ready")
+    ax2.step(t_min, tl.decode_ready, where="post", color="tab:orange", label="decode ready")
+    ax2.step(t_min, tl.prefill_allocated, where="post", color="tab:blue", ls=":", label="prefill allocated")
+    ax2.step(t_min, tl.decode_allocated, where="post", color="tab:orange", ls=":", label="decode allocated")
+    ax2.set_ylabel("workers")
+    ax2.set_ylim(bottom=0)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    ax.set_title(f"{result.trace_name}: load vs workers ({result.policy})")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
+def plot_latency(result: ReplayResult, path: str | Path) -> Path:
+    """PNG: per-interval p90 TTFT and ITL (by arrival interval) against the targets."""
+    plt = _figure()
+    req = result.requests
+    interval = result.scenario.interval_s
+    n = max(1, int(math.ceil(result.end_s / interval)))
+    idx = np.minimum((req.arrival_s // interval).astype(int), n - 1)
+    ttft, itl = req.ttft_ms, req.itl_ms
+    p90_ttft = np.full(n, np.nan)
+    p90_itl = np.full(n, np.nan)
+    order = np.argsort(idx, kind="stable")
+    bounds = np.searchsorted(idx[order], np.arange(n + 1))
+    for i in range(n):
+        sel = order[bounds[i] : bounds[i + 1]]
+        if len(sel):
+            p90_ttft[i] = np.nanpercentile(ttft[sel], 90)
+            v = itl[sel]
+            if np.isfinite(v).any():
+                p90_itl[i] = np.nanpercentile(v, 90)
+    t_min = (np.arange(n) + 0.5) * interval / 60.0
+    slo = result.scenario.slo
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 6), dpi=100, sharex=True)
+    a1.plot(t_min, p90_ttft, color="tab:blue", label="p90 TTFT")
+    a1.axhline(slo.ttft_ms, color="tab:red", ls="--", label=f"target {slo.ttft_ms:g} ms")
+    a1.set_ylabel("TTFT, ms")
+    a1.set_yscale("log")
+    a1.legend(fontsize=8)
+    a2.plot(t_min, p90_itl, color="tab:orange", label="p90 ITL")
+    a2.axhline(slo.itl_ms, color="tab:red", ls="--", label=f"target {slo.itl_ms:g} ms")
+    a2.set_ylabel("ITL, ms")
+    a2.set_xlabel("time, min (by arrival)")
+    a2.legend(fontsize=8)
+    a1.set_title(f"{result.trace_name}: latency over time ({result.policy})")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

@@ -1,0 +1,140 @@
+"""One what-if scenario, end to end: load the trace, build the fleet, replay a policy.
+
+`WhatIfScenario` is the typed input of the CLI, the what-if flow and each cell of
+a sweep. `run_what_if` returns the JSON summary and the full replay.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from connectors.profiles import load_profile_dir
+from planner.config import SloTarget
+from planner.profile import ProfileRangeWarning
+from sim.engine import SimConfig
+from sim.lookup import ProfileTables
+from sim.policies import default_planner_config, make_policy
+from sim.replay import ReplayResult, Scenario, replay
+from sim.report import summarize
+from sim.servegen import load_servegen, synthesize_servegen
+from sim.traces import Trace, detect_format, detect_tick_s, jitter_within_ticks, load_trace, multiply_load
+
+
+class WhatIfScenario(BaseModel):
+    """A what-if question: this trace, this much load, these SLA targets, this policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: str = Field(description="trace file: Azure CSV(.gz), Mooncake JSONL(.gz) or ServeGen .tar.gz")
+    profile_dir: str = Field(description="profiler output folder (selected_*_interpolation/raw_data.npz)")
+    ttft_ms: float = Field(200.0, gt=0, description="TTFT target, ms")
+    itl_ms: float = Field(10.0, gt=0, description="ITL target, ms")
+    policy: str = Field("planner", description="planner, planner:<predictor>, dynamo, saturation, static:<P>x<D>, oracle")
+    startup_s: float = Field(60.0, ge=0, description="time from adding a worker to it serving, s")
+    interval_s: float = Field(60.0, gt=0, description="planner adjustment interval, s")
+    load_multiplier: float = Field(1.0, gt=0, le=1000, description="superpose this many jittered copies of the trace")
+    jitter_s: float = Field(1.0, ge=0, description="random shift of each copied request (load multiplier), s")
+    seed: int = Field(0, ge=0, description="seed for load multiplication, tick jitter and ServeGen synthesis")
+    router: str = Field("least-loaded", description="least-loaded or round-robin")
+    with_oracle: bool = Field(False, description="also compute the oracle's GPU-hours for comparison")
+    skip_malformed: bool = Field(False, description="skip malformed trace lines (counted) instead of failing")
+    servegen_start_s: float = Field(86_400.0, ge=0, description="ServeGen: where in the archive to start, s")
+    servegen_duration_s: float = Field(3_600.0, gt=0, description="ServeGen: how much to synthesise, s")
+    servegen_rate_scale: float = Field(
+        0.005, gt=0, description="ServeGen: multiply every client's rate (the archives run ~1,800 req/s)"
+    )
+    max_replicas: int = Field(16, ge=1, description="most workers per pool (planner bounds, oracle search)")
+
+    def slo(self) -> SloTarget:
+        return SloTarget(ttft_ms=self.ttft_ms, itl_ms=self.itl_ms)
+
+
+def load_scenario_trace(sc: WhatIfScenario) -> Trace:
+    """The request stream the scenario replays: loaded or synthesised, de-ticked, multiplied."""
+    path = Path(sc.trace)
+    fmt = detect_format(path)
+    if fmt == "servegen":
+        data = load_servegen(path)
+        trace = synthesize_servegen(
+            data,
+            start_s=sc.servegen_start_s,
+            duration_s=sc.servegen_duration_s,
+            seed=sc.seed,
+            rate_scale=sc.servegen_rate_scale,
+        )
+    else:
+        trace = load_trace(path, fmt=fmt, skip_malformed=sc.skip_malformed)
+        tick = detect_tick_s(trace)
+        if tick is not None:
+            trace = jitter_within_ticks(trace, tick_s=tick, seed=sc.seed)
+    if len(trace) == 0:
+        raise ValueError(f"{path}: the scenario's trace has no requests")
+    if sc.load_multiplier != 1.0:
+        trace = multiply_load(trace, sc.load_multiplier, seed=sc.seed, jitter_s=sc.jitter_s)
+    return trace
+
+
+def build_scenario(sc: WhatIfScenario) -> Scenario:
+    return Scenario(
+        slo=sc.slo(),
+        interval_s=sc.interval_s,
+        sim=SimConfig(startup_s=sc.startup_s),
+        router=sc.router,
+    )
+
+
+def run_what_if(
+    sc: WhatIfScenario,
+    *,
+    trace: Trace | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[dict, ReplayResult]:
+    """Replay the scenario; (JSON summary, replay). Oracle GPU-hours when asked or when it is the policy."""
+    from sim.oracle import oracle_plan
+
+    trace = trace if trace is not None else load_scenario_trace(sc)
+    profile = load_profile_dir(sc.profile_dir)
+    tables = ProfileTables(profile)
+    scenario = build_scenario(sc)
+    cfg = default_planner_config(
+        profile_dir=sc.profile_dir, ttft_ms=sc.ttft_ms, itl_ms=sc.itl_ms, interval_s=sc.interval_s
+    )
+    cfg = cfg.model_copy(
+        update={
+            "decision": cfg.decision.model_copy(
+                update={
+                    "prefill": cfg.decision.prefill.model_copy(update={"max_replicas": sc.max_replicas}),
+                    "decode": cfg.decision.decode.model_copy(update={"max_replicas": sc.max_replicas}),
+                }
+            )
+        }
+    )
+    oracle_gpu_hours = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileRangeWarning)
+        if sc.policy == "oracle":
+            plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas)
+            result = plan.result
+            oracle_gpu_hours = result.gpu_hours
+        else:
+            policy = make_policy(sc.policy, cfg=cfg, profile=profile)
+            result = replay(trace, tables, policy, scenario=scenario, progress=progress)
+            if sc.with_oracle:
+                oracle_gpu_hours = oracle_plan(
+                    trace, tables, scenario=scenario, max_replicas=sc.max_replicas
+                ).result.gpu_hours
+    summary = summarize(
+        result,
+        oracle_gpu_hours=oracle_gpu_hours,
+        extra={
+            "load_multiplier": sc.load_multiplier,
+            "profile": profile.name,
+            "trace_path": str(sc.trace),
+            "skipped_lines": trace.skipped_lines,
+        },
+    )
+    return summary, result
