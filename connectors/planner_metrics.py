@@ -1,0 +1,141 @@
+"""The planner's own gauges in Prometheus format, for dashboards, HPA or KEDA.
+
+Each planner run calls `PlannerMetrics.update` with what it saw and decided;
+the gauges are served on `/metrics` (`serve`) and/or pushed to a Pushgateway
+(`push`, for short-lived flow runs). The metrics live in their own
+CollectorRegistry, never the process-global one, so several planners (or
+tests) in one process don't collide.
+
+Gauges (labels: namespace, model, and pool where it applies):
+
+- sla_planner_desired_replicas, sla_planner_current_replicas, sla_planner_ready_replicas
+- sla_planner_last_decision_id, sla_planner_last_decision_done (1/0)
+- sla_planner_last_decision_applied (1 if the last run wrote targets)
+- sla_planner_correction_factor (observed / expected latency)
+- sla_planner_predicted_requests, sla_planner_predicted_requests_p90 (per interval),
+  sla_planner_predicted_isl_tokens, sla_planner_predicted_osl_tokens
+- sla_planner_observed_requests, sla_planner_observed_ttft_ms, sla_planner_observed_itl_ms,
+  sla_planner_observation_stale (1/0)
+- sla_planner_last_run_timestamp_seconds
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from threading import Thread
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, push_to_gateway, start_http_server
+
+from planner.types import POOLS, Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, is_number
+
+_BASE = ("namespace", "model")
+_POOL = _BASE + ("pool",)
+
+
+@dataclass
+class MetricsServer:
+    """A running /metrics endpoint; close() stops it."""
+
+    port: int
+    _server: object
+    _thread: Thread
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class PlannerMetrics:
+    """The planner's gauges for one (namespace, model), in a private registry."""
+
+    def __init__(self, *, namespace: str, model_id: str, registry: CollectorRegistry | None = None):
+        self.namespace = namespace
+        self.model_id = model_id
+        self.registry = registry if registry is not None else CollectorRegistry()
+
+        def gauge(name: str, doc: str, labels=_BASE) -> Gauge:
+            return Gauge(name, doc, labels, registry=self.registry)
+
+        self.desired_replicas = gauge("sla_planner_desired_replicas", "replicas the last decision asked for", _POOL)
+        self.current_replicas = gauge("sla_planner_current_replicas", "replicas the deployment has (spec)", _POOL)
+        self.ready_replicas = gauge("sla_planner_ready_replicas", "replicas ready to serve", _POOL)
+        self.last_decision_id = gauge("sla_planner_last_decision_id", "id of the last applied decision")
+        self.last_decision_done = gauge("sla_planner_last_decision_done", "1 when the last decision's targets are reached")
+        self.last_decision_applied = gauge("sla_planner_last_decision_applied", "1 if the last run wrote new targets")
+        self.correction_factor = gauge("sla_planner_correction_factor", "observed / expected latency", _POOL)
+        self.predicted_requests = gauge("sla_planner_predicted_requests", "forecast requests in the next interval")
+        self.predicted_requests_p90 = gauge("sla_planner_predicted_requests_p90", "forecast p90 requests in the next interval")
+        self.predicted_isl_tokens = gauge("sla_planner_predicted_isl_tokens", "forecast mean input length, tokens")
+        self.predicted_osl_tokens = gauge("sla_planner_predicted_osl_tokens", "forecast mean output length, tokens")
+        self.observed_requests = gauge("sla_planner_observed_requests", "requests in the last interval")
+        self.observed_ttft_ms = gauge("sla_planner_observed_ttft_ms", "mean time to first token last interval, ms")
+        self.observed_itl_ms = gauge("sla_planner_observed_itl_ms", "mean inter-token latency last interval, ms")
+        self.observation_stale = gauge("sla_planner_observation_stale", "1 if the last observation was stale")
+        self.last_run_timestamp_seconds = gauge("sla_planner_last_run_timestamp_seconds", "Unix time of the last run")
+
+    def update(
+        self,
+        *,
+        now_s: float,
+        decision: Decision | None = None,
+        applied: DecisionRecord | None = None,
+        fleet: FleetState | None = None,
+        forecast: Forecast | None = None,
+        corrections: Corrections | None = None,
+        observation: Observation | None = None,
+    ) -> None:
+        """Set the gauges from one run's values; arguments left None keep their last value.
+
+        now_s: the run's time, Unix seconds. applied: what `Connector.apply`
+        returned (None when nothing was written).
+        """
+        base = (self.namespace, self.model_id)
+        self.last_run_timestamp_seconds.labels(*base).set(now_s)
+        if decision is not None:
+            self.desired_replicas.labels(*base, "prefill").set(decision.prefill_replicas)
+            self.desired_replicas.labels(*base, "decode").set(decision.decode_replicas)
+            self.last_decision_applied.labels(*base).set(1 if applied is not None else 0)
+        if fleet is not None:
+            for pool in POOLS:
+                state = getattr(fleet, pool)
+                self.current_replicas.labels(*base, pool).set(state.current_replicas)
+                self.ready_replicas.labels(*base, pool).set(state.ready_replicas)
+        record = applied or (fleet.last_decision if fleet is not None else None)
+        if record is not None:
+            self.last_decision_id.labels(*base).set(record.decision_id)
+            self.last_decision_done.labels(*base).set(1 if record.done else 0)
+        if corrections is not None:
+            self.correction_factor.labels(*base, "prefill").set(corrections.prefill)
+            self.correction_factor.labels(*base, "decode").set(corrections.decode)
+        if forecast is not None:
+            self.predicted_requests.labels(*base).set(forecast.num_requests)
+            self.predicted_requests_p90.labels(*base).set(forecast.num_requests_p90)
+            self.predicted_isl_tokens.labels(*base).set(forecast.avg_isl_tokens)
+            self.predicted_osl_tokens.labels(*base).set(forecast.avg_osl_tokens)
+        if observation is not None:
+            # NaN says "no data" on a dashboard; a stale previous value would lie.
+            for g, value in ((self.observed_requests, observation.num_requests),
+                             (self.observed_ttft_ms, observation.avg_ttft_ms),
+                             (self.observed_itl_ms, observation.avg_itl_ms)):
+                g.labels(*base).set(value if is_number(value) else float("nan"))
+            self.observation_stale.labels(*base).set(1 if observation.is_stale else 0)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text exposition format."""
+        return generate_latest(self.registry)
+
+    def serve(self, *, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+        """Serve /metrics on addr:port in a background thread (port 0: any free port)."""
+        server, thread = start_http_server(port, addr=addr, registry=self.registry)
+        return MetricsServer(port=server.server_address[1], _server=server, _thread=thread)
+
+    def push(self, *, gateway_url: str, job: str = "sla-planner", timeout_s: float = 10.0) -> None:
+        """Push the gauges to a Pushgateway, grouped by namespace and model (replaces that group)."""
+        try:
+            push_to_gateway(
+                gateway_url, job=job, registry=self.registry, timeout=timeout_s,
+                grouping_key={"namespace": self.namespace, "model": self.model_id},
+            )
+        except OSError as exc:
+            raise ConnectionError(f"pushing planner metrics to Pushgateway {gateway_url} (job {job}): {exc}") from exc

@@ -1,0 +1,146 @@
+"""The planner's own gauges: served over HTTP and scraped as text, or pushed."""
+
+from __future__ import annotations
+
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from connectors.planner_metrics import PlannerMetrics
+from planner.types import Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, PoolState
+from tests.fixtures_net import free_port
+
+NOW_S = 1_700_000_000.0
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} from a /metrics endpoint."""
+    resp = requests.get(url, timeout=5)
+    resp.raise_for_status()
+    samples = {}
+    for family in text_string_to_metric_families(resp.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def labels(pool: str | None = None) -> tuple:
+    items = {"namespace": "dyn", "model": "llama"}
+    if pool:
+        items["pool"] = pool
+    return tuple(sorted(items.items()))
+
+
+def one_run(metrics: PlannerMetrics) -> None:
+    fleet = FleetState(prefill=PoolState(2, 1), decode=PoolState(4, 4),
+                       last_decision=DecisionRecord(6, NOW_S - 60, 2, 4, done=False))
+    metrics.update(
+        now_s=NOW_S,
+        decision=Decision(prefill_replicas=3, decode_replicas=5, apply=True, reasons=()),
+        applied=DecisionRecord(7, NOW_S, 3, 5, done=False),
+        fleet=fleet,
+        forecast=Forecast(num_requests=120.0, avg_isl_tokens=3000.0, avg_osl_tokens=150.0,
+                          num_requests_p90=150.0, predictor="kalman"),
+        corrections=Corrections(prefill=1.25, decode=0.8),
+        observation=Observation(taken_at_s=NOW_S, interval_s=60.0, num_requests=110.0, avg_isl_tokens=2900.0,
+                                avg_osl_tokens=140.0, avg_ttft_ms=180.0, avg_itl_ms=None),
+    )
+
+
+def test_served_metrics_carry_the_run():
+    metrics = PlannerMetrics(namespace="dyn", model_id="llama")
+    one_run(metrics)
+    server = metrics.serve(port=0, addr="127.0.0.1")
+    try:
+        got = scrape(f"http://127.0.0.1:{server.port}/metrics")
+    finally:
+        server.close()
+
+    expected = {
+        ("sla_planner_desired_replicas", labels("prefill")): 3,
+        ("sla_planner_desired_replicas", labels("decode")): 5,
+        ("sla_planner_current_replicas", labels("prefill")): 2,
+        ("sla_planner_ready_replicas", labels("prefill")): 1,
+        ("sla_planner_current_replicas", labels("decode")): 4,
+        ("sla_planner_last_decision_id", labels()): 7,        # the applied record wins over fleet's 6
+        ("sla_planner_last_decision_done", labels()): 0,
+        ("sla_planner_last_decision_applied", labels()): 1,
+        ("sla_planner_correction_factor", labels("prefill")): 1.25,
+        ("sla_planner_correction_factor", labels("decode")): 0.8,
+        ("sla_planner_predicted_requests", labels()): 120,
+        ("sla_planner_predicted_requests_p90", labels()): 150,
+        ("sla_planner_predicted_isl_tokens", labels()): 3000,
+        ("sla_planner_predicted_osl_tokens", labels()): 150,
+        ("sla_planner_observed_requests", labels()): 110,
+        ("sla_planner_observed_ttft_ms", labels()): 180,
+        ("sla_planner_observation_stale", labels()): 0,
+        ("sla_planner_last_run_timestamp_seconds", labels()): NOW_S,
+    }
+    assert {k: got[k] for k in expected} == expected
+    assert math.isnan(got[("sla_planner_observed_itl_ms", labels())])  # no data: NaN, not a stale number
+
+
+def test_skipped_run_keeps_last_decision_and_reports_not_applied():
+    metrics = PlannerMetrics(namespace="dyn", model_id="llama")
+    one_run(metrics)
+    fleet = FleetState(prefill=PoolState(3, 3), decode=PoolState(5, 5),
+                       last_decision=DecisionRecord(7, NOW_S, 3, 5, done=True))
+    metrics.update(now_s=NOW_S + 60, decision=Decision(3, 5, apply=True, reasons=()), applied=None, fleet=fleet)
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(metrics.render().decode()) for s in f.samples}
+    assert got[("sla_planner_last_decision_applied", labels())] == 0
+    assert got[("sla_planner_last_decision_id", labels())] == 7
+    assert got[("sla_planner_last_decision_done", labels())] == 1
+    assert got[("sla_planner_ready_replicas", labels("prefill"))] == 3
+
+
+def test_registries_are_private():
+    a = PlannerMetrics(namespace="a", model_id="m")
+    b = PlannerMetrics(namespace="b", model_id="m")  # same names, no "Duplicated timeseries" error
+    a.update(now_s=NOW_S, decision=Decision(1, 1, apply=True, reasons=()))
+    assert b'namespace="a"' in a.render()
+    assert b'namespace="a"' not in b.render()
+    assert b"sla_planner_" not in generate_latest(REGISTRY)  # the process-global registry is untouched
+
+
+class _Capture(BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append((self.path, body.decode()))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_push_sends_the_group_to_the_gateway_api():
+    # No Pushgateway binary here: a stdlib server records what the client sends.
+    _Capture.received = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        metrics = PlannerMetrics(namespace="dyn", model_id="llama")
+        one_run(metrics)
+        metrics.push(gateway_url=f"http://127.0.0.1:{httpd.server_address[1]}", job="planner")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    ((path, body),) = _Capture.received
+    assert path == "/metrics/job/planner/model/llama/namespace/dyn"
+    assert 'sla_planner_desired_replicas{model="llama",namespace="dyn",pool="decode"} 5.0' in body
+
+
+def test_push_to_nowhere_is_a_connection_error():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConnectionError, match=rf"Pushgateway {url} \(job sla-planner\)"):
+        PlannerMetrics(namespace="dyn", model_id="llama").push(gateway_url=url, timeout_s=2)
