@@ -248,7 +248,7 @@ class PlannerMetricsConfig(_Strict):
     """The planner's own gauges: served for scraping and/or pushed."""
 
     enabled: bool = Field(True, description="publish the planner's gauges")
-    port: int | None = Field(None, ge=0, le=65535, description="serve /metrics on this port; None: don't serve")
+    port: int | None = Field(None, ge=1, le=65535, description="serve /metrics on this port; None: don't serve")
     addr: str = Field("0.0.0.0", description="address to serve /metrics on")
     pushgateway_url: str | None = Field(None, description="push to this Pushgateway after each run; None: don't push")
     push_job: str = Field("sla-planner", min_length=1, description="Pushgateway job label")

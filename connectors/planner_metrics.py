@@ -17,16 +17,28 @@ Gauges (labels: namespace, model, and pool where it applies):
 - sla_planner_observed_requests, sla_planner_observed_ttft_ms, sla_planner_observed_itl_ms,
   sla_planner_observation_stale (1/0)
 - sla_planner_last_run_timestamp_seconds
+
+`publish_run` is what a flow calls after each run: it pushes, and/or exposes
+the run's gauges on a per-process endpoint (one HTTP server per address and
+port, showing the newest run of each namespace/model published in this
+process). That endpoint is the only process-level state here; it only shows
+values, nothing reads it back to decide.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from threading import Thread
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, push_to_gateway, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, Metric, generate_latest, push_to_gateway, start_http_server
 
+from connectors.config import PlannerMetricsConfig
 from planner.types import POOLS, Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, is_number
+
+if TYPE_CHECKING:
+    from planner.pipeline import PlanResult
 
 _BASE = ("namespace", "model")
 _POOL = _BASE + ("pool",)
@@ -139,3 +151,102 @@ class PlannerMetrics:
             )
         except OSError as exc:
             raise ConnectionError(f"pushing planner metrics to Pushgateway {gateway_url} (job {job}): {exc}") from exc
+
+
+def publish_run(
+    cfg: PlannerMetricsConfig,
+    *,
+    result: "PlanResult",
+    record: DecisionRecord | None,
+    namespace: str,
+    model_id: str = "default",
+    now_s: float | None = None,
+) -> PlannerMetrics | None:
+    """Publish one run's gauges as `cfg` says (serve on cfg.port and/or push).
+
+    record: what the apply step returned (None: nothing written).
+    now_s: the run's time, seconds; None uses the observation's taken_at_s.
+    Returns the run's PlannerMetrics, or None when cfg.enabled is False.
+    """
+    if not cfg.enabled:
+        return None
+    metrics = PlannerMetrics(namespace=namespace, model_id=model_id)
+    metrics.update(
+        now_s=result.observation.taken_at_s if now_s is None else now_s,
+        decision=result.decision,
+        applied=record,
+        fleet=result.fleet,
+        forecast=result.forecast,
+        corrections=result.corrections,
+        observation=result.observation,
+    )
+    if cfg.port is not None:
+        expose(metrics, port=cfg.port, addr=cfg.addr)
+    if cfg.pushgateway_url:
+        metrics.push(gateway_url=cfg.pushgateway_url, job=cfg.push_job)
+    return metrics
+
+
+class _NewestRuns:
+    """A collector showing the newest PlannerMetrics per (namespace, model)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._newest: dict[tuple[str, str], CollectorRegistry] = {}
+
+    def set(self, metrics: PlannerMetrics) -> None:
+        with self._lock:
+            self._newest[(metrics.namespace, metrics.model_id)] = metrics.registry
+
+    def collect(self):
+        with self._lock:
+            registries = list(self._newest.values())
+        merged: dict[str, Metric] = {}
+        for registry in registries:
+            for family in registry.collect():
+                target = merged.get(family.name)
+                if target is None:
+                    target = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                target.samples.extend(family.samples)
+        yield from merged.values()
+
+
+@dataclass
+class _Endpoint:
+    server: MetricsServer
+    newest: _NewestRuns
+
+
+_endpoints: dict[tuple[str, int], _Endpoint] = {}
+_endpoints_lock = threading.Lock()
+
+
+def expose(metrics: PlannerMetrics, *, port: int, addr: str = "0.0.0.0") -> int:
+    """Show `metrics` on this process's /metrics endpoint at addr:port (started on first use).
+
+    Replaces the previously exposed run of the same namespace/model. Returns the port.
+    """
+    if port == 0:
+        raise ValueError("planner_metrics.port: give a fixed port (0 would open a new endpoint every run)")
+    with _endpoints_lock:
+        endpoint = _endpoints.get((addr, port))
+        if endpoint is None:
+            newest = _NewestRuns()
+            registry = CollectorRegistry()
+            registry.register(newest)
+            try:
+                server, thread = start_http_server(port, addr=addr, registry=registry)
+            except OSError as exc:
+                raise ConnectionError(f"planner metrics: cannot serve on {addr}:{port}: {exc}") from exc
+            endpoint = _endpoints[(addr, port)] = _Endpoint(MetricsServer(port, server, thread), newest)
+    endpoint.newest.set(metrics)
+    return port
+
+
+def stop_endpoints() -> None:
+    """Stop every endpoint `expose` started in this process (tests, shutdown)."""
+    with _endpoints_lock:
+        endpoints = list(_endpoints.values())
+        _endpoints.clear()
+    for endpoint in endpoints:
+        endpoint.server.close()

@@ -89,6 +89,12 @@ class PrometheusCollector:
     def close(self) -> None:
         self._prom.close()
 
+    def __enter__(self) -> "PrometheusCollector":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def collect(self, *, now_s: float, interval_s: float, history_intervals: int) -> Observation:
         """Observation for the interval ending at now_s.
 

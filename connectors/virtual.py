@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import ConnectionFailedError, ConnectionTimeoutError, Etcd3Exception
-from etcd3gw.utils import _encode
+from etcd3gw.utils import _decode, _encode
 
 from connectors.base import (
     ConcurrentWriteError,
@@ -141,8 +141,8 @@ class VirtualConnector:
         if not result.get("succeeded", False):
             raise ConcurrentWriteError(
                 f"etcd {self.config.etcd_url}: {doing}: {self._key(KEY_DECISION_ID)} is no longer "
-                f"{prev_id if prev_id is not None else '(absent)'}: another planner wrote a decision "
-                f"since this run read it; nothing written"
+                f"{prev_id if prev_id is not None else '(absent)'} but {_range_value(result)}: another "
+                f"planner wrote a decision since this run read it; nothing written"
             )
         return DecisionRecord(new_id, float(now_s), want[0], want[1], done=False)
 
@@ -234,3 +234,12 @@ class VirtualConnector:
             newest = max(confirmed, key=lambda e: e["id"])
             return (newest["prefill"], newest["decode"])
         return (self.config.initial_prefill_replicas, self.config.initial_decode_replicas)
+
+
+def _range_value(txn_result: dict) -> str:
+    """The value the failure branch's range read returned, for error messages."""
+    try:
+        kvs = txn_result["responses"][0]["response_range"].get("kvs") or []
+        return _decode(kvs[0]["value"]).decode() if kvs else "(absent)"
+    except (KeyError, IndexError, TypeError):
+        return "(unknown)"

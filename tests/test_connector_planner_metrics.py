@@ -11,7 +11,8 @@ import requests
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from connectors.planner_metrics import PlannerMetrics
+from connectors.config import PlannerMetricsConfig
+from connectors.planner_metrics import PlannerMetrics, publish_run, stop_endpoints
 from planner.types import Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, PoolState
 from tests.fixtures_net import free_port
 
@@ -144,3 +145,49 @@ def test_push_to_nowhere_is_a_connection_error():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ConnectionError, match=rf"Pushgateway {url} \(job sla-planner\)"):
         PlannerMetrics(namespace="dyn", model_id="llama").push(gateway_url=url, timeout_s=2)
+
+
+def plan_result(*, prefill: int, decode: int, taken_at_s: float):
+    from planner.pipeline import PlanResult
+
+    return PlanResult(
+        observation=Observation(taken_at_s=taken_at_s, interval_s=60.0, num_requests=50.0, avg_isl_tokens=1000.0,
+                                avg_osl_tokens=100.0, avg_ttft_ms=150.0, avg_itl_ms=8.0,
+                                stale_reasons=("prometheus: example",)),
+        fleet=FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1)),
+        corrections=Corrections(prefill=1.1, decode=0.9),
+        forecast=None,
+        sizing={},
+        saturation=None,
+        decision=Decision(prefill_replicas=prefill, decode_replicas=decode, apply=True, reasons=()),
+    )
+
+
+def test_publish_run_serves_the_newest_run_per_namespace():
+    port = free_port()
+    cfg = PlannerMetricsConfig(enabled=True, port=port, addr="127.0.0.1")
+    try:
+        publish_run(cfg, result=plan_result(prefill=2, decode=3, taken_at_s=NOW_S), record=None, namespace="dyn",
+                    model_id="llama")
+        publish_run(cfg, result=plan_result(prefill=4, decode=6, taken_at_s=NOW_S + 60),
+                    record=DecisionRecord(9, NOW_S + 60, 4, 6, done=False), namespace="dyn", model_id="llama")
+        publish_run(cfg, result=plan_result(prefill=1, decode=1, taken_at_s=NOW_S + 60), record=None,
+                    namespace="other", model_id="llama")
+        got = scrape(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        stop_endpoints()
+
+    assert got[("sla_planner_desired_replicas", labels("decode"))] == 6  # the second run replaced the first
+    assert got[("sla_planner_last_decision_id", labels())] == 9
+    assert got[("sla_planner_last_run_timestamp_seconds", labels())] == NOW_S + 60
+    assert got[("sla_planner_observation_stale", labels())] == 1
+    other = (("model", "llama"), ("namespace", "other"), ("pool", "decode"))
+    assert got[("sla_planner_desired_replicas", other)] == 1
+
+
+def test_publish_run_disabled_does_nothing():
+    cfg = PlannerMetricsConfig(enabled=False, port=free_port())
+    assert publish_run(cfg, result=plan_result(prefill=1, decode=1, taken_at_s=NOW_S), record=None,
+                       namespace="dyn") is None
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{cfg.port}/metrics", timeout=2)

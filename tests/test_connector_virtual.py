@@ -145,7 +145,7 @@ def test_concurrent_planner_cannot_write_the_same_id(etcd, etcd_namespace):
     flaky = FlakyClient(raw_client(etcd), before_txn=lambda: other.apply(decide(5, 5), now_s=T0_S + 30))
     ours = VirtualConnector(cfg, client=flaky)
 
-    with pytest.raises(ConcurrentWriteError, match=r"decision_id is no longer 1"):
+    with pytest.raises(ConcurrentWriteError, match=r"decision_id is no longer 1 but 2: another planner"):
         ours.apply(decide(2, 2), now_s=T0_S + 31)
 
     keys = raw_keys(etcd, etcd_namespace)
