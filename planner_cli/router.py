@@ -1,0 +1,138 @@
+"""`sla-planner router`: run the routing service, or register an endpoint with one.
+
+Serve (default):
+
+    SLA_ROUTER_TOKEN=... sla-planner router --host 0.0.0.0 --port 8080 --config configs/routing.yaml
+
+The admin token (model publishing, rollback, endpoint registration, samples)
+comes only from the environment variable named in the config (default
+SLA_ROUTER_TOKEN); there is no default token: without it the admin API
+answers 403. Without --config, --profile-dir is enough for a service with
+defaults.
+
+Register (run beside an engine, e.g. as an init container):
+
+    sla-planner router register --router-url http://router:8080 --id pf-0 --role prefill \\
+        --url http://10.0.0.5:8000 --labels-dir /etc/podinfo --level zone
+
+reads topology domains from one file per level in --labels-dir (a Downward
+API volume), waiting up to --wait-s for the --level file, then registers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "router",
+        help="run the SLO/topology-aware routing service (or register an endpoint with it)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    p.add_argument("--config", default=None, help="routing config YAML (RouterConfig)")
+    p.add_argument("--profile-dir", default=None, help="profile folder; overrides the config's profile_dir")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = p.add_subparsers(dest="router_command", metavar="{register}")
+    sub.required = False
+    r = sub.add_parser("register", help="register this engine with a running router")
+    r.add_argument("--router-url", required=True, help="base URL of the routing service")
+    r.add_argument("--id", required=True, help="endpoint id")
+    r.add_argument("--role", required=True, choices=["prefill", "decode", "aggregated"])
+    r.add_argument("--url", default=None, help="engine base URL (scraped for /metrics)")
+    r.add_argument("--domain", action="append", default=[], metavar="LEVEL=VALUE", help="topology domain, repeatable")
+    r.add_argument("--labels-dir", default=None, help="read domains from one file per level here")
+    r.add_argument("--levels", default="zone,rack,host", help="levels to read from --labels-dir (default: %(default)s)")
+    r.add_argument("--level", default=None, help="the KV-transfer level whose file must exist")
+    r.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for the --level file (default: %(default)s)")
+    r.add_argument("--poll-s", type=float, default=1.0, help="retry period while waiting (default: %(default)s)")
+    r.add_argument("--max-kv-tokens", type=int, default=None)
+    r.add_argument("--token-env", default="SLA_ROUTER_TOKEN", help="env var holding the admin token")
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "router_command", None) == "register":
+        return _register(args)
+    return _serve(args)
+
+
+def load_router_config(path: str | None, *, profile_dir: str | None):
+    """RouterConfig from a YAML file (or defaults), with profile_dir overridden."""
+    from planner.config import parse_yaml
+    from routing.config import RouterConfig
+
+    if path is None:
+        if profile_dir is None:
+            raise ValueError("give --config or --profile-dir (the latency estimate needs a profile)")
+        return RouterConfig(profile_dir=profile_dir)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    cfg = parse_yaml(text, RouterConfig, source=path)
+    if profile_dir is not None:
+        cfg = cfg.model_copy(update={"profile_dir": profile_dir})
+    return cfg
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from routing.app import create_app
+    from routing.topology import TopologyLabelError
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_router_config(args.config, profile_dir=args.profile_dir)
+        token = os.environ.get(cfg.auth.token_env) or None
+        app = create_app(cfg, token=token)
+    except (ValueError, TopologyLabelError) as exc:
+        print(f"sla-planner router: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    return 0
+
+
+def _register(args: argparse.Namespace) -> int:
+    import httpx
+
+    from routing.topology import TopologyLabelError, read_domain_labels
+
+    token = os.environ.get(args.token_env)
+    if not token:
+        print(f"sla-planner router register: set ${args.token_env} (the router's admin token)", file=sys.stderr)
+        return 2
+    domains: dict[str, str] = {}
+    try:
+        if args.labels_dir:
+            levels = [lv for lv in args.levels.split(",") if lv]
+            domains.update(read_domain_labels(
+                args.labels_dir, levels=levels, required_level=args.level, wait_s=args.wait_s, poll_s=args.poll_s))
+        for item in args.domain:
+            level, sep, value = item.partition("=")
+            if not sep or not level or not value:
+                raise ValueError(f"--domain {item!r}: expected LEVEL=VALUE")
+            domains[level] = value
+    except (ValueError, TopologyLabelError) as exc:
+        print(f"sla-planner router register: {exc}", file=sys.stderr)
+        return 2
+    body = {"role": args.role, "url": args.url, "domains": domains, "max_kv_tokens": args.max_kv_tokens}
+    url = f"{args.router_url.rstrip('/')}/v1/endpoints/{args.id}"
+    try:
+        resp = httpx.put(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
+    except httpx.HTTPError as exc:
+        print(f"sla-planner router register: PUT {url}: {exc}", file=sys.stderr)
+        return 1
+    if resp.status_code >= 300:
+        print(f"sla-planner router register: PUT {url}: HTTP {resp.status_code}: {resp.text}", file=sys.stderr)
+        return 1
+    print(f"registered {args.id} ({args.role}) domains={domains}")
+    return 0

@@ -1,0 +1,625 @@
+"""HTTP API of the routing service (FastAPI): a thin layer over RoutingService.
+
+Data plane (no auth: bind to a private network): route, predict, request
+lifecycle events, pushed engine metrics, endpoint list, health, /metrics.
+Admin (bearer token from the environment variable named in the config;
+without it the admin API answers 403): register/remove endpoints, publish /
+roll back models, read training samples.
+
+Every error body is {"error": code, "message": text, "fields": [{field,
+message}]}; a 422 names each offending field (e.g. "body.slo.ttft_ms").
+Bodies above the configured size get 413 before they are read in full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import uuid
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+from routing.config import RouterConfig
+from routing.model_store import UnknownVersionError, VersionExistsError
+from routing.models import ModelDocument
+from routing.picker import MissingSloError, NoEndpointError, PickResult, RouteRequest, TopologyError
+from routing.registry import (
+    DuplicateRequestError,
+    Endpoint,
+    RegistryError,
+    UnknownEndpointError,
+    UnknownRequestError,
+)
+from routing.samples import FEATURE_NAMES
+from routing.scrape import scrape_forever
+from routing.service import RoutingService
+
+log = logging.getLogger("sla_planner.routing.app")
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$"
+MAX_TOKENS = 10_000_000
+
+
+# -- schemas ------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="machine-readable code")
+    message: str
+    fields: list[FieldError] = Field(default_factory=list)
+
+
+class Slo(_Body):
+    ttft_ms: float | None = Field(None, gt=0, le=3_600_000, description="time-to-first-token SLO, ms")
+    tpot_ms: float | None = Field(None, gt=0, le=3_600_000, description="time-per-output-token SLO, ms")
+
+
+class RouteBody(_Body):
+    request_id: str | None = Field(
+        None, pattern=ID_PATTERN, description="your id for lifecycle calls; generated when absent"
+    )
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS, description="prompt length, tokenizer tokens")
+    slo: Slo | None = Field(None, description="required when SLO routing is on")
+    critical: bool = Field(False, description="never shed: take the least negative headroom instead")
+    prefix_cache_hit_frac: float = Field(0.0, ge=0, le=1, description="prompt share already cached, 0-1")
+    prefix_cache_hit_frac_by_endpoint: dict[str, float] | None = Field(
+        None, max_length=10_000, description="per-endpoint cached share, 0-1 (overrides prefix_cache_hit_frac)"
+    )
+    expected_output_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+
+    def to_request(self) -> RouteRequest:
+        per = self.prefix_cache_hit_frac_by_endpoint
+        if per:
+            bad = {k: v for k, v in per.items() if not 0.0 <= v <= 1.0}
+            if bad:
+                k = next(iter(bad))
+                raise _FieldProblem(f"body.prefix_cache_hit_frac_by_endpoint.{k}", f"must be 0-1, got {bad[k]}")
+        return RouteRequest(
+            request_id=self.request_id or uuid.uuid4().hex,
+            input_tokens=self.input_tokens,
+            ttft_slo_ms=self.slo.ttft_ms if self.slo else None,
+            tpot_slo_ms=self.slo.tpot_ms if self.slo else None,
+            critical=self.critical,
+            prefix_cache_hit_frac=self.prefix_cache_hit_frac,
+            prefix_cache_hit_frac_by_endpoint=per,
+            expected_output_tokens=self.expected_output_tokens,
+        )
+
+
+class ChoiceOut(BaseModel):
+    endpoint_id: str
+    role: str
+    url: str | None
+    predicted_ttft_ms: float | None
+    predicted_tpot_ms: float | None
+    headroom_ttft_ms: float | None
+    headroom_tpot_ms: float | None
+    transfer_cost_ms: float
+    shared_level: str | None
+
+
+class RouteOut(BaseModel):
+    request_id: str
+    outcome: Literal["routed"]
+    mode: Literal["disaggregated", "aggregated"]
+    prefill: ChoiceOut | None
+    decode: ChoiceOut | None
+    tier: str
+    reason: str
+    topology_fallback: bool
+    model_version: str | None
+
+
+class ShedOut(BaseModel):
+    error: Literal["shed"]
+    message: str
+    request_id: str
+    fields: list[FieldError] = Field(default_factory=list)
+
+
+class PredictBody(_Body):
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    prefix_cache_hit_frac: float = Field(0.0, ge=0, le=1)
+    endpoint_ids: list[str] | None = Field(None, max_length=10_000, description="default: all endpoints")
+
+
+class PredictionOut(BaseModel):
+    endpoint_id: str
+    role: str
+    predicted_ttft_ms: float | None
+    predicted_tpot_ms: float | None
+
+
+class PredictOut(BaseModel):
+    model_version: str | None
+    estimate: str
+    predictions: list[PredictionOut]
+
+
+class DispatchedBody(_Body):
+    prefill_endpoint_id: str | None = Field(None, description="disaggregated: the prefill endpoint")
+    decode_endpoint_id: str | None = Field(None, description="the decode (or aggregated) endpoint")
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    prefix_cache_hit_frac: float = Field(0.0, ge=0, le=1)
+    slo: Slo | None = None
+    critical: bool = False
+
+
+class FirstTokenBody(_Body):
+    observed_ttft_ms: float | None = Field(None, ge=0, le=3_600_000, description="measured TTFT; default: router clock")
+
+
+class ProgressBody(_Body):
+    tokens_generated: int = Field(ge=0, le=MAX_TOKENS)
+    observed_tpot_ms: float | None = Field(None, ge=0, le=3_600_000, description="TPOT measured around this point")
+
+
+class CompletedBody(_Body):
+    output_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    observed_ttft_ms: float | None = Field(None, ge=0, le=3_600_000)
+    observed_tpot_ms: float | None = Field(None, ge=0, le=3_600_000, description="mean TPOT; default: router clock")
+
+
+class EventOut(BaseModel):
+    request_id: str
+    samples_recorded: int
+
+
+class EndpointBody(_Body):
+    role: Literal["prefill", "decode", "aggregated"]
+    url: str | None = Field(None, max_length=2048, pattern=r"^https?://\S+$")
+    domains: dict[str, str] = Field(default_factory=dict, max_length=16, description="topology value per level")
+    max_kv_tokens: int | None = Field(None, ge=1, le=1_000_000_000)
+    gpus: int = Field(1, ge=1, le=1024)
+
+
+class EndpointOut(BaseModel):
+    id: str
+    role: str
+    url: str | None
+    domains: dict[str, str]
+    max_kv_tokens: int | None
+    gpus: int
+    load: dict[str, Any]
+
+
+class RegisteredOut(BaseModel):
+    id: str
+    created: bool
+
+
+class RemovedOut(BaseModel):
+    id: str
+    detached_requests: int
+
+
+class MetricsBody(_Body):
+    kv_usage_frac: float = Field(ge=0, le=1, description="KV-cache usage, 0-1")
+    waiting_requests: float = Field(ge=0, le=MAX_TOKENS)
+    running_requests: float = Field(ge=0, le=MAX_TOKENS)
+
+
+class OkOut(BaseModel):
+    ok: bool = True
+
+
+class PublishedOut(BaseModel):
+    version: str
+    active: bool
+
+
+class RollbackBody(_Body):
+    to_version: str | None = Field(None, max_length=64, description="default: the previously active version")
+
+
+class RollbackOut(BaseModel):
+    active: str | None = Field(description="active version; null: the profile estimate serves")
+    estimate: str
+
+
+class ModelVersionOut(BaseModel):
+    version: str
+    published_at_s: float
+    created_at_s: float | None
+    metrics: dict[str, float]
+    active: bool
+
+
+class ModelListOut(BaseModel):
+    active: str | None
+    estimate: str
+    prediction: str
+    versions: list[ModelVersionOut]
+
+
+class SampleOut(BaseModel):
+    seq: int
+    target: Literal["ttft", "tpot"]
+    request_id: str
+    endpoint_id: str
+    role: str
+    features: dict[str, float]
+    observed_ms: float
+    predicted_ms: float | None
+    model_version: str | None
+    recorded_at_s: float
+
+
+class SamplesOut(BaseModel):
+    feature_names: dict[str, list[str]]
+    samples: list[SampleOut]
+    next_after_seq: int
+    has_more: bool
+    stats: dict[str, int]
+
+
+class HealthOut(BaseModel):
+    status: str
+    endpoints: int
+    requests_in_flight: int
+    model_version: str | None
+    estimate: str
+    samples_stored: int
+
+
+# -- errors -------------------------------------------------------------------
+
+
+class _FieldProblem(Exception):
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _error(status: int, code: str, message: str, fields: list[dict] | None = None, headers=None) -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content={"error": code, "message": message, "fields": fields or []}, headers=headers
+    )
+
+
+def _responses(*codes: int) -> dict:
+    return {c: {"model": ErrorBody} for c in codes}
+
+
+# -- body size limit ------------------------------------------------------------
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over the limit (declared or streamed)."""
+
+    def __init__(self, app, *, max_body_bytes: int, max_model_bytes: int):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_model_bytes = max_model_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.max_model_bytes if scope["path"] == "/v1/models" else self.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    return await _send_json(send, 400, "bad_request", "content-length is not a number")
+                if declared > limit:
+                    return await _send_json(send, 413, "body_too_large", f"body is {declared} bytes, limit {limit}")
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge(limit)
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooLarge as exc:
+            await _send_json(send, 413, "body_too_large", f"body exceeds the limit of {exc.args[0]} bytes")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _send_json(send, status: int, code: str, message: str) -> None:
+    body = json.dumps({"error": code, "message": message, "fields": []}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+# -- app ------------------------------------------------------------------------
+
+
+def create_app(config: RouterConfig, *, token: str | None, service: RoutingService | None = None, profile=None) -> FastAPI:
+    """Build the app. token: the admin bearer token (None: admin API refused with 403)."""
+    svc = service or RoutingService(config, profile=profile)
+    if not token:
+        log.warning("no admin token (env %s): publishing, rollback, registration and samples are refused",
+                    config.auth.token_env)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = None
+        if config.scrape.interval_s:
+            task = asyncio.create_task(
+                scrape_forever(svc, interval_s=config.scrape.interval_s, timeout_s=config.scrape.timeout_s)
+            )
+        yield
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(
+        title="sla-planner routing service",
+        version="1",
+        description="SLO-aware and topology-aware endpoint picking with a published latency predictor.",
+        lifespan=lifespan,
+    )
+    app.state.service = svc
+    bearer = HTTPBearer(auto_error=False, description=f"admin token from ${config.auth.token_env}")
+
+    def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if not token:
+            raise _Refused(403, "admin_disabled", f"admin API disabled: no token configured (set ${config.auth.token_env})")
+        if credentials is None or credentials.scheme.lower() != "bearer":
+            raise _Refused(401, "unauthorized", "bearer token required")
+        if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
+            raise _Refused(401, "unauthorized", "bearer token is not valid")
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        fields = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err.get("loc", ())) or "body"
+            msg = err.get("msg", "invalid")
+            if err.get("type") == "extra_forbidden":
+                msg = "unknown field"
+            fields.append({"field": loc, "message": msg})
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+        return _error(422, "invalid_request", summary, fields)
+
+    @app.exception_handler(_Refused)
+    async def _refused(request: Request, exc: _Refused):
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return _error(exc.status, exc.code, exc.message, headers=headers)
+
+    @app.exception_handler(_FieldProblem)
+    async def _field(request: Request, exc: _FieldProblem):
+        return _error(422, "invalid_request", str(exc), [{"field": exc.field, "message": exc.message}])
+
+    # -- data plane --------------------------------------------------------
+
+    @app.post("/v1/route", response_model=RouteOut, responses={429: {"model": ShedOut}, **_responses(409, 422, 503)},
+              tags=["routing"], summary="Pick endpoints for a request and record it")
+    async def route(body: RouteBody):
+        req = body.to_request()
+        try:
+            result = svc.route(req)
+        except MissingSloError as exc:
+            return _error(422, "missing_slo", str(exc), [{"field": "body.slo", "message": "required: SLO routing is on"}])
+        except DuplicateRequestError as exc:
+            return _error(409, "duplicate_request", str(exc), [{"field": "body.request_id", "message": "already in flight"}])
+        except (NoEndpointError, TopologyError) as exc:
+            code = "topology" if isinstance(exc, TopologyError) else "no_endpoint"
+            return _error(503, code, str(exc), headers={"Retry-After": "1"})
+        if not result.routed:
+            return JSONResponse(status_code=429, content={
+                "error": "shed", "message": result.reason, "request_id": result.request_id, "fields": []})
+        return JSONResponse(_route_out(result, svc))
+
+    @app.post("/v1/predict", response_model=PredictOut, responses=_responses(404, 422), tags=["routing"],
+              summary="Predicted TTFT/TPOT per endpoint, without routing")
+    async def predict(body: PredictBody):
+        req = RouteRequest(request_id="predict", input_tokens=body.input_tokens,
+                           prefix_cache_hit_frac=body.prefix_cache_hit_frac)
+        try:
+            return svc.predict(req, body.endpoint_ids)
+        except UnknownEndpointError as exc:
+            return _error(404, "unknown_endpoint", str(exc), [{"field": "body.endpoint_ids", "message": str(exc)}])
+
+    @app.post("/v1/requests/{request_id}/dispatched", response_model=EventOut, status_code=201,
+              responses=_responses(404, 409, 422), tags=["lifecycle"],
+              summary="Record a request routed by someone else")
+    async def dispatched(body: DispatchedBody, request_id: str = Path(pattern=ID_PATTERN)):
+        if body.prefill_endpoint_id is None and body.decode_endpoint_id is None:
+            raise _FieldProblem("body.decode_endpoint_id", "set decode_endpoint_id and/or prefill_endpoint_id")
+        req = RouteRequest(
+            request_id=request_id, input_tokens=body.input_tokens,
+            ttft_slo_ms=body.slo.ttft_ms if body.slo else None, tpot_slo_ms=body.slo.tpot_ms if body.slo else None,
+            critical=body.critical, prefix_cache_hit_frac=body.prefix_cache_hit_frac,
+        )
+        try:
+            svc.dispatched(req, prefill_id=body.prefill_endpoint_id, decode_id=body.decode_endpoint_id)
+        except UnknownEndpointError as exc:
+            return _error(404, "unknown_endpoint", str(exc))
+        except DuplicateRequestError as exc:
+            return _error(409, "duplicate_request", str(exc))
+        except RegistryError as exc:
+            return _error(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
+        return JSONResponse(status_code=201, content={"request_id": request_id, "samples_recorded": 0})
+
+    @app.post("/v1/requests/{request_id}/first_token", response_model=EventOut, responses=_responses(404, 422),
+              tags=["lifecycle"], summary="The request produced its first token")
+    async def first_token(body: FirstTokenBody, request_id: str = Path(max_length=253)):
+        return _event(request_id, lambda: svc.first_token(request_id, observed_ttft_ms=body.observed_ttft_ms))
+
+    @app.post("/v1/requests/{request_id}/progress", response_model=EventOut, responses=_responses(404, 422),
+              tags=["lifecycle"], summary="Tokens generated so far (and TPOT observed around now)")
+    async def progress(body: ProgressBody, request_id: str = Path(max_length=253)):
+        return _event(request_id, lambda: svc.progress(
+            request_id, tokens_generated=body.tokens_generated, observed_tpot_ms=body.observed_tpot_ms))
+
+    @app.post("/v1/requests/{request_id}/completed", response_model=EventOut, responses=_responses(404, 422),
+              tags=["lifecycle"], summary="The request finished")
+    async def completed(body: CompletedBody, request_id: str = Path(max_length=253)):
+        return _event(request_id, lambda: svc.completed(
+            request_id, output_tokens=body.output_tokens, observed_ttft_ms=body.observed_ttft_ms,
+            observed_tpot_ms=body.observed_tpot_ms))
+
+    @app.put("/v1/endpoints/{endpoint_id}/metrics", response_model=OkOut, responses=_responses(404, 422),
+             tags=["endpoints"], summary="Push an engine's scraped load metrics")
+    async def push_metrics(body: MetricsBody, endpoint_id: str = Path(max_length=253)):
+        try:
+            svc.observe_metrics(endpoint_id, kv_usage_frac=body.kv_usage_frac,
+                                waiting_requests=body.waiting_requests, running_requests=body.running_requests)
+        except UnknownEndpointError as exc:
+            return _error(404, "unknown_endpoint", str(exc))
+        return {"ok": True}
+
+    @app.get("/v1/endpoints", response_model=list[EndpointOut], tags=["endpoints"], summary="Endpoints and their load")
+    async def list_endpoints():
+        return svc.endpoint_status()
+
+    @app.get("/healthz", response_model=HealthOut, tags=["service"], summary="Liveness and a short status")
+    async def healthz():
+        return svc.health()
+
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    async def metrics():
+        return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # -- admin ---------------------------------------------------------------
+
+    @app.put("/v1/endpoints/{endpoint_id}", response_model=RegisteredOut, responses=_responses(401, 403, 422),
+             tags=["endpoints"], summary="Register or update an endpoint", dependencies=[Depends(admin)])
+    async def register(body: EndpointBody, endpoint_id: str = Path(pattern=ID_PATTERN)):
+        try:
+            created = svc.register(Endpoint(id=endpoint_id, role=body.role, url=body.url, domains=body.domains,
+                                            max_kv_tokens=body.max_kv_tokens, gpus=body.gpus))
+        except RegistryError as exc:
+            return _error(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
+        return {"id": endpoint_id, "created": created}
+
+    @app.delete("/v1/endpoints/{endpoint_id}", response_model=RemovedOut, responses=_responses(401, 403, 404),
+                tags=["endpoints"], summary="Remove an endpoint", dependencies=[Depends(admin)])
+    async def deregister(endpoint_id: str = Path(max_length=253)):
+        try:
+            n = svc.deregister(endpoint_id)
+        except UnknownEndpointError as exc:
+            return _error(404, "unknown_endpoint", str(exc))
+        return {"id": endpoint_id, "detached_requests": n}
+
+    @app.post("/v1/models", response_model=PublishedOut, status_code=201, responses=_responses(401, 403, 409, 413, 422),
+              tags=["models"], summary="Publish a latency model (safe JSON format) and make it active",
+              dependencies=[Depends(admin)])
+    def publish(document: ModelDocument):
+        # Sync handler: validation and compilation of a large document run in
+        # the thread pool, not on the event loop serving routes.
+        try:
+            out = svc.publish(document.model_dump(mode="json"))
+        except VersionExistsError as exc:
+            return _error(409, "version_exists", str(exc), [{"field": "body.version", "message": str(exc)}])
+        except ValueError as exc:
+            field = str(exc).split(":", 1)[0]
+            return _error(422, "invalid_model", str(exc), [{"field": f"body.{field}", "message": str(exc)}])
+        return JSONResponse(status_code=201, content=out)
+
+    @app.get("/v1/models", response_model=ModelListOut, tags=["models"], summary="Published versions and the active one")
+    async def list_models():
+        return svc.model_list()
+
+    @app.get("/v1/models/{version}", response_model=ModelDocument, responses=_responses(404), tags=["models"],
+             summary="A retained model document")
+    async def get_model(version: str = Path(max_length=64)):
+        try:
+            return JSONResponse(svc.models.get(version).document)
+        except UnknownVersionError as exc:
+            return _error(404, "unknown_version", str(exc))
+
+    @app.post("/v1/models/rollback", response_model=RollbackOut, responses=_responses(401, 403, 404, 409, 422),
+              tags=["models"], summary="Reactivate the previous (or a named) model version",
+              dependencies=[Depends(admin)])
+    async def rollback(body: RollbackBody):
+        try:
+            return svc.rollback(to_version=body.to_version)
+        except UnknownVersionError as exc:
+            return _error(404, "unknown_version", str(exc), [{"field": "body.to_version", "message": str(exc)}])
+        except ValueError as exc:
+            return _error(409, "nothing_to_roll_back", str(exc))
+
+    @app.get("/v1/samples", response_model=SamplesOut, responses=_responses(401, 403, 422), tags=["samples"],
+             summary="Training samples, oldest first, paged by sequence number", dependencies=[Depends(admin)])
+    async def samples(
+        after_seq: int = Query(0, ge=0, description="return samples with seq greater than this"),
+        limit: int = Query(1000, ge=1, le=10_000),
+        target: Literal["ttft", "tpot"] | None = Query(None),
+    ):
+        page = svc.sample_page(after_seq=after_seq, limit=limit, target=target)
+        return JSONResponse({"feature_names": FEATURE_NAMES, **page})
+
+    def _event(request_id: str, call):
+        try:
+            n = call()
+        except UnknownRequestError as exc:
+            return _error(404, "unknown_request", str(exc))
+        except (RegistryError, ValueError) as exc:
+            return _error(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
+        return {"request_id": request_id, "samples_recorded": n}
+
+    app.add_middleware(
+        BodyLimit, max_body_bytes=config.limits.max_body_bytes, max_model_bytes=config.limits.max_model_bytes
+    )
+    return app
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _route_out(result: PickResult, svc: RoutingService) -> dict:
+    def choice(c):
+        if c is None:
+            return None
+        return {
+            "endpoint_id": c.endpoint_id,
+            "role": c.role,
+            "url": svc.registry.get(c.endpoint_id).url,
+            "predicted_ttft_ms": c.predicted_ttft_ms,
+            "predicted_tpot_ms": c.predicted_tpot_ms,
+            "headroom_ttft_ms": c.headroom_ttft_ms,
+            "headroom_tpot_ms": c.headroom_tpot_ms,
+            "transfer_cost_ms": c.transfer_cost_ms,
+            "shared_level": c.shared_level,
+        }
+
+    return {
+        "request_id": result.request_id,
+        "outcome": result.outcome,
+        "mode": result.mode,
+        "prefill": choice(result.prefill),
+        "decode": choice(result.decode),
+        "tier": result.tier,
+        "reason": result.reason,
+        "topology_fallback": result.topology_fallback,
+        "model_version": result.model_version,
+    }

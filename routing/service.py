@@ -1,0 +1,382 @@
+"""The routing service's state and operations, independent of HTTP.
+
+`RoutingService` owns the registry, the picker, the model store and the sample
+store, and turns each operation into the calls on them plus Prometheus
+metrics (in its own CollectorRegistry, so several services can live in one
+process). The FastAPI app is a thin layer over it; tests and the simulator
+can drive it directly. `now_s` comes from the injected clock (wall clock by
+default), so samples carry Unix timestamps the retrain flow can order by.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from routing.config import RouterConfig
+from routing.features import ROLES, TTFT_FEATURES, feature_matrix
+from routing.model_store import ModelStore
+from routing.picker import Picker, PickResult, RouteRequest, dispatch_record
+from routing.predictor import LatencyPredictor, ProfileEstimator
+from routing.registry import Endpoint, EndpointRegistry, InFlight, Sample
+from routing.samples import SampleStore
+from routing.topology import read_domain_labels
+
+log = logging.getLogger("sla_planner.routing")
+
+_EXPIRE_EVERY_S = 5.0
+_PICK_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+
+
+class ServiceMetrics:
+    """The service's Prometheus metrics, registered in `registry`."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+        self.requests = Counter(
+            "router_requests", "Route calls by outcome (routed, shed, error) and mode",
+            ["outcome", "mode", "tier"], registry=registry,
+        )
+        self.pick_seconds = Histogram(
+            "router_pick_seconds", "Time to pick endpoints, s", buckets=_PICK_BUCKETS_S, registry=registry
+        )
+        self.topology_fallback = Counter(
+            "router_topology_fallback", "Requests routed across domains under policy fallback", registry=registry
+        )
+        self.lifecycle = Counter(
+            "router_lifecycle_events", "Request lifecycle calls by event", ["event"], registry=registry
+        )
+        self.expired = Counter(
+            "router_requests_expired", "In-flight requests dropped after inflight_ttl_s without completion",
+            registry=registry,
+        )
+        self.publish = Counter(
+            "router_model_publish", "Model publications by result (accepted, rejected)", ["result"], registry=registry
+        )
+        self.active_model = Gauge(
+            "router_active_model", "1 for the active latency model version (profile = estimate)", ["version"],
+            registry=registry,
+        )
+        self.prediction_ratio = Histogram(
+            "router_observed_over_predicted", "Observed / predicted latency per sample", ["target"],
+            buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0), registry=registry,
+        )
+        self.endpoints = Gauge("router_endpoints", "Registered endpoints by role", ["role"], registry=registry)
+        self.in_flight = Gauge("router_requests_in_flight", "Requests dispatched and not completed", registry=registry)
+        self.samples_stored = Gauge("router_samples_stored", "Training samples held", registry=registry)
+        self.samples_evicted = Gauge(
+            "router_samples_evicted", "Training samples evicted since start (store is bounded)", registry=registry
+        )
+
+
+class RoutingService:
+    """Registry + picker + models + samples behind one lock-protected API."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        profile=None,
+        clock: Callable[[], float] = time.time,
+        metrics_registry: CollectorRegistry | None = None,
+    ):
+        """profile: planner.profile.EngineProfile; None loads config.profile_dir.
+        Static endpoints with labels_dir wait for their label files here and
+        raise TopologyLabelError if the configured level's file never appears."""
+        if profile is None:
+            from connectors.profiles import load_profile_dir
+
+            profile = load_profile_dir(config.profile_dir)
+        self.config = config
+        self.clock = clock
+        self.profile_name = profile.name
+        topo = config.picker.topology
+        self.registry = EndpointRegistry(
+            default_max_kv_tokens=profile.decode.max_kv_tokens,
+            levels=topo.levels,
+            metrics_max_age_s=config.metrics_max_age_s,
+        )
+        self.models = ModelStore(
+            directory=config.models.dir,
+            keep_versions=config.models.keep_versions,
+            max_trees=config.models.max_trees,
+            max_nodes=config.models.max_nodes,
+        )
+        self.predictor = LatencyPredictor(
+            estimate=ProfileEstimator(profile), models=self.models, quantile=config.picker.slo.prediction
+        )
+        self.picker = Picker(config.picker, self.predictor, rng=config.seed)
+        self.samples = SampleStore(capacity=config.samples.capacity, kv_buckets=config.samples.kv_buckets)
+        self.metrics = ServiceMetrics(metrics_registry or CollectorRegistry(auto_describe=True))
+        self._lock = threading.RLock()
+        self._last_expiry_s = -np.inf
+        self._set_active_gauge()
+        for spec in config.endpoints:
+            domains = dict(spec.domains)
+            if spec.labels_dir:
+                domains = read_domain_labels(
+                    spec.labels_dir, levels=topo.levels, required_level=topo.level,
+                    wait_s=topo.labels_wait_s, poll_s=topo.labels_poll_s,
+                )
+            self.register(Endpoint(
+                id=spec.id, role=spec.role, url=spec.url, domains=domains,
+                max_kv_tokens=spec.max_kv_tokens, gpus=spec.gpus,
+            ))
+
+    # -- routing -----------------------------------------------------------
+
+    def route(self, request: RouteRequest) -> PickResult:
+        """Pick endpoints and, when routed, record the request on them.
+
+        Raises the picker's errors (MissingSloError, NoEndpointError,
+        TopologyError); a shed request returns with outcome "shed".
+        """
+        with self._lock:
+            now_s = self.clock()
+            self._maybe_expire(now_s)
+            t0 = time.perf_counter()
+            try:
+                result = self.picker.pick(request, self.registry, now_s)
+            except Exception:
+                self.metrics.requests.labels("error", "-", "-").inc()
+                raise
+            if result.routed:
+                self.registry.dispatched(dispatch_record(request, result, now_s=now_s))
+            self.metrics.pick_seconds.observe(time.perf_counter() - t0)
+            self.metrics.requests.labels(result.outcome, result.mode, result.tier).inc()
+            if result.topology_fallback:
+                self.metrics.topology_fallback.inc()
+                log.warning("request %s: %s", request.request_id, result.reason)
+            self.metrics.in_flight.set(self.registry.in_flight_count())
+            return result
+
+    def predict(self, request: RouteRequest, endpoint_ids: list[str] | None = None) -> dict:
+        """Predicted TTFT/TPOT (ms) per endpoint for a request, without routing it."""
+        with self._lock:
+            now_s = self.clock()
+            eps = [self.registry.get(e) for e in endpoint_ids] if endpoint_ids else self.registry.endpoints()
+            idx = np.array([self.registry.slot_of(e.id) for e in eps], dtype=np.int64)
+            model = self.predictor.snapshot()
+            if not idx.size:
+                return {"model_version": model.version, "estimate": self.estimate_name, "predictions": []}
+            v = self.registry.view(idx, now_s=now_s)
+            hits = [
+                (request.prefix_cache_hit_frac_by_endpoint or {}).get(e.id, request.prefix_cache_hit_frac) for e in eps
+            ]
+            x = feature_matrix(
+                "tpot", input_tokens=request.input_tokens, prefix_cache_hit_frac=np.array(hits),
+                kv_usage_frac=v.kv_usage_frac, waiting_requests=v.waiting_requests,
+                running_requests=v.running_requests, prefill_tokens_in_flight=v.prefill_tokens_in_flight,
+                decode_tokens_in_flight=v.decode_tokens_in_flight, role=v.role_code,
+            )
+            ttft = model.predict("ttft", np.ascontiguousarray(x[:, : len(TTFT_FEATURES)]))
+            tpot = model.predict("tpot", x)
+            return {
+                "model_version": model.version,
+                "estimate": self.estimate_name,
+                "predictions": [
+                    {
+                        "endpoint_id": e.id,
+                        "role": e.role,
+                        "predicted_ttft_ms": float(ttft[k]) if e.role != "decode" else None,
+                        "predicted_tpot_ms": float(tpot[k]) if e.role != "prefill" else None,
+                    }
+                    for k, e in enumerate(eps)
+                ],
+            }
+
+    @property
+    def estimate_name(self) -> str:
+        return f"profile:{self.profile_name}"
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def dispatched(
+        self,
+        request: RouteRequest,
+        *,
+        prefill_id: str | None,
+        decode_id: str | None,
+    ) -> None:
+        """Record a request routed elsewhere (features and predictions computed now)."""
+        with self._lock:
+            now_s = self.clock()
+            model = self.predictor.snapshot()
+            feats = {}
+            preds = {}
+            for eid in (prefill_id, decode_id):
+                if eid is None:
+                    continue
+                slot = self.registry.slot_of(eid)
+                if slot is None:
+                    self.registry.get(eid)  # raises UnknownEndpointError
+                hit = (request.prefix_cache_hit_frac_by_endpoint or {}).get(eid, request.prefix_cache_hit_frac)
+                f = self.registry.raw_features(
+                    slot, input_tokens=request.input_tokens, prefix_cache_hit_frac=hit, now_s=now_s
+                )
+                x = feature_matrix("tpot", role=f["role"], **{k: f[k] for k in f if k != "role"})
+                feats[eid] = f
+                preds[eid] = (
+                    float(model.predict("ttft", np.ascontiguousarray(x[:, : len(TTFT_FEATURES)]))[0]),
+                    float(model.predict("tpot", x)[0]),
+                )
+            ttft_eid = prefill_id if prefill_id is not None else decode_id
+            hit = feats[ttft_eid]["prefix_cache_hit_frac"] if ttft_eid else 0.0
+            self.registry.dispatched(InFlight(
+                request_id=request.request_id, prefill_id=prefill_id, decode_id=decode_id,
+                input_tokens=request.input_tokens, uncached_tokens=request.input_tokens * (1.0 - hit),
+                ttft_slo_ms=request.ttft_slo_ms if request.ttft_slo_ms is not None else np.inf,
+                tpot_slo_ms=request.tpot_slo_ms if request.tpot_slo_ms is not None else np.inf,
+                critical=request.critical, dispatched_s=now_s,
+                ttft_features=feats.get(ttft_eid), tpot_features=feats.get(decode_id),
+                predicted_ttft_ms=preds[ttft_eid][0] if ttft_eid else None,
+                predicted_tpot_ms=preds[decode_id][1] if decode_id else None,
+                model_version=model.version,
+            ))
+            self.metrics.lifecycle.labels("dispatched").inc()
+            self.metrics.in_flight.set(self.registry.in_flight_count())
+
+    def first_token(self, request_id: str, *, observed_ttft_ms: float | None = None) -> int:
+        with self._lock:
+            samples = self.registry.first_token(request_id, now_s=self.clock(), observed_ttft_ms=observed_ttft_ms)
+            return self._keep(samples, "first_token")
+
+    def progress(self, request_id: str, *, tokens_generated: int, observed_tpot_ms: float | None = None) -> int:
+        with self._lock:
+            samples = self.registry.progress(
+                request_id, now_s=self.clock(), tokens_generated=tokens_generated, observed_tpot_ms=observed_tpot_ms
+            )
+            return self._keep(samples, "progress")
+
+    def completed(
+        self,
+        request_id: str,
+        *,
+        output_tokens: int,
+        observed_ttft_ms: float | None = None,
+        observed_tpot_ms: float | None = None,
+    ) -> int:
+        with self._lock:
+            samples = self.registry.completed(
+                request_id, now_s=self.clock(), output_tokens=output_tokens,
+                observed_ttft_ms=observed_ttft_ms, observed_tpot_ms=observed_tpot_ms,
+            )
+            n = self._keep(samples, "completed")
+            self.metrics.in_flight.set(self.registry.in_flight_count())
+            return n
+
+    # -- endpoints -----------------------------------------------------------
+
+    def register(self, endpoint: Endpoint) -> bool:
+        with self._lock:
+            new = self.registry.register(endpoint)
+            self._count_endpoints()
+            return new
+
+    def deregister(self, endpoint_id: str) -> int:
+        with self._lock:
+            n = self.registry.deregister(endpoint_id)
+            self._count_endpoints()
+            return n
+
+    def observe_metrics(self, endpoint_id: str, **values: float) -> None:
+        with self._lock:
+            self.registry.observe_metrics(endpoint_id, now_s=self.clock(), **values)
+
+    def endpoint_status(self) -> list[dict]:
+        with self._lock:
+            now_s = self.clock()
+            return [
+                {
+                    "id": e.id, "role": e.role, "url": e.url, "domains": dict(e.domains),
+                    "max_kv_tokens": e.max_kv_tokens, "gpus": e.gpus,
+                    "load": self.registry.load_of(e.id, now_s=now_s),
+                }
+                for e in self.registry.endpoints()
+            ]
+
+    # -- models --------------------------------------------------------------
+
+    def publish(self, document: dict) -> dict:
+        try:
+            model = self.models.publish(document, now_s=self.clock())
+        except ValueError:
+            self.metrics.publish.labels("rejected").inc()
+            raise
+        self.metrics.publish.labels("accepted").inc()
+        self._set_active_gauge()
+        log.info("model %s published and active", model.version)
+        return {"version": model.version, "active": True}
+
+    def rollback(self, *, to_version: str | None = None) -> dict:
+        model = self.models.rollback(to_version=to_version)
+        self._set_active_gauge()
+        version = model.version if model else None
+        log.info("model rollback: active is now %s", version or self.estimate_name)
+        return {"active": version, "estimate": self.estimate_name}
+
+    def model_list(self) -> dict:
+        active = self.models.active
+        return {
+            "active": active.version if active else None,
+            "estimate": self.estimate_name,
+            "prediction": self.predictor.quantile,
+            "versions": self.models.list(),
+        }
+
+    # -- samples -------------------------------------------------------------
+
+    def sample_page(self, *, after_seq: int, limit: int, target: str | None) -> dict:
+        page = self.samples.page(after_seq=after_seq, limit=limit, target=target)
+        return {
+            "samples": page.samples,
+            "next_after_seq": page.next_after_seq,
+            "has_more": page.has_more,
+            "stats": self.samples.stats(),
+        }
+
+    def health(self) -> dict:
+        active = self.models.active
+        return {
+            "status": "ok",
+            "endpoints": len(self.registry),
+            "requests_in_flight": self.registry.in_flight_count(),
+            "model_version": active.version if active else None,
+            "estimate": self.estimate_name,
+            "samples_stored": len(self.samples),
+        }
+
+    # -- internals -----------------------------------------------------------
+
+    def _keep(self, samples: list[Sample], event: str) -> int:
+        self.metrics.lifecycle.labels(event).inc()
+        for s in samples:
+            self.samples.add(s)
+            if s.predicted_ms and s.predicted_ms > 0:
+                self.metrics.prediction_ratio.labels(s.target).observe(s.observed_ms / s.predicted_ms)
+        self.metrics.samples_stored.set(len(self.samples))
+        self.metrics.samples_evicted.set(self.samples.evicted_total)
+        return len(samples)
+
+    def _maybe_expire(self, now_s: float) -> None:
+        if now_s - self._last_expiry_s < _EXPIRE_EVERY_S:
+            return
+        self._last_expiry_s = now_s
+        expired = self.registry.expire(now_s=now_s, ttl_s=self.config.inflight_ttl_s)
+        if expired:
+            self.metrics.expired.inc(len(expired))
+            log.warning("dropped %d requests in flight longer than %g s", len(expired), self.config.inflight_ttl_s)
+
+    def _count_endpoints(self) -> None:
+        for role in ROLES:
+            self.metrics.endpoints.labels(role).set(self.registry.candidates(role).size)
+
+    def _set_active_gauge(self) -> None:
+        self.metrics.active_model.clear()
+        active = self.models.active
+        self.metrics.active_model.labels(active.version if active else "profile").set(1)
