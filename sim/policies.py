@@ -38,16 +38,19 @@ def _clamp(n: int, lo: int, hi: int) -> int:
 class PlannerPolicy:
     """The planner core, exactly as the planner flow runs it, one interval at a time."""
 
-    def __init__(self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "planner"):
+    def __init__(
+        self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "planner", initial: tuple[int, int] | None = None
+    ):
         self.name = name
         self.cfg = cfg
         self.profile = profile
+        self.initial = initial
         self.stabilization_window_s = cfg.decision.scale_down_stabilization_s
         self._cache: dict = {}
         self.last_plan = None
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
-        return warm_start_fleet(self.cfg, self.profile, first)
+        return self.initial or warm_start_fleet(self.cfg, self.profile, first)
 
     def decide(self, step: PolicyInput) -> PolicyOutput:
         with warnings.catch_warnings():
@@ -88,14 +91,18 @@ def warm_start_fleet(cfg: PlannerConfig, profile: EngineProfile, first: Observat
 class SaturationPolicy:
     """The saturation guardrail alone (llm-d WVA style): one replica up or down at a time."""
 
-    def __init__(self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "saturation"):
+    def __init__(
+        self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "saturation",
+        initial: tuple[int, int] | None = None,
+    ):
         self.name = name
         self.cfg = cfg
         self.profile = profile
+        self.initial = initial
         self.stabilization_window_s = 0.0
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
-        return warm_start_fleet(self.cfg, self.profile, first)
+        return self.initial or warm_start_fleet(self.cfg, self.profile, first)
 
     def decide(self, step: PolicyInput) -> PolicyOutput:
         verdicts = analyze_fleet(

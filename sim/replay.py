@@ -170,7 +170,7 @@ def replay(
     """
     wall0 = time.perf_counter()
     interval = scenario.interval_s
-    first = _first_interval_observation(trace, interval)
+    first = _first_interval_observation(trace, interval, scenario.sim.startup_s)
     p0, d0 = policy.initial_fleet(first)
     sim = FleetSim(
         trace,
@@ -261,19 +261,27 @@ def _record(tl: Timeline, t: float, obs: Observation, sim: FleetSim, reason: str
     tl.reasons.append(reason)
 
 
-def _first_interval_observation(trace: Trace, interval_s: float) -> Observation:
-    """The first interval's true load, for warm-starting a policy's initial fleet.
+def _first_interval_observation(trace: Trace, interval_s: float, startup_s: float) -> Observation:
+    """The load a policy's initial fleet must carry, for warm-starting it.
 
-    A planner that had been running before the trace began would have sized the
-    fleet for roughly this load; starting every dynamic policy from it keeps the
-    comparison about control, not about a cold start.
+    No decision can add a serving worker before interval 1 + ceil(startup/interval),
+    so the initial fleet alone serves intervals 0..m. Every dynamic policy starts
+    from the busiest of those intervals (count, with its mean lengths): the same
+    knowledge the oracle's initial fleet uses, and what a planner that had been
+    running before the trace began would roughly have. This keeps the comparison
+    about control, not about a cold start.
     """
     from sim.traces import bin_trace
 
-    h = bin_trace(trace, bin_s=interval_s, end_s=interval_s)
-    n = h.num_requests[0]
-    isl = h.avg_isl_tokens[0]
-    osl = h.avg_osl_tokens[0]
+    m = max(0, math.ceil(startup_s / interval_s - 1e-9))
+    h = bin_trace(trace, bin_s=interval_s, end_s=interval_s * (m + 1))
+    i = int(np.argmax(h.num_requests))
+    n = h.num_requests[i]
+    isl = h.avg_isl_tokens[i]
+    osl = h.avg_osl_tokens[i]
+    first = LoadHistory(
+        t_s=(h.t_s[i],), num_requests=(n,), avg_isl_tokens=(isl,), avg_osl_tokens=(osl,), interval_s=interval_s
+    )
     return Observation(
         taken_at_s=0.0,
         interval_s=interval_s,
@@ -282,5 +290,5 @@ def _first_interval_observation(trace: Trace, interval_s: float) -> Observation:
         avg_osl_tokens=None if math.isnan(osl) else osl,
         avg_ttft_ms=None,
         avg_itl_ms=None,
-        history=h,
+        history=first,
     )
