@@ -8,27 +8,34 @@ interpolant is built once at construction and a scalar lookup is a bisect plus
 one cubic (a few microseconds, no numpy call). Vectorised `*_many` variants take
 arrays.
 
-Method, and why it differs from Dynamo's:
+Method, and why it differs from Dynamo's (leave-one-out errors on the real
+profiles are measured by benchmarks/bench_interpolation.py and quoted in the
+sizing docs):
 
-* Prefill: monotone piecewise-cubic Hermite (PCHIP) in ISL, for TTFT and for
-  throughput/GPU separately. Dynamo uses an unconstrained cubic interpolant;
-  on measured data with jitter a cubic spline overshoots between points (it can
-  predict a TTFT dip where none was measured), while PCHIP never leaves the
-  range of its two neighbouring points, keeps TTFT monotone wherever the
-  measurements are, and is exact at every measured point.
-* Decode: the profiler sweeps concurrency at a few fixed context lengths, so
-  the points lie on rows of constant context. Each row gets a PCHIP in KV usage;
-  between two rows we blend linearly in 1/context at the same KV usage. The
-  1/context weight comes from the usual step-time model
-  ITL = a + b*batch + c*batch*context with batch = kv_usage*max_kv/context: at
-  fixed KV usage that is linear in 1/context, so the blend is exact for such an
-  engine, where blending linearly in context overestimates ITL several-fold
-  between a short and a long context row. Throughput/GPU falls roughly as
-  1/context at fixed KV usage, so we interpolate throughput*context and divide
-  back. Dynamo instead resamples the scattered points onto a 100x100
-  (kv_usage, context) grid with griddata and reads the nearest cell; that is
-  not exact at the measured points and depends on the raw (unscaled) axes.
-  Measured leave-one-out accuracy of both: benchmarks/bench_interpolation.py.
+* Prefill: monotone piecewise-cubic Hermite (PCHIP) in log-log coordinates,
+  for TTFT and for throughput/GPU separately. Both follow near power laws in
+  ISL (fixed overhead at short prompts, linear plus quadratic attention cost
+  at long ones), so in log-log they are close to straight lines and a cubic
+  between points fits better. PCHIP never leaves the range of its two
+  neighbouring points, keeps TTFT monotone wherever the measurements are, and
+  is exact at every measured point. Dynamo's unconstrained cubic overshoots
+  next to a noisy point (e.g. the 70B TP8 pre-swept outlier) by up to 4x.
+* Decode ITL: the profiler sweeps concurrency at a few fixed context lengths,
+  so the points lie on rows of constant context. Each row gets a PCHIP in KV
+  usage; between two rows we blend linearly in 1/context at the same KV usage.
+  The 1/context weight comes from the usual step-time model
+  ITL = a + b*batch + c*batch*context with batch = kv_usage*max_kv/context:
+  at fixed KV usage that is linear in 1/context, so the blend is exact for
+  such an engine, while blending linearly in context overestimates ITL
+  several-fold between a short and a long context row.
+* Decode throughput is not interpolated directly: it falls ~1/context at fixed
+  KV usage and ~1/ITL along a row, which no generic interpolant captures. We
+  interpolate (the same way as ITL) its efficiency, measured throughput over
+  the ideal concurrency*1000/ITL (about 1/TP per GPU and nearly constant), and
+  multiply back. Throughput is then consistent with ITL by Little's law.
+* Dynamo resamples the scattered points onto a 100x100 (kv_usage, context)
+  grid with griddata and reads the nearest cell: not exact at the measured
+  points, blind to the row structure, and sensitive to the unscaled axes.
 * Best decode throughput under an ITL target: dense evaluation in KV usage at
   the requested context (plus every measured KV point) and a root-find
   (brentq) on the ITL crossing, instead of scanning grid cells. Feasibility
@@ -39,10 +46,12 @@ Method, and why it differs from Dynamo's:
 Range: inputs outside the profiled range are clamped to it with a
 `ProfileRangeWarning` (`out_of_range="clip"`) or rejected with ValueError
 (`out_of_range="raise"`). Decode KV usage between 0 and the lowest measured
-point (one running request) is inside the range: it means fewer than one
-request's worth of KV and gets the single-request values. Above the highest
-measured KV usage of the neighbouring rows it is out of range. NaN inputs are
-always a ValueError.
+point (one running request) is inside the range: ITL there is the
+single-request ITL and throughput scales with the fraction of a request.
+Above the highest measured KV usage of the neighbouring rows it is out of
+range. NaN inputs are always a ValueError. Warnings name the value, so in a
+hot loop that leaves the range often, filter ProfileRangeWarning or use the
+vectorised calls (one warning per call).
 """
 
 from __future__ import annotations
@@ -117,16 +126,19 @@ def _array(arrays: Mapping[str, np.ndarray], key: str, *, source: str, ndim: int
 class _Pchip:
     """PCHIP in x with a pure-Python scalar path; x strictly increasing.
 
-    One point gives a constant. Outside [x0, xn] the end value is returned
-    (callers clamp and warn before calling).
+    log_log: fit log(y) against log(x) and return exp() of it (needs x, y > 0;
+    falls back to linear axes otherwise). One point gives a constant. Outside
+    [x0, xn] the end value is returned (callers clamp and warn before calling).
     """
 
-    __slots__ = ("x", "lo", "hi", "_bp", "_coef", "_const", "_vec")
+    __slots__ = ("x", "lo", "hi", "log_log", "_bp", "_coef", "_const", "_vec")
 
-    def __init__(self, x: np.ndarray, y: np.ndarray):
+    def __init__(self, x: np.ndarray, y: np.ndarray, *, log_log: bool = False):
         self.x = np.asarray(x, dtype=float)
+        y = np.asarray(y, dtype=float)
         self.lo = float(self.x[0])
         self.hi = float(self.x[-1])
+        self.log_log = bool(log_log and np.all(self.x > 0) and np.all(y > 0))
         if len(x) == 1:
             self._const = float(y[0])
             self._bp: list[float] = []
@@ -134,9 +146,10 @@ class _Pchip:
             self._vec = None
             return
         self._const = None
-        self._vec = PchipInterpolator(self.x, np.asarray(y, dtype=float), extrapolate=False)
+        u, v = (np.log(self.x), np.log(y)) if self.log_log else (self.x, y)
+        self._vec = PchipInterpolator(u, v, extrapolate=False)
         c = self._vec.c  # (4, n-1): highest power first, local to each left breakpoint
-        self._bp = [float(v) for v in self.x[:-1]]
+        self._bp = [float(b) for b in u[:-1]]
         self._coef = [(float(c[0, i]), float(c[1, i]), float(c[2, i]), float(c[3, i])) for i in range(c.shape[1])]
 
     def __call__(self, x: float) -> float:
@@ -146,16 +159,21 @@ class _Pchip:
             x = self.lo
         elif x >= self.hi:
             x = self.hi
-        i = bisect.bisect_right(self._bp, x) - 1
+        u = math.log(x) if self.log_log else x
+        i = bisect.bisect_right(self._bp, u) - 1
         a, b, c, d = self._coef[i]
-        t = x - self._bp[i]
-        return ((a * t + b) * t + c) * t + d
+        t = u - self._bp[i]
+        v = ((a * t + b) * t + c) * t + d
+        return math.exp(v) if self.log_log else v
 
     def many(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=float)
         if self._const is not None:
             return np.full(x.shape, self._const)
-        return self._vec(np.clip(x, self.lo, self.hi))
+        x = np.clip(x, self.lo, self.hi)
+        if self.log_log:
+            return np.exp(self._vec(np.log(x)))
+        return self._vec(x)
 
 
 def _clamp(value: float, lo: float, hi: float, *, what: str, unit: str, source: str, out_of_range: str) -> float:
@@ -172,8 +190,13 @@ def _clamp(value: float, lo: float, hi: float, *, what: str, unit: str, source: 
     return bound
 
 
-def _clamp_many(values: np.ndarray, lo, hi, *, what: str, unit: str, source: str, out_of_range: str) -> np.ndarray:
-    """Vector clamp: one warning (or error) per call naming the count and extremes."""
+def _clamp_many(
+    values: np.ndarray, lo, hi, *, what: str, unit: str, source: str, out_of_range: str, warn: bool = True
+) -> np.ndarray:
+    """Vector clamp: one warning (or error) per call naming the count and extremes.
+
+    warn=False clamps silently (internal callers whose inputs are in range up to rounding).
+    """
     v = np.asarray(values, dtype=float)
     if np.isnan(v).any():
         raise ValueError(f"profile {source}: {what} has NaN values")
@@ -181,6 +204,8 @@ def _clamp_many(values: np.ndarray, lo, hi, *, what: str, unit: str, source: str
     n = int(low.sum() + high.sum())
     if n == 0:
         return v
+    if not warn:
+        return np.clip(v, lo, hi)
     msg = (
         f"profile {source}: {n} of {v.size} {what} values outside the profiled range "
         f"(min {v.min():g}, max {v.max():g} {unit})"
@@ -227,8 +252,8 @@ class PrefillProfile:
             raise ValueError(
                 f"{self.source}: key 'prefill_thpt_per_gpu' must be > 0, got min {np.min(self.throughput_per_gpu):g}"
             )
-        object.__setattr__(self, "_ttft", _Pchip(x, self.ttft_ms))
-        object.__setattr__(self, "_thpt", _Pchip(x, self.throughput_per_gpu))
+        object.__setattr__(self, "_ttft", _Pchip(x, self.ttft_ms, log_log=True))
+        object.__setattr__(self, "_thpt", _Pchip(x, self.throughput_per_gpu, log_log=True))
 
     @classmethod
     def from_arrays(
@@ -288,7 +313,7 @@ class _Row:
 
     context_tokens: float
     itl: _Pchip
-    thpt_x_ctx: _Pchip  # throughput/GPU * context, tokens^2/s/GPU
+    efficiency: _Pchip  # measured throughput / (concurrency * 1000 / ITL), dimensionless
 
 
 @dataclass(frozen=True)
@@ -325,14 +350,21 @@ class DecodeProfile:
                 raise ValueError(f"{src}: key {key!r} has {len(arr)} points, 'x_kv_usage' has {n}")
         if not self.max_kv_tokens > 0:
             raise ValueError(f"{src}: key 'max_kv_tokens' must be > 0, got {self.max_kv_tokens}")
-        if np.any(x < 0):
-            raise ValueError(f"{src}: key 'x_kv_usage' must be >= 0, got min {x.min():g}")
+        if np.any(x <= 0):
+            raise ValueError(
+                f"{src}: key 'x_kv_usage' must be > 0 (a point with no running request says nothing "
+                f"about decode), got min {x.min():g}"
+            )
         if np.any(y <= 0):
             raise ValueError(f"{src}: key 'y_context_length' must be > 0, got min {y.min():g}")
         if np.any(itl <= 0):
             raise ValueError(f"{src}: key 'z_itl' must be > 0 ms, got min {itl.min():g}")
-        if np.any(thpt < 0):
-            raise ValueError(f"{src}: key 'z_thpt_per_gpu' must be >= 0, got min {thpt.min():g}")
+        if np.any(thpt <= 0):
+            raise ValueError(f"{src}: key 'z_thpt_per_gpu' must be > 0, got min {thpt.min():g}")
+        # Throughput is carried as its ratio to the ideal concurrency*1000/ITL (per GPU that
+        # is ~1/TP, a little less for measured engines); the ratio barely moves with load or
+        # context, so it interpolates far better than throughput itself.
+        eff = thpt * y * itl / (x * self.max_kv_tokens * 1000.0)
         rows = []
         for ctx in np.unique(y):
             sel = y == ctx
@@ -342,7 +374,7 @@ class DecodeProfile:
                 raise ValueError(
                     f"{src}: key 'x_kv_usage' repeats a value at y_context_length={ctx:g}: {xs.tolist()}"
                 )
-            rows.append(_Row(float(ctx), _Pchip(xs, itl[sel][order]), _Pchip(xs, thpt[sel][order] * ctx)))
+            rows.append(_Row(float(ctx), _Pchip(xs, itl[sel][order]), _Pchip(xs, eff[sel][order])))
         if len(rows) < 2 and n < 2:
             raise ValueError(f"{src}: decode profile needs at least 2 points, got {n}")
         object.__setattr__(self, "_rows", tuple(rows))
@@ -433,12 +465,18 @@ class DecodeProfile:
         return a + w * (self._rows[j].itl(kv) - a)
 
     def throughput_per_gpu_at(self, kv_usage_frac: float, context_tokens: float) -> float:
-        """Decode throughput at a KV usage and context length, output tokens/s/GPU."""
+        """Decode throughput at a KV usage and context length, output tokens/s/GPU.
+
+        efficiency * concurrency * 1000 / ITL, so it is consistent with `itl_ms_at`
+        (Little's law); below one running request it scales with the fraction.
+        """
         ctx, i, j, w, kv = self._point(kv_usage_frac, context_tokens)
-        a = self._rows[i].thpt_x_ctx(kv)
+        ri, rj = self._rows[i], self._rows[j]
+        itl, eff = ri.itl(kv), ri.efficiency(kv)
         if w != 0.0:
-            a += w * (self._rows[j].thpt_x_ctx(kv) - a)
-        return a / ctx
+            itl += w * (rj.itl(kv) - itl)
+            eff += w * (rj.efficiency(kv) - eff)
+        return eff * kv * self.max_kv_tokens / ctx * 1000.0 / itl
 
     def concurrency_at(self, kv_usage_frac: float, context_tokens: float) -> float:
         """Running requests per engine at a KV usage and context: kv*max_kv_tokens/context."""
@@ -448,11 +486,14 @@ class DecodeProfile:
         """KV usage (0..1) that `concurrency` running requests of `context_tokens` occupy."""
         return concurrency * context_tokens / self.max_kv_tokens
 
-    def _many(self, kv_usage_frac, context_tokens, attr: str) -> tuple[np.ndarray, np.ndarray]:
+    def _many(
+        self, kv_usage_frac, context_tokens, *, warn: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Vector lookup: (ITL ms, efficiency, clamped KV usage, clamped context)."""
         kv, ctx = np.broadcast_arrays(np.asarray(kv_usage_frac, dtype=float), np.asarray(context_tokens, dtype=float))
         ctx = _clamp_many(
             ctx, self._ctx[0], self._ctx[-1], what="context length", unit="tokens",
-            source=self.source, out_of_range=self.out_of_range,
+            source=self.source, out_of_range=self.out_of_range, warn=warn,
         )
         ctxs = np.asarray(self._ctx)
         j = np.clip(np.searchsorted(ctxs, ctx, side="left"), 0, len(ctxs) - 1)
@@ -461,31 +502,28 @@ class DecodeProfile:
         inv_i, inv_j = 1.0 / ctxs[i], 1.0 / ctxs[j]
         with np.errstate(divide="ignore", invalid="ignore"):
             w = np.where(i == j, 0.0, (inv_i - 1.0 / ctx) / (inv_i - inv_j))
-        lo_hi = np.array([r.itl.hi for r in self._rows])
-        hi = lo_hi[i] + w * (lo_hi[j] - lo_hi[i])
+        row_hi = np.array([r.itl.hi for r in self._rows])
+        hi = row_hi[i] + w * (row_hi[j] - row_hi[i])
         kv = _clamp_many(
-            kv, 0.0, hi, what="KV usage", unit="(fraction)", source=self.source, out_of_range=self.out_of_range
+            kv, 0.0, hi, what="KV usage", unit="(fraction)", source=self.source, out_of_range=self.out_of_range,
+            warn=warn,
         )
-        out_i = np.empty(kv.shape)
-        out_j = np.empty(kv.shape)
+        itl_i, itl_j, eff_i, eff_j = (np.empty(kv.shape) for _ in range(4))
         for k, row in enumerate(self._rows):
-            f = getattr(row, attr)
-            m = i == k
-            if m.any():
-                out_i[m] = f.many(kv[m])
-            m = j == k
-            if m.any():
-                out_j[m] = f.many(kv[m])
-        return out_i + w * (out_j - out_i), ctx
+            for sel, itl_out, eff_out in ((i == k, itl_i, eff_i), (j == k, itl_j, eff_j)):
+                if sel.any():
+                    itl_out[sel] = row.itl.many(kv[sel])
+                    eff_out[sel] = row.efficiency.many(kv[sel])
+        return itl_i + w * (itl_j - itl_i), eff_i + w * (eff_j - eff_i), kv, ctx
 
     def itl_ms_many(self, kv_usage_frac, context_tokens) -> np.ndarray:
         """Vectorised `itl_ms_at` (broadcasts its arguments); one warning per call."""
-        return self._many(kv_usage_frac, context_tokens, "itl")[0]
+        return self._many(kv_usage_frac, context_tokens)[0]
 
     def throughput_per_gpu_many(self, kv_usage_frac, context_tokens) -> np.ndarray:
         """Vectorised `throughput_per_gpu_at` (output tokens/s/GPU)."""
-        v, ctx = self._many(kv_usage_frac, context_tokens, "thpt_x_ctx")
-        return v / ctx
+        itl, eff, kv, ctx = self._many(kv_usage_frac, context_tokens)
+        return eff * kv * self.max_kv_tokens / ctx * 1000.0 / itl
 
     # -- operating point ---------------------------------------------------
 
@@ -506,10 +544,8 @@ class DecodeProfile:
         hi = ri.itl.hi + w * (rj.itl.hi - ri.itl.hi)
         knots = [k for k in np.concatenate([ri.itl.x, rj.itl.x]) if lo <= k <= hi]
         kv = np.unique(np.concatenate([np.linspace(lo, hi, _SEARCH_POINTS), knots]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ProfileRangeWarning)
-            itl = self.itl_ms_many(kv, ctx)
-            thpt = self.throughput_per_gpu_many(kv, ctx)
+        itl, eff, kv, _ = self._many(kv, ctx, warn=False)
+        thpt = eff * kv * self.max_kv_tokens / ctx * 1000.0 / itl
         envelope = np.maximum.accumulate(itl)
         ok = envelope <= itl_target_ms
         if not ok[0]:
@@ -518,21 +554,25 @@ class DecodeProfile:
                 float(thpt[k]), float(kv[k]), float(itl[k]), self.concurrency_at(float(kv[k]), ctx), False
             )
         last = int(np.flatnonzero(ok)[-1])
-        cand_kv = list(kv[: last + 1])
-        cand_thpt = list(thpt[: last + 1])
-        cand_itl = list(itl[: last + 1])
+        cand_kv, cand_itl, cand_thpt = list(kv[: last + 1]), list(itl[: last + 1]), list(thpt[: last + 1])
         if last + 1 < len(kv):
-            # The envelope crosses the target between kv[last] and kv[last+1]; find the crossing.
+            # The envelope crosses the target between kv[last] and kv[last+1]: find the crossing.
+            floor = float(envelope[last])
+
+            def itl_eff(k: float) -> tuple[float, float]:
+                a_itl, a_eff = ri.itl(k), ri.efficiency(k)
+                if w != 0.0:
+                    a_itl += w * (rj.itl(k) - a_itl)
+                    a_eff += w * (rj.efficiency(k) - a_eff)
+                return a_itl, a_eff
+
             a, b = float(kv[last]), float(kv[last + 1])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ProfileRangeWarning)
-                fa = envelope[last] - itl_target_ms
-                f = lambda k: max(float(envelope[last]), self.itl_ms_at(k, ctx)) - itl_target_ms  # noqa: E731
-                if fa < 0 < f(b):
-                    root = brentq(f, a, b, xtol=1e-9)
-                    cand_kv.append(root)
-                    cand_itl.append(self.itl_ms_at(root, ctx))
-                    cand_thpt.append(self.throughput_per_gpu_at(root, ctx))
+            if max(floor, itl_eff(b)[0]) > itl_target_ms:
+                root = brentq(lambda k: max(floor, itl_eff(k)[0]) - itl_target_ms, a, b, xtol=1e-9)
+                r_itl, r_eff = itl_eff(root)
+                cand_kv.append(root)
+                cand_itl.append(r_itl)
+                cand_thpt.append(r_eff * root * self.max_kv_tokens / ctx * 1000.0 / r_itl)
         k = int(np.argmax(cand_thpt))
         best_kv = float(cand_kv[k])
         return DecodeOperatingPoint(

@@ -42,11 +42,10 @@ step's business); a pool with any load gets at least 1.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Literal
 
 from planner.config import SizingConfig, SloTarget
-from planner.profile import DecodeProfile, PrefillProfile, ProfileRangeWarning
+from planner.profile import DecodeProfile, PrefillProfile
 from planner.types import Corrections, Forecast, PoolSizing
 
 SizeOn = Literal["mean", "p90"]
@@ -171,12 +170,10 @@ def _factor(value: float, enabled: bool) -> float:
     return value if enabled and math.isfinite(value) and value > 0 else 1.0
 
 
-def _clamped_lookup(fn, *args) -> tuple[float, bool]:
-    """Call a profile lookup, reporting (instead of warning about) a clamp."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ProfileRangeWarning)
-        value = fn(*args)
-    return value, any(issubclass(w.category, ProfileRangeWarning) for w in caught)
+def _within(value: float, lo: float, hi: float) -> tuple[float, bool]:
+    """Clamp to the profiled range; the flag goes into the numbers instead of a warning."""
+    clamped = min(max(value, lo), hi)
+    return clamped, clamped != value
 
 
 # -- prefill -------------------------------------------------------------------
@@ -213,8 +210,9 @@ def size_prefill(
     }
     if requests <= 0 or isl <= 0:
         return PoolSizing("prefill", 0, numbers, f"no prefill load ({requests:g} requests, ISL {isl:g} tokens)")
-    thpt, clamped = _clamped_lookup(profile.throughput_per_gpu_at, isl)
-    ttft_ms, _ = _clamped_lookup(profile.ttft_ms_at, isl)
+    isl_eval, clamped = _within(isl, *profile.isl_range_tokens)
+    thpt = profile.throughput_per_gpu_at(isl_eval)
+    ttft_ms = profile.ttft_ms_at(isl_eval)
     numbers["throughput_per_gpu"] = thpt
     numbers["single_request_ttft_ms"] = ttft_ms
     numbers["isl_clamped"] = float(clamped)
@@ -311,7 +309,8 @@ def size_decode(
     if requests <= 0 or osl <= 0:
         return PoolSizing("decode", 0, numbers, f"no decode load ({requests:g} requests, OSL {osl:g} tokens)")
     corrected_itl = slo.itl_ms / corr
-    op, clamped = _clamped_lookup(profile.best_throughput_per_gpu, corrected_itl, context)
+    context_eval, clamped = _within(context, *profile.context_range_tokens)
+    op = profile.best_throughput_per_gpu(corrected_itl, context_eval)
     numbers.update(corrected_itl_target_ms=corrected_itl, context_clamped=float(clamped))
 
     if cfg.mode == "dynamo":
@@ -337,7 +336,7 @@ def size_decode(
     effective_itl = corrected_itl
     if not reachable:
         effective_itl = op.itl_ms * (1.0 + cfg.unreachable_slack_frac)
-        op, _ = _clamped_lookup(profile.best_throughput_per_gpu, effective_itl, context)
+        op = profile.best_throughput_per_gpu(effective_itl, context_eval)
     per_replica_tps = op.throughput_per_gpu * cfg.gpus_per_decode_engine
     usable_tps = per_replica_tps * (1.0 - cfg.decode_headroom_frac)
     r_thpt = out_tps / usable_tps
@@ -348,7 +347,7 @@ def size_decode(
     r_kv = kv_tokens / (profile.max_kv_tokens * cfg.decode_max_kv_usage_frac)
     replicas = max(1, ceil_replicas(max(r_thpt, r_kv)))
     per_replica_kv = kv_tokens / (replicas * profile.max_kv_tokens)
-    pred_itl, _ = _clamped_lookup(profile.itl_ms_at, per_replica_kv, context)
+    pred_itl = profile.itl_ms_at(min(per_replica_kv, profile.kv_range_frac(context_eval)[1]), context_eval)
     numbers.update(
         target_reachable=float(reachable),
         effective_itl_target_ms=effective_itl,

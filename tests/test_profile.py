@@ -184,7 +184,8 @@ def test_prefill_hand(isl, ttft_ms):
                  id="ctx 1333: 1/ctx halfway so w=0.5: ITL (20+30)/2 = 25; thpt*ctx 5e6 / 1333.3 = 3750"),
     pytest.param(0.3, 1600, 7.5 + 25 * 0.3 + 10 * (1 / 1000 - 1 / 1600) / (1 / 1000 - 1 / 2000), 5e6 * 0.6 / 1600,
                  id="ctx 1600: w=(1/1000-1/1600)/(1/1000-1/2000)=0.75 -> 15+0.75*10 = 22.5 ms; 3e6/1600 = 1875"),
-    pytest.param(0.0, 1000, 10.0, 1000.0, id="kv 0 (< one request) -> single-request values"),
+    pytest.param(0.05, 1000, 10.0, 500.0,
+                 id="kv 0.05 below the lowest point: single-request ITL 10 ms, throughput 10000*0.05 = 500"),
 ])
 def test_decode_hand(kv, ctx, itl_ms, thpt):
     d = linear_decode()
@@ -284,6 +285,8 @@ def _good(h200_profile_dir):
                  r"raw_data.npz: .*must have equal lengths, got 41, 41, 41, 40", id="short z_thpt_per_gpu"),
     pytest.param("prefill", lambda a: a.update(prefill_ttft=a["prefill_ttft"].astype(str)),
                  r"key 'prefill_ttft' must be numeric", id="text ttft"),
+    pytest.param("decode", lambda a: a.update(x_kv_usage=np.where(np.arange(41) == 0, 0.0, a["x_kv_usage"])),
+                 r"raw_data.npz: key 'x_kv_usage' must be > 0", id="zero KV usage point"),
     pytest.param("decode", lambda a: a.update(max_kv_tokens=np.array([1, 2])),
                  r"key 'max_kv_tokens' must hold one value, got shape \(2,\)", id="two max_kv_tokens"),
 ])
@@ -318,3 +321,19 @@ def test_duplicate_isl_is_an_error():
             {"prefill_isl": np.array([1, 1, 2]), "prefill_ttft": np.ones(3), "prefill_thpt_per_gpu": np.ones(3)},
             source="x",
         )
+
+
+def test_best_throughput_out_of_range_context_warns_then_clamps():
+    d = linear_decode()
+    with pytest.warns(ProfileRangeWarning, match="context length 5000 tokens is above the profiled max 2000"):
+        op = d.best_throughput_per_gpu(30.0, 5000)
+    assert op.kv_usage_frac == pytest.approx(0.5)  # as at context 2000: (30-17.5)/25
+
+
+def test_best_throughput_in_range_emits_no_warning(h200_profile_dir):
+    prof = load_profile_dir(h200_profile_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for ctx in (350, 1000, 2997, 13585):
+            for target in (5.0, 15.0, 40.0, 100.0):
+                prof.decode.best_throughput_per_gpu(target, ctx)

@@ -296,3 +296,14 @@ def test_real_profile_never_nan_and_at_least_one(h200_profile_dir, mode):
 def test_disabled_corrections_are_ignored():
     """Corrections(enabled=False, prefill=0.5) sizes like factor 1: 30 rps*1000/10000 = 3 (not 1.5 -> 2)."""
     assert prefill(fc(1800), cfg=DYNAMO, corr=0.5, enabled=False).replicas == 3
+
+
+def test_out_of_range_inputs_are_flagged_in_numbers_not_warned():
+    """ISL 8000 > 4000 profiled: sized at 4000 (TTFT 400 ms) with isl_clamped = 1; context 5100 > 2000 likewise."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = prefill(fc(300, isl=8000.0), ttft_ms=1000.0)
+        d = decode(fc(300, isl=5000.0))
+    assert p.numbers["isl_clamped"] == 1.0 and p.numbers["single_request_ttft_ms"] == pytest.approx(400.0)
+    assert p.numbers["isl_tokens"] == 8000.0
+    assert d.numbers["context_clamped"] == 1.0 and d.numbers["context_tokens"] == 5100.0
