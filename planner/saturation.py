@@ -28,7 +28,6 @@ In the prefill/decode planner each pool is analysed as its own model
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
