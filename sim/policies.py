@@ -182,6 +182,32 @@ def policy_names() -> list[str]:
     return names
 
 
+def check_policy_name(name: str) -> str:
+    """The name if it is a policy this build knows (oracle and dynamo-peer included); else ValueError."""
+    if name in ("planner", "dynamo", "saturation", "oracle"):
+        return name
+    if name.startswith("planner:"):
+        predictor = name.split(":", 1)[1]
+        if predictor not in predictor_names():
+            raise ValueError(f"policy {name!r}: unknown predictor {predictor!r}; valid: {', '.join(predictor_names())}")
+        return name
+    if name.startswith("static"):
+        m = _STATIC.match(name)
+        if not m:
+            raise ValueError(f"policy {name!r}: expected static:<P>x<D>, e.g. static:4x2")
+        if int(m.group(1)) < 1 or int(m.group(2)) < 1:
+            raise ValueError(f"policy {name!r}: need >= 1 worker per pool")
+        return name
+    if name == "dynamo-peer":
+        if not peer_available():
+            raise ValueError(
+                "policy 'dynamo-peer' needs the optional extra: pip install --no-deps ai-dynamo==1.0.2 "
+                "ai-dynamo-runtime==1.0.2"
+            )
+        return name
+    raise ValueError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}")
+
+
 def make_policy(name: str, *, cfg: PlannerConfig, profile: EngineProfile):
     """A policy by name (all but `oracle`, which needs the trace: see sim.oracle)."""
     if name == "planner":

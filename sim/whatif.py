@@ -10,14 +10,14 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from connectors.profiles import load_profile_dir
 from planner.config import SloTarget
 from planner.profile import ProfileRangeWarning
 from sim.engine import SimConfig
 from sim.lookup import ProfileTables
-from sim.policies import default_planner_config, make_policy
+from sim.policies import check_policy_name, default_planner_config, make_policy
 from sim.replay import ReplayResult, Scenario, replay
 from sim.report import summarize
 from sim.servegen import load_servegen, synthesize_servegen
@@ -48,6 +48,18 @@ class WhatIfScenario(BaseModel):
         0.005, gt=0, description="ServeGen: multiply every client's rate (the archives run ~1,800 req/s)"
     )
     max_replicas: int = Field(16, ge=1, description="most workers per pool (planner bounds, oracle search)")
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        return check_policy_name(v)
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, v: str) -> str:
+        if v not in ("least-loaded", "round-robin"):
+            raise ValueError(f"router must be least-loaded or round-robin, got {v!r}")
+        return v
 
     def slo(self) -> SloTarget:
         return SloTarget(ttft_ms=self.ttft_ms, itl_ms=self.itl_ms)

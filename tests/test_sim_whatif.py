@@ -1,0 +1,137 @@
+"""The what-if CLI on every shipped trace format, and the what-if / sweep flows under Prefect."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from planner_cli.main import main
+from sim.whatif import WhatIfScenario
+from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
+
+JSON_KEYS = {"requests", "slo_attainment", "ttft_ms", "itl_ms", "gpu_hours", "oracle_gpu_hours", "scale_events", "wall_s"}
+
+
+def _small_azure(shared_data: Path, tmp_path: Path, *, minutes: int = 4, bad_line: str | None = None) -> Path:
+    """The first `minutes` of azure2023_conv as a gzip CSV (optionally with a bad line 3)."""
+    lines = gzip.open(shared_data / "traces" / "azure2023_conv.csv.gz", "rt").read().splitlines()
+    keep = [lines[0]]
+    first_min = int(lines[1][14:16])
+    for line in lines[1:]:
+        if (int(line[14:16]) - first_min) % 60 >= minutes:
+            break
+        keep.append(line)
+    if bad_line is not None:
+        keep.insert(2, bad_line)
+    out = tmp_path / "conv-small.csv.gz"
+    out.write_bytes(gzip.compress(("\n".join(keep) + "\n").encode()))
+    return out
+
+
+def _cli(trace: Path, profile: Path, *extra: str) -> list[str]:
+    return ["what-if", "--trace", str(trace), "--profile", str(profile), "--ttft-ms", "200", "--itl-ms", "10",
+            "--no-progress", *extra]
+
+
+@pytest.mark.parametrize(
+    "trace_name, extra",
+    [
+        pytest.param("azure2023_code.csv.gz", ["--policy", "static:2x1"], id="azure code CSV"),
+        pytest.param("mooncake_fast25_synthetic_trace.jsonl.gz", ["--policy", "planner"], id="mooncake JSONL"),
+        pytest.param(
+            "servegen_language_m-small.tar.gz",
+            ["--policy", "planner", "--servegen-duration-s", "600", "--servegen-rate-scale", "0.002"],
+            id="servegen archive, 10 min at 0.2% of the rate",
+        ),
+    ],
+)
+def test_cli_on_every_trace_format(shared_data, h200_profile_dir, tmp_path, capsys, trace_name, extra):
+    out = tmp_path / "out" / "s.json"
+    code = main(_cli(shared_data / "traces" / trace_name, h200_profile_dir, *extra, "--json", str(out)))
+    assert code == 0
+    s = json.loads(out.read_text())
+    assert JSON_KEYS <= set(s)
+    assert s["requests"] > 100 and s["completed"] == s["requests"]
+    assert 0 <= s["slo_attainment"] <= 1
+    assert s["ttft_ms"]["p50"] <= s["ttft_ms"]["p90"] <= s["ttft_ms"]["p99"]
+    assert s["gpu_hours"] > 0 and s["oracle_gpu_hours"] is None
+    assert "SLA attainment" in capsys.readouterr().out
+
+
+def test_cli_load_multiplier_and_oracle(shared_data, h200_profile_dir, tmp_path):
+    trace = _small_azure(shared_data, tmp_path, minutes=4)
+    out1, out3 = tmp_path / "x1.json", tmp_path / "x3.json"
+    assert main(_cli(trace, h200_profile_dir, "--policy", "static:1x1", "--json", str(out1))) == 0
+    assert main(_cli(trace, h200_profile_dir, "--policy", "planner", "--load-multiplier", "3", "--with-oracle",
+                     "--json", str(out3))) == 0
+    s1, s3 = json.loads(out1.read_text()), json.loads(out3.read_text())
+    assert s3["requests"] == 3 * s1["requests"]
+    assert s3["oracle_gpu_hours"] is not None and s3["oracle_gpu_hours"] > 0
+    # static 1x1 for the whole replay: 2 GPUs x simulated time
+    assert s1["gpu_hours"] == pytest.approx(2 * s1["simulated_s"] / 3600)
+
+
+def test_cli_errors_name_the_problem(shared_data, h200_profile_dir, tmp_path, capsys):
+    bad = _small_azure(shared_data, tmp_path, minutes=1, bad_line="2023-11-16 18:15:47.0,12x,5")
+    assert main(_cli(bad, h200_profile_dir, "--policy", "static:1x1")) == 2
+    assert "line 3: ContextTokens must be a non-negative integer, got '12x'" in capsys.readouterr().err
+    assert main(_cli(bad, h200_profile_dir, "--policy", "static:1x1", "--skip-malformed")) == 0
+    assert "skipped 1 malformed lines" in capsys.readouterr().err
+    assert main(_cli(bad, h200_profile_dir, "--policy", "bogus")) == 2
+    assert "unknown policy 'bogus'" in capsys.readouterr().err
+    assert main(_cli(bad, h200_profile_dir, "--load-multiplier", "-1")) == 2
+    assert "load_multiplier" in capsys.readouterr().err
+
+
+def test_what_if_flow_publishes_report_and_plots(prefect_harness, shared_data, h200_profile_dir, tmp_path):  # noqa: F811
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.whatif import what_if_flow
+
+    sc = WhatIfScenario(
+        trace=str(_small_azure(shared_data, tmp_path, minutes=3)),
+        profile_dir=str(h200_profile_dir),
+        policy="planner",
+        load_multiplier=2,
+    )
+    summary = what_if_flow(sc, output_dir=str(tmp_path / "plots"))
+    assert summary["policy"] == "planner" and summary["requests"] > 0
+    for path in summary["plots"].values():
+        assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    async def fetch():
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["what-if-planner", "what-if-planner-latency"]))
+            )
+
+    import asyncio
+
+    arts = asyncio.run(fetch())
+    kinds = {a.key: a.type for a in arts}
+    assert kinds.get("what-if-planner") == "markdown" and kinds.get("what-if-planner-latency") == "image"
+    report = next(a for a in arts if a.key == "what-if-planner").data
+    assert "SLA attainment" in report and "GPU-hours" in report
+
+
+def test_sweep_flow_locally_and_on_dask(prefect_harness, shared_data, h200_profile_dir, tmp_path):  # noqa: F811
+    from distributed import LocalCluster
+
+    from flows.whatif import run_sweep
+
+    trace = str(_small_azure(shared_data, tmp_path, minutes=2))
+    grid = [
+        WhatIfScenario(trace=trace, profile_dir=str(h200_profile_dir), policy=p, load_multiplier=k)
+        for p in ("static:1x1", "static:2x1")
+        for k in (1.0, 2.0)
+    ]
+    local = run_sweep(grid)
+    assert [(s["policy"], s["load_multiplier"]) for s in local] == [(g.policy, g.load_multiplier) for g in grid]
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        on_dask = run_sweep(grid, dask_address=cluster.scheduler_address)
+    assert [s["slo_attainment"] for s in on_dask] == [s["slo_attainment"] for s in local]
+    assert [s["gpu_hours"] for s in on_dask] == pytest.approx([s["gpu_hours"] for s in local])
