@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from connectors.local import LocalConnector
     from connectors.profiles import load_profile
     from flows.config import load_run_config
-    from flows.planner import planner_flow
+    from flows.planner_flow import planner_flow
     from sim.engine import FleetSim, SimConfig, interval_observation
     from sim.lookup import ProfileTables
     from sim.traces import load_trace, multiply_load

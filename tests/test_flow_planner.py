@@ -64,7 +64,7 @@ def _artifact(key: str):
 
 
 def test_flow_applies_scale_up_and_publishes_artifacts(prefect_harness, run_config, tmp_path):
-    from flows.planner import planner_flow
+    from flows.planner_flow import planner_flow
 
     # 1,200 requests/min of ISL 1000 is 20 rps x 1000 tokens = 20k prefill tokens/s:
     # more than one H200 prefill replica keeps within a 200 ms TTFT.
@@ -86,7 +86,7 @@ def test_flow_applies_scale_up_and_publishes_artifacts(prefect_harness, run_conf
 
 
 def test_dry_run_and_what_if_apply_nothing(prefect_harness, run_config, tmp_path):
-    from flows.planner import planner_flow
+    from flows.planner_flow import planner_flow
 
     out = planner_flow(
         config=run_config,
@@ -103,7 +103,7 @@ def test_dry_run_and_what_if_apply_nothing(prefect_harness, run_config, tmp_path
 
 
 def test_missing_metrics_hold(prefect_harness, run_config):
-    from flows.planner import planner_flow
+    from flows.planner_flow import planner_flow
 
     obs = Observation(
         taken_at_s=1800.0, interval_s=INTERVAL_S, num_requests=None, avg_isl_tokens=None,

@@ -1,4 +1,5 @@
-"""The planner flow: collect → correct → predict → interpolate → saturation → decide → apply.
+"""The planner flow (a file name apart from the `planner` package, because Prefect
+puts this folder on sys.path when it loads the entrypoint): collect → correct → predict → interpolate → saturation → decide → apply.
 
 Scheduled every adjustment interval (prefect.yaml). Each step is its own task,
 so the UI shows which one failed or retried. A run rebuilds everything from
@@ -136,4 +137,10 @@ def _resolve_config(config: PlannerRunConfig | None, config_path: str | None) ->
 def _publish_planner_metrics(run_cfg: PlannerRunConfig, result: PlanResult, record) -> None:
     from connectors.planner_metrics import publish_run
 
-    publish_run(run_cfg.planner_metrics, result=result, record=record, namespace=run_cfg.planner.namespace)
+    publish_run(
+        run_cfg.planner_metrics,
+        result=result,
+        record=record,
+        namespace=run_cfg.planner.namespace,
+        model_id=run_cfg.planner.model_id,
+    )
