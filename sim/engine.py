@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -39,6 +40,17 @@ from sim.routing import LeastLoadedRouter, Router
 from sim.traces import Trace
 
 _PREFILL_DONE, _KV_DONE, _DECODE_SEG, _READY = 0, 1, 2, 3
+
+
+def _typed(code: str, values: np.ndarray) -> array:
+    a = array(code)
+    a.frombytes(np.ascontiguousarray(values, dtype=np.float64 if code == "d" else np.int64).tobytes())
+    return a
+
+
+def _np(a: array) -> np.ndarray:
+    """A numpy copy of a typed array."""
+    return np.frombuffer(a, dtype=np.float64 if a.typecode == "d" else np.int64).copy()
 NAN = float("nan")
 
 
@@ -102,14 +114,16 @@ class FleetSim:
         self.tables = tables
         self.router = router or LeastLoadedRouter()
         self.trace = trace
-        self.arrival_s: list[float] = trace.arrival_s.tolist()
-        self.isl: list[int] = trace.isl_tokens.tolist()
-        self.osl: list[int] = trace.osl_tokens.tolist()
+        # Flat typed arrays (8 bytes a request, no per-item objects): a day of ServeGen
+        # traffic is millions of requests.
+        self.arrival_s = _typed("d", trace.arrival_s)
+        self.isl = _typed("q", trace.isl_tokens)
+        self.osl = _typed("q", trace.osl_tokens)
         n = len(self.arrival_s)
-        self.first_token_s: list[float] = [NAN] * n
-        self.finish_s: list[float] = [NAN] * n
-        self.prefill_done_s: list[float] = [NAN] * n
-        self._join_step: list[int] = [0] * n
+        self.first_token_s = _typed("d", np.full(n, np.nan))
+        self.finish_s = _typed("d", np.full(n, np.nan))
+        self.prefill_done_s = _typed("d", np.full(n, np.nan))
+        self._join_step = _typed("q", np.zeros(n, dtype=np.int64))
         self.next_arrival = 0
         self.completed = 0
         self.now_s = 0.0
@@ -439,7 +453,7 @@ class FleetSim:
                 f"simulation stalled with {len(self.arrival_s) - self.completed} requests unfinished: "
                 "a pool has no live workers"
             )
-        last = max(self.finish_s) if self.finish_s else 0.0
+        last = float(np.max(_np(self.finish_s))) if len(self.finish_s) else 0.0
         self.now_s = max(self.now_s, last)
 
     # ------------------------------------------------------------------ metrics
@@ -468,9 +482,9 @@ class FleetSim:
 
     def results(self) -> "RequestResults":
         return RequestResults(
-            arrival_s=np.asarray(self.arrival_s),
-            first_token_s=np.asarray(self.first_token_s),
-            finish_s=np.asarray(self.finish_s),
+            arrival_s=_np(self.arrival_s),
+            first_token_s=_np(self.first_token_s),
+            finish_s=_np(self.finish_s),
             isl_tokens=self.trace.isl_tokens,
             osl_tokens=self.trace.osl_tokens,
         )
