@@ -174,7 +174,13 @@ def plan_interval(
     cfg = effective_config(cfg, what_if)
     obs = apply_what_if(obs, what_if)
     corrections = correction_factors(
-        obs, profile=profile, decode_replicas=fleet.decode.current_replicas, cfg=cfg.correction
+        obs,
+        profile=profile,
+        decode_replicas=fleet.decode.current_replicas,
+        cfg=cfg.correction,
+        # with these two the prefill factor leaves queueing delay out (planner.correct)
+        prefill_replicas=fleet.prefill.current_replicas,
+        sizing=cfg.sizing,
     )
     forecast = predict_next(obs, cfg.predictor, cache=predictor_cache)
     sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
