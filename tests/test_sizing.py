@@ -11,6 +11,8 @@ import math
 import warnings
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from connectors.profiles import load_profile_dir
 from planner.config import SizingConfig, SloTarget
@@ -307,3 +309,37 @@ def test_out_of_range_inputs_are_flagged_in_numbers_not_warned():
     assert p.numbers["isl_clamped"] == 1.0 and p.numbers["single_request_ttft_ms"] == pytest.approx(400.0)
     assert p.numbers["isl_tokens"] == 8000.0
     assert d.numbers["context_clamped"] == 1.0 and d.numbers["context_tokens"] == 5100.0
+
+
+_H200 = None
+
+
+def _h200(path):
+    global _H200
+    if _H200 is None:
+        _H200 = load_profile_dir(path)
+    return _H200
+
+
+@pytest.mark.parametrize("mode", ["sla", "dynamo"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rps=st.floats(0.01, 500.0),
+    extra=st.floats(0.0, 2.0),
+    isl=st.floats(50.0, 20_000.0),
+    osl=st.floats(1.0, 4_000.0),
+    corr=st.floats(0.5, 3.0),
+)
+def test_more_load_never_fewer_replicas(h200_profile_dir, mode, rps, extra, isl, osl, corr):
+    """Property: on the measured H200 profile, more requests never need fewer replicas, results are >= 1."""
+    prof = _h200(h200_profile_dir)
+    cfg = SizingConfig(mode=mode)
+    slo = SloTarget(ttft_ms=150.0, itl_ms=20.0)
+    c = Corrections(prefill=corr, decode=corr)
+    for fn, p in ((size_prefill, prof.prefill), (size_decode, prof.decode)):
+        lo, hi = (
+            fn(fc(r * 60.0, isl=isl, osl=osl), corrections=c, profile=p, slo=slo, cfg=cfg, interval_s=60.0,
+               size_on="mean")
+            for r in (rps, rps * (1.0 + extra))
+        )
+        assert 1 <= lo.replicas <= hi.replicas
