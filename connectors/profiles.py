@@ -99,7 +99,7 @@ def _select_row(
         a = np.asarray(arrays[key])
         if a.ndim < 1 or a.shape[0] != rows:
             raise ValueError(f"{source}: key {key!r} must have a leading row axis of {rows}, got shape {a.shape}")
-        out[key] = a[r].reshape(-1) if key != "max_kv_tokens" else a[r].reshape(-1)
+        out[key] = a[r].reshape(-1)
     return out, f"{models[r]}/{gpus[r]} TP{int(tps[r])}"
 
 
