@@ -64,9 +64,7 @@ def planner_flow(
         )
     obs = apply_what_if(observation, overrides)
 
-    corrections = correct_latency(
-        obs, profile=profile, decode_replicas=fleet.decode.current_replicas, cfg=cfg.correction
-    )
+    corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
     forecast = predict_load(obs, cfg=cfg.predictor)
     sizing = interpolate_replicas(forecast, corrections=corrections, profile=profile, cfg=cfg)
     saturation = analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now)

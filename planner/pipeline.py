@@ -96,6 +96,21 @@ def history_for_prediction(obs: Observation) -> LoadHistory:
     )
 
 
+def correct_latency(
+    obs: Observation, *, fleet: FleetState, profile: EngineProfile, cfg: PlannerConfig
+) -> Corrections:
+    """Observed/expected latency factors, given the replicas that served the interval."""
+    return correction_factors(
+        obs,
+        profile=profile,
+        decode_replicas=fleet.decode.current_replicas,
+        cfg=cfg.correction,
+        # with these two the prefill factor leaves queueing delay out (planner.correct)
+        prefill_replicas=fleet.prefill.current_replicas,
+        sizing=cfg.sizing,
+    )
+
+
 def has_load_data(history: LoadHistory) -> bool:
     """True when at least one interval has a finite request count."""
     return any(math.isfinite(n) for n in history.num_requests)
@@ -173,15 +188,7 @@ def plan_interval(
     """
     cfg = effective_config(cfg, what_if)
     obs = apply_what_if(obs, what_if)
-    corrections = correction_factors(
-        obs,
-        profile=profile,
-        decode_replicas=fleet.decode.current_replicas,
-        cfg=cfg.correction,
-        # with these two the prefill factor leaves queueing delay out (planner.correct)
-        prefill_replicas=fleet.prefill.current_replicas,
-        sizing=cfg.sizing,
-    )
+    corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
     forecast = predict_next(obs, cfg.predictor, cache=predictor_cache)
     sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
     saturation = analyze_saturation(obs, fleet, cfg, now_s=now_s)
