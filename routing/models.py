@@ -314,8 +314,9 @@ def _probe(model, *, n_features: int, where: str) -> None:
     # All-zero and large rows: a model whose sums overflow is refused up front,
     # not discovered on a live request.
     probe = np.array([np.zeros(n_features), np.full(n_features, 1e6)])
-    raw = model.raw(probe)
-    out = np.exp(raw) if model.log_link else raw
+    with np.errstate(over="ignore", invalid="ignore"):
+        raw = model.raw(probe)
+        out = np.exp(raw) if model.log_link else raw
     if not np.isfinite(out).all():
         raise ValueError(f"{where}: predictions on probe rows are not finite ({out.tolist()})")
 

@@ -87,10 +87,9 @@ class InFlight:
     model_version: str | None = None
     first_token_s: float | None = None
     tokens_generated: int = 0
-
-    @property
-    def ttft_endpoint(self) -> str | None:
-        return self.prefill_id if self.prefill_id is not None else self.decode_id
+    prefill_released: bool = False  # its first-token accounting is done
+    aggregated: bool = False  # set at dispatch: one endpoint does prefill and decode
+    ttft_endpoint_id: str | None = None  # set at dispatch: where the TTFT sample belongs
 
 
 class EndpointView(NamedTuple):
@@ -149,7 +148,7 @@ class EndpointRegistry:
         self._interned: list[dict[str, int]] = [{} for _ in self.levels]
         self._endpoints: list[Endpoint | None] = [None] * self._cap
         self._index: dict[str, int] = {}
-        self._free: list[int] = []
+        self._free: list[int] = list(range(self._cap - 1, -1, -1))  # pop() hands out 0 first
         self._awaiting: list[dict[str, float]] = [{} for _ in range(self._cap)]  # req -> ttft SLO
         self._decoding: list[dict[str, float]] = [{} for _ in range(self._cap)]  # req -> tpot SLO
         self._inflight: dict[str, InFlight] = {}
@@ -353,6 +352,8 @@ class EndpointRegistry:
                 if req.prefill_id is None:
                     self._f[d, PREFILL_TIF] += req.uncached_tokens
                     self._add_min(self._awaiting[d], d, MIN_TTFT, req.request_id, req.ttft_slo_ms)
+            req.aggregated = req.prefill_id is None
+            req.ttft_endpoint_id = req.decode_id if req.aggregated else req.prefill_id
             self._inflight[req.request_id] = req
 
     def first_token(self, request_id: str, *, now_s: float, observed_ttft_ms: float | None = None) -> list[Sample]:
@@ -426,8 +427,6 @@ class EndpointRegistry:
             if req.decode_id is not None:
                 d = self._index[req.decode_id]
                 self._f[d, LC_RUN] -= 1
-                if req.first_token_s is None:
-                    self._f[d, LC_WAIT] -= 1
                 self._f[d, DECODE_TIF] -= req.input_tokens + req.tokens_generated
                 self._remove_min(self._decoding[d], d, MIN_TPOT, request_id)
             del self._inflight[request_id]
@@ -467,6 +466,9 @@ class EndpointRegistry:
     # -- internals ---------------------------------------------------------
 
     def _release_prefill(self, req: InFlight) -> None:
+        if req.prefill_released:
+            return
+        req.prefill_released = True
         if req.prefill_id is not None:
             p = self._index[req.prefill_id]
             self._f[p, LC_RUN] -= 1
@@ -476,7 +478,7 @@ class EndpointRegistry:
         if req.decode_id is not None:
             d = self._index[req.decode_id]
             self._f[d, LC_WAIT] -= 1
-            if req.prefill_id is None:
+            if req.aggregated:
                 self._f[d, PREFILL_TIF] -= req.uncached_tokens
                 self._remove_min(self._awaiting[d], d, MIN_TTFT, req.request_id)
 
@@ -500,7 +502,7 @@ class EndpointRegistry:
 
     def _sample(self, req: InFlight, target: Target, observed_ms: float, predicted_ms: float | None, *, now_s: float) -> list[Sample]:
         feats = req.ttft_features if target == "ttft" else req.tpot_features
-        eid = req.ttft_endpoint if target == "ttft" else req.decode_id
+        eid = req.ttft_endpoint_id if target == "ttft" else req.decode_id
         if feats is None or eid is None:
             return []
         return [self._make_sample(req, target, eid, feats, observed_ms, predicted_ms, now_s)]

@@ -1,0 +1,213 @@
+"""Safe model format: sklearn parity, validation of corrupt/mismatched documents, the model store."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.linear_model import LinearRegression
+from threadpoolctl import threadpool_limits
+
+from routing.features import FEATURES
+from routing.model_store import ModelStore, UnknownVersionError, VersionExistsError
+from routing.models import export_hist_gradient_boosting, export_linear, model_document, parse_model_document
+from routing.predictor import LatencyPredictor, ProfileEstimator
+from tests.fixtures_routing import h200_profile, linear, linear_document, trained_document
+
+
+def _data(n=600, target="ttft", seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, (n, len(FEATURES[target]))) * 1000
+    y = 10 + 0.05 * x[:, 0] + np.sin(x[:, 2] / 100) * 5 + 0.01 * x[:, 5] + rng.normal(0, 1, n)
+    return x, y
+
+
+@pytest.mark.parametrize("loss, kw", [
+    pytest.param("squared_error", {}, id="mean"),
+    pytest.param("quantile", {"quantile": 0.9}, id="p90 quantile"),
+    pytest.param("poisson", {}, id="poisson (log link)"),
+    pytest.param("absolute_error", {}, id="median"),
+])
+def test_exported_trees_predict_exactly_like_sklearn(loss, kw):
+    x, y = _data()
+    with threadpool_limits(1):  # the machine is shared: no OpenMP oversubscription
+        est = HistGradientBoostingRegressor(loss=loss, max_iter=20, random_state=0, **kw).fit(x, y)
+    lin = linear("tpot", 1.0)
+    doc = model_document(version="v", ttft_mean=export_hist_gradient_boosting(est), tpot_mean=lin)
+    model = parse_model_document(json.loads(json.dumps(doc)))  # through real JSON text
+    x_test, _ = _data(300, seed=1)
+    np.testing.assert_allclose(model.predict("ttft", x_test), np.maximum(est.predict(x_test), 0), rtol=1e-9, atol=1e-9)
+
+
+def test_linear_export_matches_sklearn():
+    x, y = _data(target="tpot")
+    est = LinearRegression().fit(x, y)
+    doc = model_document(version="v", ttft_mean=linear("ttft", 1.0), tpot_mean=export_linear(est))
+    model = parse_model_document(doc)
+    np.testing.assert_allclose(model.predict("tpot", x[:50]), np.maximum(est.predict(x[:50]), 0), rtol=1e-9)
+
+
+def test_p90_falls_back_to_mean_when_not_published():
+    model = parse_model_document(linear_document())
+    x = np.zeros((1, len(FEATURES["tpot"])))
+    assert model.predict("tpot", x, quantile="p90") == model.predict("tpot", x, quantile="mean") == 5.0
+
+
+def _tree_doc() -> dict:
+    tree = {"feature": [0, 0, 0], "threshold": [10.0, 0.0, 0.0], "left": [1, 0, 0], "right": [2, 0, 0],
+            "value": [0.0, 1.0, 2.0], "is_leaf": [False, True, True]}
+    reg = {"kind": "hist_gradient_boosting", "link": "identity", "baseline": 5.0, "trees": [tree]}
+    return model_document(version="t1", ttft_mean=reg, tpot_mean=linear("tpot", 1.0))
+
+
+def _set(doc, path, value):
+    doc = copy.deepcopy(doc)
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return doc
+
+
+TREE = ("targets", "ttft", "mean", "trees", 0)
+
+
+def _cycle(doc):
+    """Node 1 made internal with itself as left child."""
+    for field, value in (("is_leaf", [False, False, True]), ("left", [1, 1, 0]), ("right", [2, 2, 0])):
+        doc = _set(doc, TREE + (field,), value)
+    return doc
+
+
+def _overflowing(doc):
+    """Three trees whose leaves are each finite (1.7e308) but whose sum is inf."""
+    tree = {**doc["targets"]["ttft"]["mean"]["trees"][0], "value": [0.0, 1.7e308, 1.7e308]}
+    return _set(doc, ("targets", "ttft", "mean", "trees"), [tree] * 3)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    pytest.param(lambda d: _set(d, ("targets", "ttft", "feature_names"), list(reversed(FEATURES["ttft"]))),
+                 "targets.ttft.feature_names: expected", id="feature order differs"),
+    pytest.param(lambda d: _set(d, ("targets", "tpot", "feature_names"), list(FEATURES["ttft"])),
+                 "targets.tpot.feature_names: expected", id="TTFT features for TPOT"),
+    pytest.param(lambda d: _set(d, TREE + ("threshold",), [10.0]), "threshold has 1 entries, is_leaf has 3",
+                 id="array lengths differ"),
+    pytest.param(lambda d: _set(d, TREE + ("left",), [7, 0, 0]), r"trees\[0\].left\[0\]: must be a node index 1..2",
+                 id="child out of range"),
+    pytest.param(lambda d: _cycle(d),
+                 "node 1 is reached twice", id="cycle"),
+    pytest.param(lambda d: _set(d, TREE + ("feature",), [10, 0, 0]), r"feature\[0\]: must be 0..9, got 10",
+                 id="feature index out of range"),
+    pytest.param(lambda d: _set(d, TREE + ("value",), [0.0, float("nan"), 2.0]), "finite number",
+                 id="NaN leaf"),
+    pytest.param(lambda d: _overflowing(d), "predictions on probe rows are not finite", id="sum overflows"),
+    pytest.param(lambda d: _set(d, ("targets", "ttft", "mean", "kind"), "pickle"), "targets.ttft.mean",
+                 id="unknown model kind"),
+    pytest.param(lambda d: _set(d, ("version",), "../../etc/passwd"), "version: String should match pattern",
+                 id="version not a safe name"),
+    pytest.param(lambda d: _set(d, ("format",), "sklearn-pickle"), "format", id="wrong format"),
+    pytest.param(lambda d: _set(d, ("targets", "tpot", "mean", "coef"), [1.0, 2.0]),
+                 "targets.tpot.mean.coef: expected 11 coefficients, got 2", id="coef length"),
+    pytest.param(lambda d: {k: v for k, v in d.items() if k != "targets"}, "targets: Field required",
+                 id="targets missing"),
+    pytest.param(lambda d: d | {"extra": 1}, "extra: Extra inputs are not permitted", id="unknown field"),
+])
+def test_corrupt_or_mismatched_documents_are_refused(mutate, message):
+    with pytest.raises(ValueError, match=message):
+        parse_model_document(mutate(_tree_doc()))
+
+
+def test_size_limits():
+    doc = _tree_doc()
+    doc["targets"]["ttft"]["mean"]["trees"] *= 3
+    with pytest.raises(ValueError, match="more than 2 trees"):
+        parse_model_document(doc, max_trees=2)
+    with pytest.raises(ValueError, match="more than 8 nodes"):
+        parse_model_document(doc, max_nodes=8)
+
+
+def test_tree_document_evaluates_by_hand():
+    model = parse_model_document(_tree_doc())
+    x = np.zeros((2, len(FEATURES["ttft"])))
+    x[1, 0] = 11.0
+    # input 0 <= 10 -> left leaf 1 -> 5 + 1 = 6; input 11 > 10 -> right leaf -> 5 + 2 = 7
+    np.testing.assert_allclose(model.predict("ttft", x), [6.0, 7.0])
+
+
+# -- model store --------------------------------------------------------------
+
+
+def test_publish_activates_and_rollback_returns_to_previous_then_estimate():
+    store = ModelStore()
+    assert store.active is None
+    store.publish(linear_document("v1"), now_s=1.0)
+    store.publish(linear_document("v2"), now_s=2.0)
+    assert store.active.version == "v2"
+    assert store.rollback().version == "v1"
+    assert store.rollback() is None  # back to the profile estimate
+    with pytest.raises(ValueError, match="nothing to roll back"):
+        store.rollback()
+    assert store.rollback(to_version="v2").version == "v2"
+    with pytest.raises(UnknownVersionError, match="'v9' is not retained"):
+        store.rollback(to_version="v9")
+    assert [(v["version"], v["active"]) for v in store.list()] == [("v1", False), ("v2", True)]
+
+
+def test_rejected_documents_leave_the_active_model_serving():
+    store = ModelStore()
+    store.publish(linear_document("good"), now_s=1.0)
+    bad = linear_document("bad")
+    bad["targets"]["ttft"]["feature_names"] = ["input_words"]
+    with pytest.raises(ValueError, match="feature_names"):
+        store.publish(bad, now_s=2.0)
+    with pytest.raises(VersionExistsError, match="'good' was already published"):
+        store.publish(linear_document("good"), now_s=3.0)
+    assert store.active.version == "good" and [v["version"] for v in store.list()] == ["good"]
+
+
+def test_store_persists_and_restores(tmp_path):
+    store = ModelStore(directory=tmp_path)
+    store.publish(linear_document("v1"), now_s=1.0)
+    store.publish(trained_document("v2"), now_s=2.0)
+    store.rollback()
+    again = ModelStore(directory=tmp_path)
+    assert again.active.version == "v1"
+    assert again.rollback(to_version="v2").version == "v2"
+    x = np.ones((3, len(FEATURES["ttft"])))
+    np.testing.assert_allclose(ModelStore(directory=tmp_path).active.predict("ttft", x), store.get("v2").predict("ttft", x))
+
+
+def test_corrupt_stored_model_is_a_startup_error_naming_the_file(tmp_path):
+    ModelStore(directory=tmp_path).publish(linear_document("v1"), now_s=1.0)
+    (tmp_path / "v1.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"v1.json: stored model does not load"):
+        ModelStore(directory=tmp_path)
+
+
+def test_eviction_keeps_active_and_rollback_target(tmp_path):
+    store = ModelStore(directory=tmp_path, keep_versions=2)
+    for k in range(1, 5):
+        store.publish(linear_document(f"v{k}"), now_s=float(k))
+    assert [v["version"] for v in store.list()] == ["v3", "v4"]
+    assert sorted(p.name for p in tmp_path.glob("v*.json")) == ["v3.json", "v4.json"]
+    store.rollback(to_version="v3")
+    store.publish(linear_document("v5"), now_s=5.0)  # history ... v4, v3, v5: v3 must stay
+    assert store.rollback().version == "v3"
+
+
+def test_predictor_uses_published_model_else_profile_estimate():
+    store = ModelStore()
+    predictor = LatencyPredictor(estimate=ProfileEstimator(h200_profile()), models=store, quantile="p90")
+    x = np.zeros((1, len(FEATURES["ttft"])))
+    x[0, 0] = 1000.0
+    x[0, 7] = 1.0  # prefill role
+    before = predictor.snapshot()
+    assert before.version is None
+    assert before.predict("ttft", x)[0] == pytest.approx(h200_profile().prefill.ttft_ms_at(1000.0), rel=1e-3)
+    store.publish(linear_document("v1"), now_s=0.0)
+    after = predictor.snapshot()
+    assert after.version == "v1" and after.predict("ttft", x)[0] == pytest.approx(60.0)  # 50 + 0.01*1000
+    assert before.predict("ttft", x)[0] != pytest.approx(60.0)  # a pinned snapshot keeps its model

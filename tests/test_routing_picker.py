@@ -1,0 +1,188 @@
+"""SLO-aware picking: headroom, strategies, exploration, shedding, criticality, determinism.
+
+The latency model is a published linear model (the real safe format), so every
+prediction is hand-computable:
+  TTFT = 50 + 0.01 * input_tokens + 0.01 * prefill_tokens_in_flight   (ms)
+  TPOT = 5 + 1 * running_requests                                      (ms)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from routing.picker import MissingSloError, NoEndpointError, RouteRequest, dispatch_record
+from tests.fixtures_routing import fleet, occupy, picker
+
+
+def req(rid="r", *, input_tokens=1000, ttft=None, tpot=None, critical=False, **kw) -> RouteRequest:
+    return RouteRequest(request_id=rid, input_tokens=input_tokens, ttft_slo_ms=ttft, tpot_slo_ms=tpot,
+                        critical=critical, **kw)
+
+
+@pytest.mark.parametrize("running_tokens, running_slo_ms, new_slo_ms, expected_headroom_ms", [
+    pytest.param(None, None, 100.0, 40.0, id="idle: 100 - (50 + 10) = 40"),
+    pytest.param(2000, 100.0, 200.0, 20.0, id="strictest is the running one: 100 - (50+10+20) = 20"),
+    pytest.param(2000, 300.0, 200.0, 120.0, id="strictest is the new one: 200 - 80 = 120"),
+])
+def test_ttft_headroom_is_against_the_strictest_slo(running_tokens, running_slo_ms, new_slo_ms, expected_headroom_ms):
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    if running_tokens:
+        occupy(reg, "p0", request_id="old", input_tokens=running_tokens, ttft_slo_ms=running_slo_ms)
+    result = picker().pick(req(ttft=new_slo_ms), reg, 1.0)
+    assert result.routed and result.tier == "headroom"
+    assert result.prefill.endpoint_id == "p0"
+    assert result.prefill.headroom_ttft_ms == pytest.approx(expected_headroom_ms)
+
+
+@pytest.mark.parametrize("running, running_tpot_slo_ms, new_tpot_slo_ms, expected", [
+    pytest.param(3, np.inf, 10.0, 2.0, id="10 - (5 + 3 running) = 2"),
+    pytest.param(3, 9.0, 20.0, 1.0, id="running SLO 9 is stricter: 9 - 8 = 1"),
+    pytest.param(3, 7.0, 20.0, None, id="running SLO 7 < predicted 8: no headroom -> shed"),
+])
+def test_tpot_headroom_on_decode(running, running_tpot_slo_ms, new_tpot_slo_ms, expected):
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    for k in range(running):
+        occupy(reg, "d0", request_id=f"old{k}", tpot_slo_ms=running_tpot_slo_ms)
+    result = picker().pick(req(tpot=new_tpot_slo_ms), reg, 1.0)
+    if expected is None:
+        assert result.outcome == "shed" and result.decode is None
+        assert "d0" in result.reason and "TPOT headroom -1.00 ms" in result.reason
+    else:
+        assert result.routed
+        assert result.decode.predicted_tpot_ms == pytest.approx(8.0)
+        assert result.decode.headroom_tpot_ms == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("strategy, favoured, expected_share", [
+    # p0: TTFT 60 -> headroom 140 (rel 0.7); p1: tif 10000 -> TTFT 160, headroom 40 (rel 0.2).
+    # Prefill has no TPOT, so blended = 0.5*rel + 0.5; min-max normalised: p0 1, p1 0.
+    # least: weights p0 0+0.05, p1 1+0.05 -> P(p1) = 1.05/1.10 = 0.9545
+    pytest.param("least", "p1", 1.05 / 1.10, id="least: just-enough headroom, P(p1)=1.05/1.1"),
+    pytest.param("most", "p0", 1.05 / 1.10, id="most: spread, P(p0)=1.05/1.1"),
+])
+def test_strategy_weights_the_random_pick(strategy, favoured, expected_share):
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))
+    occupy(reg, "p1", request_id="old", input_tokens=10_000)
+    pk = picker({"slo": {"strategy": strategy, "exploration_frac": 0.0, "weight_floor": 0.05}}, seed=7)
+    n = 2000
+    picks = [pk.pick(req(ttft=200.0), reg, 1.0).prefill.endpoint_id for _ in range(n)]
+    share = picks.count(favoured) / n
+    # binomial sd = sqrt(0.9545*0.0455/2000) = 0.0047
+    assert share == pytest.approx(expected_share, abs=0.02)
+
+
+def test_exploration_is_uniform_and_spares_critical_requests():
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("p2", "prefill"), ("d0", "decode"))
+    occupy(reg, "p1", request_id="a", input_tokens=10_000)
+    occupy(reg, "p2", request_id="b", input_tokens=30_000)  # TTFT 360 > 200: no headroom
+    pk = picker({"slo": {"exploration_frac": 1.0}}, seed=3)
+    results = [pk.pick(req(ttft=200.0), reg, 1.0) for _ in range(900)]
+    assert {r.tier for r in results} == {"explore"}
+    counts = {e: sum(r.prefill.endpoint_id == e for r in results) for e in ("p0", "p1", "p2")}
+    assert all(abs(c / 900 - 1 / 3) < 0.06 for c in counts.values()), counts
+    critical = [pk.pick(req(ttft=200.0, critical=True), reg, 1.0) for _ in range(50)]
+    assert all(r.tier == "headroom" and r.prefill.endpoint_id in ("p0", "p1") for r in critical)
+
+
+def test_no_headroom_sheds_non_critical_with_reason():
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))
+    occupy(reg, "p0", request_id="a", input_tokens=5000)  # TTFT 50+10+50 = 110
+    occupy(reg, "p1", request_id="b", input_tokens=9000)  # TTFT 150
+    result = picker().pick(req(ttft=100.0), reg, 1.0)
+    assert result.outcome == "shed" and result.tier == "shed"
+    assert result.prefill is None and result.decode is None
+    assert "no endpoint with headroom among 2" in result.reason
+    assert "p0: TTFT headroom -10.0 ms" in result.reason  # 100 - 110
+
+
+def test_critical_request_takes_least_negative_headroom():
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))
+    occupy(reg, "p0", request_id="a", input_tokens=5000)  # headroom 100-110 = -10
+    occupy(reg, "p1", request_id="b", input_tokens=9000)  # headroom 100-150 = -50
+    for seed in range(5):
+        result = picker(seed=seed).pick(req(ttft=100.0, critical=True), reg, 1.0)
+        assert result.routed and result.tier == "critical_negative"
+        assert result.prefill.endpoint_id == "p0"
+        assert result.prefill.headroom_ttft_ms == pytest.approx(-10.0)
+
+
+def test_idle_endpoint_is_valid_even_with_negative_headroom():
+    # input 20000: TTFT = 50 + 200 = 250 > 200 even when idle; p1 is busy (260).
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))
+    occupy(reg, "p1", request_id="b", input_tokens=1000)
+    result = picker().pick(req(input_tokens=20_000, ttft=200.0), reg, 1.0)
+    assert result.routed and result.tier == "idle"
+    assert result.prefill.endpoint_id == "p0"
+    assert result.prefill.headroom_ttft_ms == pytest.approx(-50.0)
+
+
+def test_missing_slo_is_an_error_when_slo_routing_is_on():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    with pytest.raises(MissingSloError, match="slo: SLO routing is on"):
+        picker().pick(req(), reg, 1.0)
+
+
+def test_slo_routing_off_takes_lowest_predicted_latency():
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"), ("d1", "decode"))
+    occupy(reg, "p0", request_id="a", input_tokens=3000)  # TTFT 90 vs p1 60
+    occupy(reg, "d1", request_id="b")  # TPOT 6 vs d0 5
+    result = picker({"slo": {"enabled": False, "exploration_frac": 0.0}}).pick(req(), reg, 1.0)
+    assert result.tier == "lowest_latency"
+    assert (result.prefill.endpoint_id, result.decode.endpoint_id) == ("p1", "d0")
+
+
+def test_aggregated_fleet_checks_both_slos_on_one_endpoint():
+    reg = fleet(("a0", "aggregated"), ("a1", "aggregated"))
+    for k in range(6):
+        occupy(reg, "a0", request_id=f"x{k}")  # TPOT 5 + 6 = 11 > 10; a0 also holds prefill work
+    result = picker().pick(req(ttft=500.0, tpot=10.0), reg, 1.0)
+    assert result.mode == "aggregated" and result.prefill is None
+    assert result.decode.endpoint_id == "a1"
+    assert result.decode.predicted_ttft_ms == pytest.approx(60.0)  # 50 + 10
+    assert result.decode.predicted_tpot_ms == pytest.approx(5.0)
+
+
+def test_no_endpoints_is_a_clear_error():
+    with pytest.raises(NoEndpointError, match="no decode endpoint"):
+        picker().pick(req(ttft=100.0), fleet(("p0", "prefill")), 1.0)
+    with pytest.raises(NoEndpointError, match="no prefill/decode or aggregated endpoint"):
+        picker().pick(req(ttft=100.0), fleet(), 1.0)
+
+
+def _sequence(seed: int) -> list[tuple[str, str]]:
+    reg = fleet(*[(f"p{i}", "prefill") for i in range(5)], *[(f"d{i}", "decode") for i in range(5)])
+    pk = picker({"slo": {"exploration_frac": 0.1}}, seed=seed)
+    out = []
+    for k in range(200):
+        r = req(f"r{k}", input_tokens=500 + 37 * k % 3000, ttft=300.0, tpot=20.0)
+        result = pk.pick(r, reg, float(k))
+        if result.routed:
+            reg.dispatched(dispatch_record(r, result, now_s=float(k)))
+            out.append((result.prefill.endpoint_id, result.decode.endpoint_id))
+        if k >= 20:
+            done = f"r{k - 20}"
+            if reg.in_flight(done):
+                reg.completed(done, now_s=float(k), output_tokens=10)
+    return out
+
+
+def test_seeded_picks_are_reproducible():
+    assert _sequence(11) == _sequence(11)
+    assert _sequence(11) != _sequence(12)
+
+
+def test_dispatch_record_carries_predictions_and_features():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    r = req(ttft=200.0, tpot=20.0, prefix_cache_hit_frac=0.25)
+    result = picker().pick(r, reg, 3.0)
+    record = dispatch_record(r, result, now_s=3.0)
+    assert record.prefill_id == "p0" and record.decode_id == "d0"
+    assert record.uncached_tokens == pytest.approx(750.0)  # 1000 * (1 - 0.25)
+    assert record.predicted_ttft_ms == pytest.approx(60.0)
+    assert record.predicted_tpot_ms == pytest.approx(5.0)
+    assert record.ttft_features["role"] == "prefill" and record.tpot_features["role"] == "decode"
+    assert record.model_version == "lin-1"
+    reg.dispatched(record)
+    assert reg.load_of("p0", now_s=3.0)["prefill_tokens_in_flight"] == pytest.approx(750.0)
+    assert reg.load_of("d0", now_s=3.0)["strictest_tpot_slo_ms"] == pytest.approx(20.0)

@@ -1,0 +1,186 @@
+"""Endpoint registry: lifecycle load accounting, metrics freshness, SLO tracking, samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from routing.features import feature_matrix, features_from_samples
+from routing.picker import RouteRequest, dispatch_record
+from routing.registry import (
+    DuplicateRequestError,
+    Endpoint,
+    InFlight,
+    RegistryError,
+    UnknownEndpointError,
+    UnknownRequestError,
+)
+from tests.fixtures_routing import fleet, occupy, picker
+
+
+def inflight(rid, *, prefill=None, decode=None, input_tokens=1000, hit=0.0, ttft=np.inf, tpot=np.inf, t=0.0):
+    return InFlight(request_id=rid, prefill_id=prefill, decode_id=decode, input_tokens=input_tokens,
+                    uncached_tokens=input_tokens * (1 - hit), ttft_slo_ms=ttft, tpot_slo_ms=tpot,
+                    critical=False, dispatched_s=t)
+
+
+def load(reg, eid, t=0.0):
+    return reg.load_of(eid, now_s=t)
+
+
+def test_aggregated_request_lifecycle_accounting():
+    reg = fleet(("a0", "aggregated"))
+    reg.dispatched(inflight("r", decode="a0", input_tokens=1000, hit=0.5))
+    l0 = load(reg, "a0")
+    # prefill work = 1000 * (1 - 0.5) = 500; context held = 1000; kv = 1000 / 100000
+    assert (l0["prefill_tokens_in_flight"], l0["decode_tokens_in_flight"]) == (500, 1000)
+    assert (l0["waiting_requests"], l0["running_requests"], l0["kv_usage_frac"]) == (1, 1, 0.01)
+    reg.first_token("r", now_s=0.1)
+    l1 = load(reg, "a0")
+    assert (l1["prefill_tokens_in_flight"], l1["waiting_requests"], l1["running_requests"]) == (0, 0, 1)
+    reg.progress("r", now_s=0.2, tokens_generated=10)
+    assert load(reg, "a0")["decode_tokens_in_flight"] == 1010
+    reg.completed("r", now_s=0.3, output_tokens=11)
+    l3 = load(reg, "a0")
+    assert (l3["decode_tokens_in_flight"], l3["running_requests"], l3["requests_in_flight"]) == (0, 0, 0)
+
+
+def test_disaggregated_request_releases_prefill_at_first_token():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    reg.dispatched(inflight("r", prefill="p0", decode="d0", input_tokens=2000))
+    assert load(reg, "p0")["prefill_tokens_in_flight"] == 2000 and load(reg, "p0")["running_requests"] == 1
+    assert load(reg, "d0")["decode_tokens_in_flight"] == 2000 and load(reg, "d0")["waiting_requests"] == 1
+    reg.first_token("r", now_s=1.0)
+    assert load(reg, "p0")["running_requests"] == 0 and load(reg, "p0")["prefill_tokens_in_flight"] == 0
+    assert load(reg, "d0")["waiting_requests"] == 0 and load(reg, "d0")["running_requests"] == 1
+    reg.completed("r", now_s=2.0, output_tokens=5)
+    assert load(reg, "d0")["running_requests"] == 0
+
+
+def test_completion_without_first_token_releases_everything_once():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    reg.dispatched(inflight("r", prefill="p0", decode="d0"))
+    reg.completed("r", now_s=1.0, output_tokens=0)
+    for eid in ("p0", "d0"):
+        l = load(reg, eid)
+        assert (l["waiting_requests"], l["running_requests"], l["prefill_tokens_in_flight"],
+                l["decode_tokens_in_flight"]) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("age_s, expected_kv, expected_running", [
+    pytest.param(5.0, 0.7, 12, id="metrics 5 s old (< 10 s max age): scraped values"),
+    pytest.param(11.0, 0.01, 1, id="metrics 11 s old: lifecycle 1000/100000 = 0.01, 1 running"),
+])
+def test_fresh_metrics_take_precedence(age_s, expected_kv, expected_running):
+    reg = fleet(("d0", "decode"))
+    occupy(reg, "d0", request_id="r", input_tokens=1000)
+    reg.observe_metrics("d0", now_s=100.0, kv_usage_frac=0.7, waiting_requests=3, running_requests=12)
+    l = load(reg, "d0", t=100.0 + age_s)
+    assert (l["kv_usage_frac"], l["running_requests"]) == (pytest.approx(expected_kv), expected_running)
+
+
+def test_strictest_slo_tracks_requests_in_flight():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    for rid, ttft, tpot in (("a", 300, 30), ("b", 100, 10), ("c", 200, 20)):
+        reg.dispatched(inflight(rid, prefill="p0", decode="d0", ttft=ttft, tpot=tpot))
+    assert load(reg, "p0")["strictest_ttft_slo_ms"] == 100 and load(reg, "d0")["strictest_tpot_slo_ms"] == 10
+    reg.first_token("b", now_s=1)  # b leaves the prefill endpoint, still decodes
+    assert load(reg, "p0")["strictest_ttft_slo_ms"] == 200 and load(reg, "d0")["strictest_tpot_slo_ms"] == 10
+    reg.completed("b", now_s=2, output_tokens=3)
+    assert load(reg, "d0")["strictest_tpot_slo_ms"] == 20
+    for rid in ("a", "c"):
+        reg.completed(rid, now_s=3, output_tokens=3)
+    assert load(reg, "p0")["strictest_ttft_slo_ms"] is None and load(reg, "d0")["strictest_tpot_slo_ms"] is None
+
+
+def test_samples_hold_dispatch_features_and_observed_latency():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    occupy(reg, "p0", request_id="other", input_tokens=3000)
+    pk = picker()
+    r = RouteRequest(request_id="r", input_tokens=1000, ttft_slo_ms=500, tpot_slo_ms=50)
+    result = pk.pick(r, reg, 10.0)
+    reg.dispatched(dispatch_record(r, result, now_s=10.0))
+    (ttft,) = reg.first_token("r", now_s=10.25)
+    (tpot,) = reg.completed("r", now_s=11.25, output_tokens=101)
+    # TTFT = (10.25 - 10.0) s = 250 ms; TPOT = (11.25 - 10.25) s / 100 tokens = 10 ms
+    assert (ttft.target, ttft.endpoint_id, ttft.observed_ms) == ("ttft", "p0", pytest.approx(250.0))
+    assert (tpot.target, tpot.endpoint_id, tpot.observed_ms) == ("tpot", "d0", pytest.approx(10.0))
+    assert ttft.features["prefill_tokens_in_flight"] == 3000  # the other request, not this one
+    assert ttft.predicted_ms == pytest.approx(50 + 10 + 30) and ttft.model_version == "lin-1"
+    # The retrain flow's matrix from stored samples equals the row the picker predicted on.
+    row = features_from_samples("ttft", [{**ttft.features, "role": ttft.role}])
+    served = result.prefill.features
+    expected = feature_matrix("ttft", role=served["role"], **{k: v for k, v in served.items() if k != "role"})
+    np.testing.assert_array_equal(row, expected)
+
+
+def test_observed_values_from_the_caller_win():
+    reg = fleet(("a0", "aggregated"))
+    reg.dispatched(InFlight(request_id="r", prefill_id=None, decode_id="a0", input_tokens=10, uncached_tokens=10,
+                            ttft_slo_ms=np.inf, tpot_slo_ms=np.inf, critical=False, dispatched_s=0.0,
+                            ttft_features=reg.raw_features(0, input_tokens=10, prefix_cache_hit_frac=0, now_s=0),
+                            tpot_features=reg.raw_features(0, input_tokens=10, prefix_cache_hit_frac=0, now_s=0)))
+    samples = reg.completed("r", now_s=9.0, output_tokens=20, observed_ttft_ms=42.0, observed_tpot_ms=7.0)
+    assert [(s.target, s.observed_ms) for s in samples] == [("ttft", 42.0), ("tpot", 7.0)]
+
+
+def test_progress_sample_excludes_the_request_itself():
+    reg = fleet(("d0", "decode"))
+    occupy(reg, "d0", request_id="other", input_tokens=4000)
+    occupy(reg, "d0", request_id="r", input_tokens=1000)
+    (s,) = reg.progress("r", now_s=1.0, tokens_generated=50, observed_tpot_ms=6.0)
+    # context held by others = 4000; running others = 1; kv = 4000 / 100000
+    assert s.features["decode_tokens_in_flight"] == 4000
+    assert s.features["running_requests"] == 1
+    assert s.features["kv_usage_frac"] == pytest.approx(0.04)
+    assert s.features["tokens_generated"] == 50 and s.observed_ms == 6.0
+
+
+def test_expire_drops_requests_that_never_complete():
+    reg = fleet(("d0", "decode"))
+    occupy(reg, "d0", request_id="old", now_s=0.0)
+    occupy(reg, "d0", request_id="new", now_s=500.0)
+    assert reg.expire(now_s=1000.0, ttl_s=900.0) == ["old"]
+    assert load(reg, "d0", 1000.0)["requests_in_flight"] == 1
+
+
+def test_deregister_detaches_requests():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    reg.dispatched(inflight("r", prefill="p0", decode="d0"))
+    assert reg.deregister("p0") == 1
+    reg.first_token("r", now_s=1.0)  # still tracked on d0
+    assert load(reg, "d0")["waiting_requests"] == 0 and load(reg, "d0")["prefill_tokens_in_flight"] == 0
+    reg.completed("r", now_s=2.0, output_tokens=2)
+    assert reg.in_flight_count() == 0
+
+
+def test_registry_errors_name_the_problem():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    with pytest.raises(RegistryError, match="role must be one of"):
+        reg.register(Endpoint(id="x", role="router"))
+    with pytest.raises(RegistryError, match=r"unknown levels \['region'\]"):
+        reg.register(Endpoint(id="x", role="decode", domains={"region": "eu"}))
+    with pytest.raises(UnknownEndpointError, match="unknown endpoint 'zz'"):
+        reg.observe_metrics("zz", now_s=0, kv_usage_frac=0.1, waiting_requests=0, running_requests=0)
+    with pytest.raises(RegistryError, match=r"kv_usage_frac must be finite and in \[0, 1.0\], got 1.5"):
+        reg.observe_metrics("d0", now_s=0, kv_usage_frac=1.5, waiting_requests=0, running_requests=0)
+    reg.dispatched(inflight("r", prefill="p0", decode="d0"))
+    with pytest.raises(DuplicateRequestError, match="already in flight"):
+        reg.dispatched(inflight("r", prefill="p0", decode="d0"))
+    with pytest.raises(RegistryError, match="endpoint d0 has role decode, expected"):
+        reg.dispatched(inflight("q", prefill="d0", decode="d0"))
+    with pytest.raises(UnknownRequestError, match="unknown request 'nope'"):
+        reg.first_token("nope", now_s=0)
+    with pytest.raises(RegistryError, match="tokens_generated went back"):
+        reg.progress("r", now_s=1, tokens_generated=5)
+        reg.progress("r", now_s=2, tokens_generated=4)
+
+
+def test_registry_grows_and_reuses_slots():
+    reg = fleet(*[(f"e{i}", "decode") for i in range(40)])
+    for i in range(0, 40, 2):
+        reg.deregister(f"e{i}")
+    reg.register(Endpoint(id="new", role="prefill"))
+    assert len(reg) == 21
+    assert reg.endpoint_ids(reg.candidates("prefill")) == ["new"]
+    assert sorted(reg.endpoint_ids(reg.candidates("decode"))) == sorted(f"e{i}" for i in range(1, 40, 2))
