@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     if args.intervals < 1:
         print("sla-planner plan: --intervals must be >= 1", file=sys.stderr)
         return 2
+    # Prefect's ephemeral API starts with the first flow run; on a busy machine it needs
+    # longer than its 20 s default.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if not args.verbose:
         # The printed table is the output; Prefect's per-task INFO lines stay in the UI.
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

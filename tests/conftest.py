@@ -18,6 +18,7 @@ SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 # Prefect must never touch a user's ~/.prefect or phone home from tests.
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="sla-planner-prefect-home-")
 
