@@ -4,8 +4,15 @@ A connector is the only thing that knows where replicas live (a Kubernetes
 DynamoGraphDeployment, the "virtual" etcd key protocol, or a local file). Every
 call reads fresh state from that backend, so a planner run that crashed or was
 rescheduled loses nothing: the previous decision, whether it is done, and the
-recent targets (for the scale-down stabilization window) all live in the
-backend, not in the process.
+recent recommendations (for the scale-down stabilization window) all live in
+the backend, not in the process.
+
+Like Kubernetes' HPA, the stabilization window looks at what every run
+*recommended*, not only at the targets that were applied: a run that changes
+nothing still records its recommendation, so a dip right after a quiet stretch
+is held as long as the stretch's recommendations are in the window. `apply`
+does both in one backend write: it always records the run's recommendation
+and, when the targets change, writes them with the next decision id.
 
 Errors name the backend object and what the connector was doing. Transient
 backend trouble raises `ConnectorUnavailableError` (a `ConnectionError`), so the
@@ -50,12 +57,21 @@ class Connector(Protocol):
 
     def read_fleet(self, *, now_s: float) -> FleetState:
         """Current and ready replicas per pool, the last decision (with its done
-        flag as of now_s, seconds) and the recent targets history."""
+        flag as of now_s, seconds) and, as `recent_targets`, the recorded
+        recommendations (t_s, prefill, decode), oldest first."""
         ...
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
-        """Write the decision's targets; None when skipped (decision.apply is
-        False or the targets are already in place). now_s: decision time, s."""
+        """Record the run's recommendation and write the targets if they change, in one write.
+
+        Every call records `recommendation_of(decision)` stamped now_s
+        (seconds), whether or not anything else is written; call it once per
+        planner run that acts (never for a dry run or what-if). The targets are
+        written, with the next decision id, only when decision.apply is True and
+        they differ from the stored ones; the new DecisionRecord is returned
+        then, None otherwise. Repeating a call with the same now_s (a retried
+        task) records nothing twice.
+        """
         ...
 
     def last_decision_done(self, *, now_s: float | None = None) -> bool:
@@ -66,12 +82,12 @@ class Connector(Protocol):
 
 
 def targets_entry(*, decision_id: int, decided_at_s: float, prefill: int, decode: int) -> dict:
-    """One element of the stored recent-targets history (JSON-friendly)."""
+    """One element of the stored history of applied decisions (JSON-friendly)."""
     return {"id": decision_id, "t_s": decided_at_s, "prefill": prefill, "decode": decode}
 
 
 def parse_targets_history(text: str | bytes | None, *, source: str) -> list[dict]:
-    """Decode a stored recent-targets history; empty when absent.
+    """Decode a stored history of applied decisions; empty when absent.
 
     source: where the text came from (etcd key, annotation), for the error message.
     """
@@ -100,9 +116,66 @@ def append_targets(history: list[dict], entry: dict, *, max_entries: int) -> lis
     return (list(history) + [entry])[-max_entries:]
 
 
-def as_recent_targets(history: list[dict]) -> tuple[tuple[float, int, int], ...]:
-    """FleetState.recent_targets from a stored history, oldest first."""
-    ordered = sorted(history, key=lambda e: (e["t_s"], e["id"]))
+def recommendation_of(decision: Decision) -> tuple[int, int]:
+    """(prefill, decode) the run recommended: Decision.recommended_* where set, else its targets."""
+    prefill = decision.recommended_prefill_replicas
+    decode = decision.recommended_decode_replicas
+    return (
+        decision.prefill_replicas if prefill is None else prefill,
+        decision.decode_replicas if decode is None else decode,
+    )
+
+
+def recommendation_entry(*, t_s: float, prefill: int, decode: int) -> dict:
+    """One element of the stored recommendation history (JSON-friendly). t_s: run time, s."""
+    return {"t_s": float(t_s), "prefill": int(prefill), "decode": int(decode)}
+
+
+def parse_recommendations(text: str | bytes | None, *, source: str) -> list[dict]:
+    """Decode a stored recommendation history, oldest first; empty when absent.
+
+    source: where the text came from (etcd key, annotation, file), for the error message.
+    """
+    if text is None or text in ("", b""):
+        return []
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise TypeError(f"expected a list, got {type(items).__name__}")
+        entries = []
+        for item in items:
+            prefill, decode = int(item["prefill"]), int(item["decode"])
+            if prefill < 0 or decode < 0:
+                raise ValueError(f"replicas must be >= 0, got prefill {prefill}, decode {decode}")
+            entries.append(recommendation_entry(t_s=float(item["t_s"]), prefill=prefill, decode=decode))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConnectorError(
+            f"{source}: recommendation history is not a JSON list of "
+            f'{{"t_s", "prefill", "decode"}} objects ({exc}): {text[:200]!r}'
+        ) from None
+    return sorted(entries, key=lambda e: e["t_s"])
+
+
+def add_recommendation(
+    history: list[dict], entry: dict, *, max_entries: int, max_age_s: float
+) -> list[dict] | None:
+    """The history with `entry` recorded, bounded; None when it is recorded already.
+
+    An earlier entry with the same t_s is replaced (a retried run records once).
+    Entries at or older than entry t_s - max_age_s (seconds) are dropped, then
+    all but the newest max_entries. None means the identical entry is already
+    stored, so there is nothing to write.
+    """
+    if entry in history:
+        return None
+    now_s = entry["t_s"]
+    kept = [e for e in history if e["t_s"] != now_s and e["t_s"] > now_s - max_age_s]
+    return sorted(kept + [entry], key=lambda e: e["t_s"])[-max_entries:]
+
+
+def as_recent_targets(recommendations: list[dict]) -> tuple[tuple[float, int, int], ...]:
+    """FleetState.recent_targets from a stored recommendation history, oldest first."""
+    ordered = sorted(recommendations, key=lambda e: e["t_s"])
     return tuple((e["t_s"], e["prefill"], e["decode"]) for e in ordered)
 
 

@@ -14,6 +14,7 @@ are; the placeholders are:
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from typing import Annotated, Literal, Union
@@ -198,7 +199,13 @@ class KubernetesConnectorConfig(_Strict):
     annotation_prefix: str = Field(
         "sla-planner", min_length=1, description="prefix of the annotations holding the last decision"
     )
-    history_max_entries: int = Field(32, ge=1, le=500, description="recent targets kept for stabilization")
+    history_max_entries: int = Field(
+        32, ge=1, le=500,
+        description="entries kept in each history (applied decisions; run recommendations for stabilization)",
+    )
+    history_max_age_s: float = Field(
+        3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"
+    )
 
 
 class VirtualConnectorConfig(_Strict):
@@ -215,7 +222,16 @@ class VirtualConnectorConfig(_Strict):
     gpus_per_prefill_replica: int = Field(1, ge=1, description="GPUs one prefill replica uses")
     gpus_per_decode_replica: int = Field(1, ge=1, description="GPUs one decode replica uses")
     request_timeout_s: float = Field(5.0, gt=0, description="timeout of one etcd request, s")
-    history_max_entries: int = Field(32, ge=1, le=500, description="recent targets kept for stabilization")
+    conflict_retries: int = Field(
+        5, ge=0, le=50, description="re-read and retry this many times when another run recorded in between"
+    )
+    history_max_entries: int = Field(
+        32, ge=1, le=500,
+        description="entries kept in each history (applied decisions; run recommendations for stabilization)",
+    )
+    history_max_age_s: float = Field(
+        3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"
+    )
 
     @field_validator("etcd_url")
     @classmethod
@@ -235,7 +251,42 @@ class LocalConnectorConfig(_Strict):
     initial_decode_replicas: int = Field(1, ge=0, description="decode replicas before any decision")
     gpus_per_prefill_replica: int = Field(1, ge=1, description="GPUs one prefill replica uses")
     gpus_per_decode_replica: int = Field(1, ge=1, description="GPUs one decode replica uses")
-    history_max_entries: int = Field(32, ge=1, le=500, description="recent targets kept for stabilization")
+    history_max_entries: int = Field(
+        32, ge=1, le=500,
+        description="entries kept in each history (applied decisions; run recommendations for stabilization)",
+    )
+    history_max_age_s: float = Field(
+        3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"
+    )
+
+
+def check_history_covers_window(
+    connector: "KubernetesConnectorConfig | VirtualConnectorConfig | LocalConnectorConfig",
+    *,
+    window_s: float,
+    interval_s: float,
+) -> None:
+    """Raise ValueError when the recommendation history cannot hold a whole stabilization window.
+
+    window_s: the scale-down stabilization window, s. interval_s: seconds
+    between planner runs. A window holds ceil(window_s / interval_s) runs; one
+    more covers a run that starts a little early.
+    """
+    if window_s <= 0:
+        return
+    if connector.history_max_age_s < window_s:
+        raise ValueError(
+            f"connector.history_max_age_s ({connector.history_max_age_s:g} s) is shorter than "
+            f"planner.decision.scale_down_stabilization_s ({window_s:g} s): recommendations would be "
+            f"dropped while still in the window"
+        )
+    needed = math.ceil(window_s / interval_s) + 1
+    if connector.history_max_entries < needed:
+        raise ValueError(
+            f"connector.history_max_entries ({connector.history_max_entries}) keeps fewer than the {needed} "
+            f"recommendations a {window_s:g} s stabilization window holds at one run every {interval_s:g} s "
+            f"(ceil({window_s:g} / {interval_s:g}) + 1); raise it or shorten the window"
+        )
 
 
 ConnectorConfig = Annotated[

@@ -6,15 +6,20 @@ falling back to the configured service names. Ready replicas come from the
 operator's `status.services.<name>` (readyReplicas, else availableReplicas,
 else 0, so a missing status leans toward "not done yet").
 
-The last decision lives on the DGD itself as annotations, written in the same
-patch as the replicas and guarded by `metadata.resourceVersion`, so the patch
-either lands whole or gets 409 Conflict; on 409 the connector reads afresh and
-retries. Annotations (prefix configurable, default `sla-planner`):
+The last decision and every run's recommendation live on the DGD itself as
+annotations. Each run sends one merge patch guarded by
+`metadata.resourceVersion`: the recommendation always, plus the replicas and
+decision annotations when the targets change (a run that changes nothing
+patches only the recommendation annotation, so the generation stays). The
+patch either lands whole or gets 409 Conflict; on 409 the connector reads
+afresh and retries. Annotations (prefix configurable, default `sla-planner`):
 
 - `<prefix>/decision-id`: increases by one per applied decision
 - `<prefix>/decided-at-s`: Unix time of the decision, seconds
 - `<prefix>/targets`: `{"prefill": n, "decode": m}`
-- `<prefix>/recent-targets`: JSON list of recent decisions (stabilization window)
+- `<prefix>/recent-targets`: JSON list of recent applied decisions
+- `<prefix>/recommendations`: JSON list of every run's recommendation
+  `{"t_s", "prefill", "decode"}`, oldest first (stabilization window)
 
 A decision is done when both services' ready replicas equal its targets and
 the operator has observed the DGD's current generation.
@@ -36,9 +41,13 @@ from connectors.base import (
     ConnectorError,
     ConnectorUnavailableError,
     ResourceAccessError,
+    add_recommendation,
     append_targets,
     as_recent_targets,
+    parse_recommendations,
     parse_targets_history,
+    recommendation_entry,
+    recommendation_of,
     targets_entry,
 )
 from connectors.config import KubernetesConnectorConfig
@@ -69,6 +78,7 @@ class KubernetesConnector:
         self._ann_at = f"{prefix}/decided-at-s"
         self._ann_targets = f"{prefix}/targets"
         self._ann_history = f"{prefix}/recent-targets"
+        self._ann_recommendations = f"{prefix}/recommendations"
 
     @property
     def resource(self) -> str:
@@ -81,6 +91,8 @@ class KubernetesConnector:
         obj = self._get(doing="validating")
         self._service_names(obj)
         self._last_decision(obj)
+        self._history(obj)
+        self._recommendations(obj)
 
     def read_fleet(self, *, now_s: float) -> FleetState:
         obj = self._get(doing="reading the fleet")
@@ -90,53 +102,65 @@ class KubernetesConnector:
             prefill=pools["prefill"],
             decode=pools["decode"],
             last_decision=self._last_decision(obj),
-            recent_targets=as_recent_targets(self._history(obj)),
+            recent_targets=as_recent_targets(self._recommendations(obj)),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
-        """Merge-patch the replicas and the decision annotations in one write.
+        """Merge-patch the recommendation, and changed replicas with the decision annotations, in one write.
 
-        Returns None without writing when decision.apply is False or the spec
-        already holds the targets. On 409 Conflict re-reads and retries up to
-        config.conflict_retries times, then raises ConcurrentWriteError.
+        Returns the new decision's record, or None when no replicas were
+        written (decision.apply False, or the spec already holds the targets);
+        the recommendation annotation is patched either way. On 409 Conflict
+        re-reads and retries up to config.conflict_retries times, then raises
+        ConcurrentWriteError.
         """
-        if not decision.apply:
-            return None
+        cfg = self.config
         want = {"prefill": decision.prefill_replicas, "decode": decision.decode_replicas}
+        recommended = recommendation_of(decision)
+        entry = recommendation_entry(t_s=now_s, prefill=recommended[0], decode=recommended[1])
         conflicts = []
-        for _ in range(self.config.conflict_retries + 1):
+        for _ in range(cfg.conflict_retries + 1):
             obj = self._get(doing="reading before apply")
             names = self._service_names(obj)
             services = obj["spec"]["services"]
-            if all(_spec_replicas(services[names[p]]) == want[p] for p in POOLS):
-                return None
-            annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            new_id = self._decision_id(annotations) + 1
-            history = append_targets(
-                self._history(obj),
-                targets_entry(decision_id=new_id, decided_at_s=now_s, prefill=want["prefill"], decode=want["decode"]),
-                max_entries=self.config.history_max_entries,
+            changes = decision.apply and any(_spec_replicas(services[names[p]]) != want[p] for p in POOLS)
+            recommendations = add_recommendation(
+                self._recommendations(obj), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s
             )
-            patch = {
-                "metadata": {
-                    # Optimistic concurrency: the server rejects the patch with 409
-                    # if anyone wrote since our read.
-                    "resourceVersion": obj["metadata"]["resourceVersion"],
-                    "annotations": {
-                        self._ann_id: str(new_id),
-                        self._ann_at: repr(float(now_s)),
-                        self._ann_targets: json.dumps(want, separators=(",", ":")),
-                        self._ann_history: json.dumps(history, separators=(",", ":")),
-                    },
-                },
-                "spec": {"services": {names[p]: {"replicas": want[p]} for p in POOLS}},
+            annotations: dict[str, str] = {}
+            if recommendations is not None:
+                annotations[self._ann_recommendations] = json.dumps(recommendations, separators=(",", ":"))
+            patch: dict = {}
+            if changes:
+                new_id = self._decision_id((obj.get("metadata") or {}).get("annotations") or {}) + 1
+                history = append_targets(
+                    self._history(obj),
+                    targets_entry(decision_id=new_id, decided_at_s=now_s, prefill=want["prefill"], decode=want["decode"]),
+                    max_entries=cfg.history_max_entries,
+                )
+                annotations.update({
+                    self._ann_id: str(new_id),
+                    self._ann_at: repr(float(now_s)),
+                    self._ann_targets: json.dumps(want, separators=(",", ":")),
+                    self._ann_history: json.dumps(history, separators=(",", ":")),
+                })
+                patch["spec"] = {"services": {names[p]: {"replicas": want[p]} for p in POOLS}}
+                doing = f"patching replicas to prefill {want['prefill']}, decode {want['decode']}"
+            else:
+                doing = f"recording the recommendation (prefill {recommended[0]}, decode {recommended[1]})"
+            if not annotations:
+                return None
+            patch["metadata"] = {
+                # Optimistic concurrency: the server rejects the patch with 409
+                # if anyone wrote since our read.
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "annotations": annotations,
             }
-            doing = f"patching replicas to prefill {want['prefill']}, decode {want['decode']}"
             try:
                 patched = self._call(
                     lambda: self._api.patch_namespaced_custom_object(
                         GROUP, VERSION, self.namespace, PLURAL, self.name, patch,
-                        _content_type=MERGE_PATCH, _request_timeout=self.config.request_timeout_s,
+                        _content_type=MERGE_PATCH, _request_timeout=cfg.request_timeout_s,
                     ),
                     verb="patch",
                     doing=doing,
@@ -144,10 +168,10 @@ class KubernetesConnector:
             except ConcurrentWriteError as exc:
                 conflicts.append(str(exc))
                 continue
-            return self._last_decision(patched)
+            return self._last_decision(patched) if changes else None
         raise ConcurrentWriteError(
             f"{self.resource}: patch kept conflicting with other writers "
-            f"({len(conflicts)} attempts, conflict_retries={self.config.conflict_retries}); "
+            f"({len(conflicts)} attempts, conflict_retries={cfg.conflict_retries}); "
             f"last: {conflicts[-1]}"
         )
 
@@ -216,6 +240,13 @@ class KubernetesConnector:
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         return parse_targets_history(
             annotations.get(self._ann_history), source=f"{self.resource}: annotation {self._ann_history}"
+        )
+
+    def _recommendations(self, obj: dict) -> list[dict]:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        return parse_recommendations(
+            annotations.get(self._ann_recommendations),
+            source=f"{self.resource}: annotation {self._ann_recommendations}",
         )
 
     def _last_decision(self, obj: dict) -> DecisionRecord | None:

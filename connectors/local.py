@@ -5,6 +5,10 @@ sets the targets; ready replicas reach them `apply_delay_s` later (0: at once),
 measured on the caller's clock (`now_s`), so a simulated clock works too. With
 a `state_path` every call reads the file afresh and writes it atomically, so
 separate planner runs (processes) share the state like they would a cluster's.
+
+The state holds the targets, the last decision, the recent applied decisions
+(`history`) and every run's recommendation (`recommendations`, for the
+scale-down stabilization window); `apply` updates them in one file write.
 """
 
 from __future__ import annotations
@@ -18,9 +22,13 @@ from pathlib import Path
 
 from connectors.base import (
     ConnectorError,
+    add_recommendation,
     append_targets,
     as_recent_targets,
+    parse_recommendations,
     parse_targets_history,
+    recommendation_entry,
+    recommendation_of,
     targets_entry,
 )
 from connectors.config import LocalConnectorConfig
@@ -52,17 +60,31 @@ class LocalConnector:
             prefill=PoolState(state["prefill"], ready[0], cfg.gpus_per_prefill_replica),
             decode=PoolState(state["decode"], ready[1], cfg.gpus_per_decode_replica),
             last_decision=self._record(state, now_s=now_s),
-            recent_targets=as_recent_targets(state["history"]),
+            recent_targets=as_recent_targets(state["recommendations"]),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
-        """Set the targets (ready after apply_delay_s); None if skipped or unchanged."""
-        if not decision.apply:
-            return None
+        """Record the recommendation and set changed targets (ready after apply_delay_s), in one file write.
+
+        Returns the new decision's record, or None when the targets were not
+        written (decision.apply False, or already set).
+        """
+        cfg = self.config
         with self._lock:
             state = self._load()
+            recommended = recommendation_of(decision)
+            recommendations = add_recommendation(
+                state["recommendations"],
+                recommendation_entry(t_s=now_s, prefill=recommended[0], decode=recommended[1]),
+                max_entries=cfg.history_max_entries,
+                max_age_s=cfg.history_max_age_s,
+            )
             want = (decision.prefill_replicas, decision.decode_replicas)
-            if (state["prefill"], state["decode"]) == want:
+            changes = decision.apply and (state["prefill"], state["decode"]) != want
+            if not changes:
+                if recommendations is not None:
+                    state["recommendations"] = recommendations
+                    self._save(state)
                 return None
             ready_before = self._ready(state, now_s=now_s)
             new_id = state["decision_id"] + 1
@@ -75,9 +97,11 @@ class LocalConnector:
                 history=append_targets(
                     state["history"],
                     targets_entry(decision_id=new_id, decided_at_s=now_s, prefill=want[0], decode=want[1]),
-                    max_entries=self.config.history_max_entries,
+                    max_entries=cfg.history_max_entries,
                 ),
             )
+            if recommendations is not None:
+                state["recommendations"] = recommendations
             self._save(state)
         return self._record(state, now_s=now_s)
 
@@ -98,6 +122,7 @@ class LocalConnector:
             "decided_at_s": None,
             "ready_before": [cfg.initial_prefill_replicas, cfg.initial_decode_replicas],
             "history": [],
+            "recommendations": [],
         }
 
     def _load(self) -> dict:
@@ -109,10 +134,15 @@ class LocalConnector:
             return self._initial()
         try:
             state = json.loads(self.path.read_text())
+            if not isinstance(state, dict):
+                raise ValueError(f"expected a JSON object, got {type(state).__name__}")
             for key in ("prefill", "decode", "decision_id"):
                 if not isinstance(state.get(key), int) or state[key] < 0:
                     raise ValueError(f"{key} must be a non-negative integer, got {state.get(key)!r}")
             state["history"] = parse_targets_history(json.dumps(state.get("history", [])), source=str(self.path))
+            state["recommendations"] = parse_recommendations(
+                json.dumps(state.get("recommendations", [])), source=str(self.path)
+            )
             ready_before = state.get("ready_before")
             if not (isinstance(ready_before, list) and len(ready_before) == 2):
                 raise ValueError(f"ready_before must be [prefill, decode], got {ready_before!r}")

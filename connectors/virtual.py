@@ -7,13 +7,19 @@ Keys under `/{namespace}/planner/`:
 - `scaled_decision_id`: the newest decision the deployment environment has
   carried out (written by the environment)
 - `decided_at_s`: Unix time of the last decision, seconds (written by us)
-- `recent_targets`: JSON list of the recent decisions, for the scale-down
-  stabilization window (written by us)
+- `recent_targets`: JSON list of the recent applied decisions
+  `{"id", "t_s", "prefill", "decode"}` (written by us)
+- `recommendations`: JSON list of every run's recommendation
+  `{"t_s", "prefill", "decode"}`, oldest first, for the scale-down
+  stabilization window (written by us, every run)
 
-Targets, id, time and history are written in one transaction that compares the
-stored `decision_id` with the one we read, so two planners can never both write
-the same id and a crashed run never skips or reuses one: ids are always read
-back from etcd, never counted in the process.
+Each run writes in one transaction: the recommendation always, and targets,
+id, time and decision history when the targets change. The transaction
+compares the stored `decision_id` with the one we read, so two planners can
+never both write the same id and a crashed run never skips or reuses one: ids
+are always read back from etcd, never counted in the process. It also compares
+the recommendation history's revision, so no run's recommendation is lost to
+another's; when only that moved, the connector reads afresh and retries.
 """
 
 from __future__ import annotations
@@ -30,9 +36,13 @@ from connectors.base import (
     ConcurrentWriteError,
     ConnectorError,
     ConnectorUnavailableError,
+    add_recommendation,
     append_targets,
     as_recent_targets,
+    parse_recommendations,
     parse_targets_history,
+    recommendation_entry,
+    recommendation_of,
     targets_entry,
 )
 from connectors.config import VirtualConnectorConfig
@@ -44,6 +54,7 @@ KEY_DECISION_ID = "decision_id"
 KEY_SCALED_ID = "scaled_decision_id"
 KEY_DECIDED_AT = "decided_at_s"
 KEY_HISTORY = "recent_targets"
+KEY_RECOMMENDATIONS = "recommendations"
 _WRITTEN_TOGETHER = (KEY_PREFILL, KEY_DECODE, KEY_DECISION_ID, KEY_DECIDED_AT)
 
 
@@ -80,6 +91,7 @@ class VirtualConnector:
         self._int(state, KEY_SCALED_ID)
         self._decided_at(state)
         parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY))
+        self._recommendations(state)
 
     def read_fleet(self, *, now_s: float) -> FleetState:
         """Targets as current replicas; ready = targets of the newest decision the
@@ -94,57 +106,80 @@ class VirtualConnector:
             prefill=PoolState(targets[0], ready[0], cfg.gpus_per_prefill_replica),
             decode=PoolState(targets[1], ready[1], cfg.gpus_per_decode_replica),
             last_decision=record,
-            recent_targets=as_recent_targets(history),
+            recent_targets=as_recent_targets(self._recommendations(state)),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
-        """Write targets, the next decision id, time and history in one transaction.
+        """Record the recommendation and write changed targets, id, time and history in one transaction.
 
-        Returns None without writing when decision.apply is False or the stored
-        targets already equal the decision's. Raises ConcurrentWriteError if
-        decision_id changed since our read (another planner wrote).
+        Returns the new decision's record, or None when no targets were written
+        (decision.apply False, or the stored targets already equal the
+        decision's). Raises ConcurrentWriteError if decision_id changed since
+        our read (another planner wrote); when only the recommendation history
+        changed, reads afresh and retries up to config.conflict_retries times.
         """
-        if not decision.apply:
-            return None
+        cfg = self.config
         want = (decision.prefill_replicas, decision.decode_replicas)
-        state = self._read_state(doing="reading before apply")
-        prev_id = self._int(state, KEY_DECISION_ID)
-        if prev_id is not None and self._targets(state) == want:
-            return None
-        new_id = (prev_id or 0) + 1
-        history = append_targets(
-            parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY)),
-            targets_entry(decision_id=new_id, decided_at_s=now_s, prefill=want[0], decode=want[1]),
-            max_entries=self.config.history_max_entries,
-        )
-        values = {
-            KEY_PREFILL: str(want[0]),
-            KEY_DECODE: str(want[1]),
-            KEY_DECISION_ID: str(new_id),
-            KEY_DECIDED_AT: repr(float(now_s)),
-            KEY_HISTORY: json.dumps(history, separators=(",", ":")),
-        }
-        id_key = _encode(self._key(KEY_DECISION_ID))
-        if prev_id is None:
-            compare = {"key": id_key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
-        else:
-            compare = {"key": id_key, "result": "EQUAL", "target": "VALUE", "value": _encode(str(prev_id))}
-        txn = {
-            "compare": [compare],
-            "success": [
-                {"request_put": {"key": _encode(self._key(k)), "value": _encode(v)}} for k, v in values.items()
-            ],
-            "failure": [{"request_range": {"key": id_key}}],
-        }
-        doing = f"writing decision {new_id} (prefill {want[0]}, decode {want[1]})"
-        result = self._call(lambda: self._client.transaction(txn), doing=doing)
-        if not result.get("succeeded", False):
-            raise ConcurrentWriteError(
-                f"etcd {self.config.etcd_url}: {doing}: {self._key(KEY_DECISION_ID)} is no longer "
-                f"{prev_id if prev_id is not None else '(absent)'} but {_range_value(result)}: another "
-                f"planner wrote a decision since this run read it; nothing written"
+        recommended = recommendation_of(decision)
+        entry = recommendation_entry(t_s=now_s, prefill=recommended[0], decode=recommended[1])
+        for _ in range(cfg.conflict_retries + 1):
+            state, revisions = self._read_state_and_revisions(doing="reading before apply")
+            prev_id = self._int(state, KEY_DECISION_ID)
+            recommendations = add_recommendation(
+                self._recommendations(state), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s
             )
-        return DecisionRecord(new_id, float(now_s), want[0], want[1], done=False)
+            changes = decision.apply and not (prev_id is not None and self._targets(state) == want)
+            new_id = (prev_id or 0) + 1
+            values: dict[str, str] = {}
+            if changes:
+                history = append_targets(
+                    parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY)),
+                    targets_entry(decision_id=new_id, decided_at_s=now_s, prefill=want[0], decode=want[1]),
+                    max_entries=cfg.history_max_entries,
+                )
+                values.update({
+                    KEY_PREFILL: str(want[0]),
+                    KEY_DECODE: str(want[1]),
+                    KEY_DECISION_ID: str(new_id),
+                    KEY_DECIDED_AT: repr(float(now_s)),
+                    KEY_HISTORY: json.dumps(history, separators=(",", ":")),
+                })
+            if recommendations is not None:
+                values[KEY_RECOMMENDATIONS] = json.dumps(recommendations, separators=(",", ":"))
+            if not values:
+                return None
+            id_key = _encode(self._key(KEY_DECISION_ID))
+            txn = {
+                "compare": [
+                    self._unchanged(KEY_DECISION_ID, revisions),
+                    self._unchanged(KEY_RECOMMENDATIONS, revisions),
+                ],
+                "success": [
+                    {"request_put": {"key": _encode(self._key(k)), "value": _encode(v)}} for k, v in values.items()
+                ],
+                "failure": [{"request_range": {"key": id_key}}],
+            }
+            doing = (
+                f"writing decision {new_id} (prefill {want[0]}, decode {want[1]})"
+                if changes
+                else f"recording the recommendation (prefill {recommended[0]}, decode {recommended[1]})"
+            )
+            result = self._call(lambda: self._client.transaction(txn), doing=doing)
+            if result.get("succeeded", False):
+                return DecisionRecord(new_id, float(now_s), want[0], want[1], done=False) if changes else None
+            stored_id = _range_value(result)
+            if stored_id != (str(prev_id) if prev_id is not None else "(absent)"):
+                raise ConcurrentWriteError(
+                    f"etcd {cfg.etcd_url}: {doing}: {self._key(KEY_DECISION_ID)} is no longer "
+                    f"{prev_id if prev_id is not None else '(absent)'} but {stored_id}: another "
+                    f"planner wrote a decision since this run read it; nothing written"
+                )
+            # Only the recommendation history moved (another run recorded): read afresh.
+        raise ConcurrentWriteError(
+            f"etcd {cfg.etcd_url}: {doing}: {self._key(KEY_RECOMMENDATIONS)} kept changing between our read "
+            f"and our write ({cfg.conflict_retries + 1} attempts, conflict_retries={cfg.conflict_retries}); "
+            f"nothing written"
+        )
 
     def last_decision_done(self, *, now_s: float | None = None) -> bool:
         now_s = time.time() if now_s is None else now_s
@@ -170,12 +205,29 @@ class VirtualConnector:
             ) from exc
 
     def _read_state(self, *, doing: str) -> dict[str, str]:
+        return self._read_state_and_revisions(doing=doing)[0]
+
+    def _read_state_and_revisions(self, *, doing: str) -> tuple[dict[str, str], dict[str, int]]:
+        """Values and mod revisions of the planner's keys, by name under the prefix."""
         items = self._call(lambda: self._client.get_prefix(self.prefix), doing=doing)
         state: dict[str, str] = {}
+        revisions: dict[str, int] = {}
         for value, meta in items:
             key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
-            state[key[len(self.prefix):]] = value.decode()
-        return state
+            name = key[len(self.prefix):]
+            state[name] = value.decode()
+            revisions[name] = int(meta["mod_revision"])
+        return state, revisions
+
+    def _unchanged(self, name: str, revisions: dict[str, int]) -> dict:
+        """Transaction compare: the key is as we read it (same mod revision, or still absent)."""
+        key = _encode(self._key(name))
+        if name not in revisions:
+            return {"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+        return {"key": key, "result": "EQUAL", "target": "MOD", "mod_revision": revisions[name]}
+
+    def _recommendations(self, state: dict[str, str]) -> list[dict]:
+        return parse_recommendations(state.get(KEY_RECOMMENDATIONS), source=self._key(KEY_RECOMMENDATIONS))
 
     def _int(self, state: dict[str, str], name: str) -> int | None:
         if name not in state:

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from connectors.config import ConnectorConfig, LocalConnectorConfig, MetricsConfig, PlannerMetricsConfig
+from connectors.config import (
+    ConnectorConfig,
+    LocalConnectorConfig,
+    MetricsConfig,
+    PlannerMetricsConfig,
+    check_history_covers_window,
+)
 from planner.config import PlannerConfig, SloTarget, parse_yaml
 
 
@@ -28,6 +34,15 @@ class PlannerRunConfig(BaseModel):
         default_factory=lambda: PlannerMetricsConfig(enabled=False),
         description="the planner's own gauges",
     )
+
+    @model_validator(mode="after")
+    def _history_covers_stabilization(self) -> "PlannerRunConfig":
+        check_history_covers_window(
+            self.connector,
+            window_s=self.planner.decision.scale_down_stabilization_s,
+            interval_s=self.planner.adjustment_interval_s,
+        )
+        return self
 
 
 class WhatIfParams(BaseModel):

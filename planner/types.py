@@ -112,8 +112,10 @@ class DecisionRecord:
 class FleetState:
     """Everything about the fleet a run needs, read fresh each run.
 
-    recent_targets: (decided_at_s, prefill, decode) of recent decisions, oldest
-    first; used for the scale-down stabilization window.
+    recent_targets: (t_s, prefill, decode) recommendations of recent runs
+    (Decision.recommended_*, recorded by every run that acts, whether or not it
+    changed the targets), oldest first; used for the scale-down stabilization
+    window.
     """
 
     prefill: PoolState

@@ -38,8 +38,10 @@ T0_S = 1_700_000_000.0
 DGD = "vllm-disagg"  # metadata.name in the real manifest
 
 
-def decide(prefill: int, decode: int, *, apply: bool = True) -> Decision:
-    return Decision(prefill_replicas=prefill, decode_replicas=decode, apply=apply, reasons=())
+def decide(prefill: int, decode: int, *, apply: bool = True, recommended: tuple[int, int] | None = None) -> Decision:
+    rp, rd = recommended if recommended is not None else (None, None)
+    return Decision(prefill_replicas=prefill, decode_replicas=decode, apply=apply, reasons=(),
+                    recommended_prefill_replicas=rp, recommended_decode_replicas=rd)
 
 
 def connector(server: FakeKubeApiServer, namespace: str, **overrides) -> KubernetesConnector:
@@ -265,12 +267,63 @@ def test_ready_replicas_tolerate_status_shapes(fake_k8s_api, k8s_namespace, dgd_
     assert fleet.prefill.ready_replicas == 0  # no status for prefill at all
 
 
-def test_unchanged_targets_and_apply_false_do_not_patch(fake_k8s_api, k8s_namespace, dgd_manifest):
+def test_unchanged_targets_patch_only_the_recommendation(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seeded = seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace)
+
+    assert conn.apply(decide(1, 1), now_s=T0_S) is None  # the manifest already has 1 and 1
+    assert conn.apply(decide(4, 4, apply=False), now_s=T0_S + 60) is None
+    assert conn.apply(decide(1, 1, recommended=(1, 0)), now_s=T0_S + 120) is None
+    assert conn.apply(decide(1, 1, recommended=(1, 0)), now_s=T0_S + 120) is None  # a retried run: no write
+
+    sent = patches(fake_k8s_api)
+    assert len(sent) == 3  # one per run, none for the retry
+    for request in sent:
+        assert set(request.body) == {"metadata"}
+        assert set(request.body["metadata"]["annotations"]) == {"sla-planner/recommendations"}
+        assert request.body["metadata"]["resourceVersion"]
+    obj = fake_k8s_api.get(k8s_namespace, DGD)
+    assert obj["metadata"]["generation"] == seeded["metadata"]["generation"]  # spec untouched
+    assert "sla-planner/decision-id" not in obj["metadata"]["annotations"]
+    assert json.loads(obj["metadata"]["annotations"]["sla-planner/recommendations"]) == [
+        {"t_s": T0_S, "prefill": 1, "decode": 1},
+        {"t_s": T0_S + 60, "prefill": 4, "decode": 4},
+        {"t_s": T0_S + 120, "prefill": 1, "decode": 0},
+    ]
+    fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S + 180)  # a new instance
+    assert fleet.last_decision is None
+    assert fleet.recent_targets == ((T0_S, 1, 1), (T0_S + 60, 4, 4), (T0_S + 120, 1, 0))
+
+
+def test_recommendation_rides_in_the_decision_patch(fake_k8s_api, k8s_namespace, dgd_manifest):
     seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
     conn = connector(fake_k8s_api, k8s_namespace)
-    assert conn.apply(decide(1, 1), now_s=T0_S) is None  # the manifest already has 1 and 1
-    assert conn.apply(decide(4, 4, apply=False), now_s=T0_S) is None
-    assert patches(fake_k8s_api) == []
+    conn.apply(decide(1, 1), now_s=T0_S)
+
+    record = conn.apply(decide(3, 2, recommended=(3, 1)), now_s=T0_S + 60)
+
+    first, second = patches(fake_k8s_api)
+    assert second.body["spec"] == {"services": {"prefill": {"replicas": 3}, "decode": {"replicas": 2}}}
+    assert json.loads(second.body["metadata"]["annotations"]["sla-planner/recommendations"]) == [
+        {"t_s": T0_S, "prefill": 1, "decode": 1},
+        {"t_s": T0_S + 60, "prefill": 3, "decode": 1},
+    ]
+    assert second.body["metadata"]["annotations"]["sla-planner/decision-id"] == "1"
+    assert record.decision_id == 1
+
+
+def test_recording_retries_after_409_and_keeps_the_other_write(fake_k8s_api, k8s_namespace, dgd_manifest):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    conn = connector(fake_k8s_api, k8s_namespace)
+    conn.apply(decide(1, 1), now_s=T0_S)
+    # Another planner run records its recommendation between our GET and our PATCH.
+    fake_k8s_api.before_next("PATCH", lambda: connector(fake_k8s_api, k8s_namespace).apply(
+        decide(1, 1, recommended=(2, 2)), now_s=T0_S + 30))
+
+    assert conn.apply(decide(1, 1), now_s=T0_S + 31) is None
+
+    fleet = conn.read_fleet(now_s=T0_S + 31)
+    assert fleet.recent_targets == ((T0_S, 1, 1), (T0_S + 30, 2, 2), (T0_S + 31, 1, 1))
 
 
 def test_concurrent_writer_causes_409_then_reread_succeeds(fake_k8s_api, k8s_namespace, dgd_manifest):
@@ -320,12 +373,29 @@ def test_decision_ids_continue_across_connector_instances(fake_k8s_api, k8s_name
     connector(fake_k8s_api, k8s_namespace, history_max_entries=2).apply(decide(5, 5), now_s=T0_S + 300)
     fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S + 300)
     assert fleet.recent_targets == ((T0_S + 240, 4, 4), (T0_S + 300, 5, 5))  # 2 kept
+    ann = fake_k8s_api.get(k8s_namespace, DGD)["metadata"]["annotations"]
+    assert [e["id"] for e in json.loads(ann["sla-planner/recent-targets"])] == [3, 4]  # applied decisions: 2 kept
 
 
-def test_bad_annotation_is_named(fake_k8s_api, k8s_namespace, dgd_manifest):
+def test_recommendations_older_than_max_age_are_dropped(fake_k8s_api, k8s_namespace, dgd_manifest):
     seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
-    fake_k8s_api.patch(k8s_namespace, DGD, {"metadata": {"annotations": {"sla-planner/decision-id": "seven"}}})
-    with pytest.raises(ConnectorError, match=r"annotation sla-planner/decision-id must be a non-negative integer, got 'seven'"):
+    conn = connector(fake_k8s_api, k8s_namespace, history_max_age_s=100.0)
+    for t in (0.0, 60.0, 120.0, 180.0):
+        conn.apply(decide(1, 1), now_s=T0_S + t)
+    # At 180 s the cutoff is 180 - 100 = 80 s: entries at 0 and 60 go.
+    assert conn.read_fleet(now_s=T0_S + 180).recent_targets == ((T0_S + 120, 1, 1), (T0_S + 180, 1, 1))
+
+
+@pytest.mark.parametrize("annotations, message", [
+    pytest.param({"sla-planner/decision-id": "seven"},
+                 r"annotation sla-planner/decision-id must be a non-negative integer, got 'seven'", id="bad id"),
+    pytest.param({"sla-planner/recommendations": '[{"t_s": "x", "prefill": 1, "decode": 1}]'},
+                 r"annotation sla-planner/recommendations: recommendation history is not", id="bad recommendations"),
+])
+def test_bad_annotation_is_named(fake_k8s_api, k8s_namespace, dgd_manifest, annotations, message):
+    seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
+    fake_k8s_api.patch(k8s_namespace, DGD, {"metadata": {"annotations": annotations}})
+    with pytest.raises(ConnectorError, match=message):
         connector(fake_k8s_api, k8s_namespace).validate()
 
 

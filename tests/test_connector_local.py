@@ -14,8 +14,10 @@ from planner.types import Decision
 T0_S = 1_000.0
 
 
-def decide(prefill: int, decode: int, *, apply: bool = True) -> Decision:
-    return Decision(prefill_replicas=prefill, decode_replicas=decode, apply=apply, reasons=())
+def decide(prefill: int, decode: int, *, apply: bool = True, recommended: tuple[int, int] | None = None) -> Decision:
+    rp, rd = recommended if recommended is not None else (None, None)
+    return Decision(prefill_replicas=prefill, decode_replicas=decode, apply=apply, reasons=(),
+                    recommended_prefill_replicas=rp, recommended_decode_replicas=rd)
 
 
 def test_in_memory_applies_at_once():
@@ -65,10 +67,73 @@ def test_state_file_survives_the_process(tmp_path):
     assert json.loads(path.read_text())["decision_id"] == 3
 
 
+def test_every_run_records_its_recommendation_in_the_same_file_write(tmp_path):
+    path = tmp_path / "fleet.json"
+    cfg = LocalConnectorConfig(state_path=str(path))
+    assert LocalConnector(cfg).apply(decide(4, 5, recommended=(6, 5)), now_s=T0_S).decision_id == 1
+    writes = []
+    for t_s, decision in [
+        (T0_S + 60, decide(4, 5)),                           # unchanged targets
+        (T0_S + 120, decide(4, 5, recommended=(2, 3))),      # held by stabilization
+        (T0_S + 180, decide(1, 1, apply=False)),             # a hold
+    ]:
+        before = path.stat().st_ino
+        assert LocalConnector(cfg).apply(decision, now_s=t_s) is None
+        writes.append(path.stat().st_ino != before)  # write-then-rename: a new inode per write
+
+    assert writes == [True, True, True]
+    state = json.loads(path.read_text())
+    assert (state["decision_id"], state["prefill"], state["decode"]) == (1, 4, 5)
+    assert [e["id"] for e in state["history"]] == [1]
+    fleet = LocalConnector(cfg).read_fleet(now_s=T0_S + 200)  # a new instance reads it all back
+    assert fleet.recent_targets == ((T0_S, 6, 5), (T0_S + 60, 4, 5), (T0_S + 120, 2, 3), (T0_S + 180, 1, 1))
+
+
+def test_retried_run_records_once(tmp_path):
+    path = tmp_path / "fleet.json"
+    conn = LocalConnector(LocalConnectorConfig(state_path=str(path)))
+    conn.apply(decide(1, 1, apply=False), now_s=T0_S)
+    written = path.read_text()
+    inode = path.stat().st_ino
+    assert conn.apply(decide(1, 1, apply=False), now_s=T0_S) is None
+    assert (path.stat().st_ino, path.read_text()) == (inode, written)  # nothing rewritten
+    # Same run time, another recommendation (a rerun that decided differently): replaced, not added.
+    conn.apply(decide(1, 1, apply=False, recommended=(2, 1)), now_s=T0_S)
+    assert conn.read_fleet(now_s=T0_S).recent_targets == ((T0_S, 2, 1),)
+
+
+@pytest.mark.parametrize("max_entries, max_age_s, expected_t_s", [
+    pytest.param(32, 3600.0, [0, 60, 120, 180, 240], id="within both bounds: all 5 kept"),
+    pytest.param(3, 3600.0, [120, 180, 240], id="max 3 entries: newest 3"),
+    pytest.param(32, 120.0, [180, 240], id="max age 120 s at 240 s: cutoff 120, 120 is not > 120"),
+    pytest.param(1, 120.0, [240], id="both: the newest only"),
+])
+def test_recommendation_history_is_bounded(max_entries, max_age_s, expected_t_s):
+    conn = LocalConnector(LocalConnectorConfig(history_max_entries=max_entries, history_max_age_s=max_age_s))
+    for t in (0, 60, 120, 180, 240):
+        conn.apply(decide(2, 2, apply=False), now_s=T0_S + t)
+    assert [t - T0_S for t, _, _ in conn.read_fleet(now_s=T0_S + 240).recent_targets] == expected_t_s
+
+
+def test_state_file_without_recommendations_reads_as_empty(tmp_path):
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"version": 1, "prefill": 2, "decode": 2, "decision_id": 0, "decided_at_s": None,
+                                "ready_before": [2, 2], "history": []}))
+    conn = LocalConnector(LocalConnectorConfig(state_path=str(path)))
+    assert conn.read_fleet(now_s=T0_S).recent_targets == ()
+    conn.apply(decide(2, 2, apply=False), now_s=T0_S)
+    assert conn.read_fleet(now_s=T0_S).recent_targets == ((T0_S, 2, 2),)
+
+
 @pytest.mark.parametrize("content, message", [
     pytest.param("{not json", r"fleet.json: Expecting property name", id="not JSON"),
     pytest.param('{"prefill": -1, "decode": 1, "decision_id": 0}', r"prefill must be a non-negative integer, got -1",
                  id="negative replicas"),
+    pytest.param("[1, 2]", r"fleet.json: expected a JSON object, got list", id="not an object"),
+    pytest.param('{"prefill": 1, "decode": 1, "decision_id": 0, "ready_before": [1, 1], '
+                 '"recommendations": [{"t_s": 5, "prefill": -2, "decode": 1}]}',
+                 r"fleet.json: recommendation history is not .*replicas must be >= 0, got prefill -2",
+                 id="negative recommendation"),
 ])
 def test_corrupt_state_file_is_named(tmp_path, content, message):
     path = tmp_path / "fleet.json"

@@ -17,8 +17,10 @@ from tests.fixtures_etcd import EtcdServer, etcd, etcd_namespace, etcd_server  #
 T0_S = 1_700_000_000.0
 
 
-def decide(prefill: int, decode: int, *, apply: bool = True) -> Decision:
-    return Decision(prefill_replicas=prefill, decode_replicas=decode, apply=apply, reasons=())
+def decide(prefill: int, decode: int, *, apply: bool = True, recommended: tuple[int, int] | None = None) -> Decision:
+    rp, rd = recommended if recommended is not None else (None, None)
+    return Decision(prefill_replicas=prefill, decode_replicas=decode, apply=apply, reasons=(),
+                    recommended_prefill_replicas=rp, recommended_decode_replicas=rd)
 
 
 def raw_client(server: EtcdServer) -> Etcd3Client:
@@ -78,7 +80,7 @@ def test_first_apply_writes_all_keys_in_one_go(etcd, etcd_namespace):
     assert "scaled_decision_id" not in keys  # the environment writes that one
 
 
-def test_unchanged_targets_and_apply_false_write_nothing(etcd, etcd_namespace):
+def test_unchanged_targets_and_apply_false_record_only_the_recommendation(etcd, etcd_namespace):
     conn = connector(etcd, etcd_namespace)
     conn.apply(decide(2, 4), now_s=T0_S)
     prefix = f"/{etcd_namespace}/planner/"
@@ -86,10 +88,83 @@ def test_unchanged_targets_and_apply_false_write_nothing(etcd, etcd_namespace):
 
     assert conn.apply(decide(2, 4), now_s=T0_S + 60) is None
     assert conn.apply(decide(9, 9, apply=False), now_s=T0_S + 120) is None
+    # A held run recommends below its targets (stabilization held it): the recommendation is stored.
+    assert conn.apply(decide(2, 4, recommended=(1, 3)), now_s=T0_S + 180) is None
 
     revisions_after = {m["key"]: m["mod_revision"] for _, m in raw_client(etcd).get_prefix(prefix)}
-    assert revisions_after == revisions_before
-    assert raw_keys(etcd, etcd_namespace)["decision_id"] == "1"
+    changed = sorted(k.decode()[len(prefix):] for k in revisions_after if revisions_after[k] != revisions_before[k])
+    assert changed == ["recommendations"]
+    keys = raw_keys(etcd, etcd_namespace)
+    assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("1", "2", "4")
+    assert json.loads(keys["recommendations"]) == [
+        {"t_s": T0_S, "prefill": 2, "decode": 4},
+        {"t_s": T0_S + 60, "prefill": 2, "decode": 4},
+        {"t_s": T0_S + 120, "prefill": 9, "decode": 9},
+        {"t_s": T0_S + 180, "prefill": 1, "decode": 3},
+    ]
+    assert len(json.loads(keys["recent_targets"])) == 1  # applied decisions: still only decision 1
+
+
+def test_recommendation_and_decision_land_in_one_transaction(etcd, etcd_namespace):
+    conn = connector(etcd, etcd_namespace)
+    conn.apply(decide(3, 5, recommended=(4, 5)), now_s=T0_S)
+    conn.apply(decide(3, 3), now_s=T0_S + 60)
+    prefix = f"/{etcd_namespace}/planner/"
+    revisions = {m["key"].decode()[len(prefix):]: int(m["mod_revision"]) for _, m in raw_client(etcd).get_prefix(prefix)}
+    # One transaction is one etcd revision: every key written by the second run carries it.
+    assert len(set(revisions.values())) == 1, revisions
+    keys = raw_keys(etcd, etcd_namespace)
+    assert json.loads(keys["recommendations"]) == [
+        {"t_s": T0_S, "prefill": 4, "decode": 5},
+        {"t_s": T0_S + 60, "prefill": 3, "decode": 3},
+    ]
+
+
+def test_retried_run_records_its_recommendation_once(etcd, etcd_namespace):
+    cfg = VirtualConnectorConfig(etcd_url=etcd.url, namespace=etcd_namespace)
+    conn = VirtualConnector(cfg, client=FlakyClient(raw_client(etcd), lose_reply=True))
+    with pytest.raises(ConnectorUnavailableError):
+        conn.apply(decide(1, 1, apply=False), now_s=T0_S)  # committed, but the reply was lost
+    prefix = f"/{etcd_namespace}/planner/"
+    revision_before = [m["mod_revision"] for _, m in raw_client(etcd).get_prefix(prefix)]
+
+    assert conn.apply(decide(1, 1, apply=False), now_s=T0_S) is None  # the task's retry, same run time
+
+    assert [m["mod_revision"] for _, m in raw_client(etcd).get_prefix(prefix)] == revision_before  # no write
+    assert connector(etcd, etcd_namespace).read_fleet(now_s=T0_S).recent_targets == ((T0_S, 1, 1),)
+
+
+def test_concurrent_recording_is_retried_and_nothing_lost(etcd, etcd_namespace):
+    other = connector(etcd, etcd_namespace)
+    other.apply(decide(2, 2), now_s=T0_S)
+    cfg = VirtualConnectorConfig(etcd_url=etcd.url, namespace=etcd_namespace)
+    # Between our read and our write, another run records its recommendation (no new decision).
+    flaky = FlakyClient(raw_client(etcd), before_txn=lambda: other.apply(decide(2, 2), now_s=T0_S + 30))
+    ours = VirtualConnector(cfg, client=flaky)
+
+    record = ours.apply(decide(3, 3), now_s=T0_S + 31)
+
+    assert record.decision_id == 2
+    fleet = connector(etcd, etcd_namespace).read_fleet(now_s=T0_S + 31)
+    assert fleet.recent_targets == ((T0_S, 2, 2), (T0_S + 30, 2, 2), (T0_S + 31, 3, 3))
+
+
+def test_recording_conflicts_beyond_the_retry_budget_raise(etcd, etcd_namespace):
+    other = connector(etcd, etcd_namespace)
+    cfg = VirtualConnectorConfig(etcd_url=etcd.url, namespace=etcd_namespace, conflict_retries=1)
+    calls = {"n": 0}
+
+    class EveryTxn(FlakyClient):
+        def transaction(self, txn):
+            calls["n"] += 1
+            other.apply(decide(1, 1, apply=False), now_s=T0_S + calls["n"])
+            return self._inner.transaction(txn)
+
+    ours = VirtualConnector(cfg, client=EveryTxn(raw_client(etcd)))
+    with pytest.raises(ConcurrentWriteError, match=r"recommendations kept changing .*2 attempts, conflict_retries=1"):
+        ours.apply(decide(1, 1, apply=False), now_s=T0_S + 100)
+    stored = connector(etcd, etcd_namespace).read_fleet(now_s=T0_S + 100).recent_targets
+    assert [t for t, _, _ in stored] == [T0_S + 1, T0_S + 2]  # the other run's, not ours
 
 
 def test_done_when_environment_confirms_and_ready_follows(etcd, etcd_namespace):
@@ -180,13 +255,23 @@ def test_etcd_down_raises_clearly_and_ids_stay_consecutive(etcd, etcd_namespace)
     assert ids == [1, 2, 3, 4]
 
 
-def test_history_is_bounded_and_rebuilds_the_stabilization_window(etcd, etcd_namespace):
+def test_histories_are_bounded_and_rebuild_the_stabilization_window(etcd, etcd_namespace):
     conn = connector(etcd, etcd_namespace, history_max_entries=3)
     for n in range(1, 6):
         conn.apply(decide(n, 10 - n), now_s=T0_S + 60 * n)
     fleet = connector(etcd, etcd_namespace).read_fleet(now_s=T0_S + 400)
-    # 5 decisions, 3 kept: n = 3, 4, 5.
+    # 5 runs, 3 recommendations kept: n = 3, 4, 5.
     assert fleet.recent_targets == ((T0_S + 180, 3, 7), (T0_S + 240, 4, 6), (T0_S + 300, 5, 5))
+    assert [e["id"] for e in json.loads(raw_keys(etcd, etcd_namespace)["recent_targets"])] == [3, 4, 5]
+
+
+def test_recommendations_older_than_max_age_are_dropped(etcd, etcd_namespace):
+    conn = connector(etcd, etcd_namespace, history_max_age_s=120.0)
+    for t in (0.0, 60.0, 120.0, 180.0):
+        conn.apply(decide(2, 2, apply=False), now_s=T0_S + t)
+    # At 180 s the cutoff is 180 - 120 = 60 s: entries at 0 and 60 go (60 is not > 60).
+    assert connector(etcd, etcd_namespace).read_fleet(now_s=T0_S + 180).recent_targets == (
+        (T0_S + 120, 2, 2), (T0_S + 180, 2, 2))
 
 
 @pytest.mark.parametrize("keys, message", [
@@ -195,6 +280,10 @@ def test_history_is_bounded_and_rebuilds_the_stabilization_window(etcd, etcd_nam
     pytest.param({"decision_id": "1", "num_prefill_workers": "2"},
                  r"incomplete, missing .*num_decode_workers", id="targets half written"),
     pytest.param({"recent_targets": "[{\"id\": 1}]"}, r"recent_targets: recent targets history is not", id="bad history"),
+    pytest.param({"recommendations": '[{"t_s": 1, "prefill": 2}]'},
+                 r"planner/recommendations: recommendation history is not .*'decode'", id="bad recommendations"),
+    pytest.param({"recommendations": '{"t_s": 1}'}, r"recommendations: .*expected a list, got dict",
+                 id="recommendations not a list"),
 ])
 def test_malformed_keys_are_named(etcd, etcd_namespace, keys, message):
     client = raw_client(etcd)
