@@ -126,3 +126,22 @@ def test_repo_config_loads_and_bad_field_is_named(tmp_path):
     text = str(err.value)
     assert "planner.slo.ttft_ms" in text and "-5" in text
     assert "adjustmnet_interval_s" in text
+
+
+def test_prometheus_unreachable_fails_visibly_and_applies_nothing(prefect_harness, run_config, tmp_path):
+    from prefect.states import State
+
+    from connectors.config import MetricsConfig
+    from flows.planner_flow import planner_flow
+    from tests.fixtures_net import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    cfg = run_config.model_copy(update={"metrics": MetricsConfig(prometheus_url=dead)})
+    state: State = planner_flow(config=cfg, now_s=1800.0, return_state=True)
+    assert state.is_failed()
+    with pytest.raises(ConnectionError) as err:
+        state.result()
+    assert dead in str(err.value)
+    # Nothing applied: the local fleet file holds no decision.
+    fleet = tmp_path / "fleet.json"
+    assert not fleet.exists() or '"decision_id": null' in fleet.read_text() or "decision_id" not in fleet.read_text()
