@@ -18,15 +18,18 @@ import contextlib
 import hmac
 import json
 import logging
+import typing
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, create_model, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from routing.config import RouterConfig
 from routing.model_store import UnknownVersionError, VersionExistsError
@@ -52,8 +55,30 @@ MAX_TOKENS = 10_000_000
 # -- schemas ------------------------------------------------------------------
 
 
+# Integers accept integral floats (JSON 1.0 is the integer 1); booleans and
+# strings are refused in _Body's check below, so they are never coerced.
+Count = Annotated[int, Strict(False)]
+
+
+def _is_int(annotation) -> bool:
+    if annotation is int:
+        return True
+    return any(_is_int(a) for a in typing.get_args(annotation))
+
+
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # strict: no silent coercion (false -> 0.0, "12" -> 12); ints still pass as floats.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integers_are_integers(cls, data):
+        if isinstance(data, dict):
+            for name, info in cls.model_fields.items():
+                value = data.get(name)
+                if isinstance(value, (bool, str)) and _is_int(info.annotation):
+                    raise ValueError(f"{name}: Input should be an integer, got {value!r}")
+        return data
 
 
 class FieldError(BaseModel):
@@ -68,30 +93,36 @@ class ErrorBody(BaseModel):
 
 
 class Slo(_Body):
-    ttft_ms: float | None = Field(None, gt=0, le=3_600_000, description="time-to-first-token SLO, ms")
-    tpot_ms: float | None = Field(None, gt=0, le=3_600_000, description="time-per-output-token SLO, ms")
+    """At least one of the two; an absent one does not constrain the pick."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+    ttft_ms: float = Field(None, gt=0, le=3_600_000, description="time-to-first-token SLO, ms")
+    tpot_ms: float = Field(None, gt=0, le=3_600_000, description="time-per-output-token SLO, ms")
+
+    @model_validator(mode="after")
+    def _one(self) -> "Slo":
+        if self.ttft_ms is None and self.tpot_ms is None:
+            raise ValueError("give ttft_ms and/or tpot_ms")
+        return self
 
 
 class RouteBody(_Body):
     request_id: str | None = Field(
         None, pattern=ID_PATTERN, description="your id for lifecycle calls; generated when absent"
     )
-    input_tokens: int = Field(ge=0, le=MAX_TOKENS, description="prompt length, tokenizer tokens")
+    input_tokens: Count = Field(ge=0, le=MAX_TOKENS, description="prompt length, tokenizer tokens")
     slo: Slo | None = Field(None, description="required when SLO routing is on")
     critical: bool = Field(False, description="never shed: take the least negative headroom instead")
     prefix_cache_hit_frac: float = Field(0.0, ge=0, le=1, description="prompt share already cached, 0-1")
-    prefix_cache_hit_frac_by_endpoint: dict[str, float] | None = Field(
-        None, max_length=10_000, description="per-endpoint cached share, 0-1 (overrides prefix_cache_hit_frac)"
+    prefix_cache_hit_frac_by_endpoint: dict[str, Annotated[float, Field(ge=0, le=1)]] | None = Field(
+        None, max_length=1000, description="per-endpoint cached share, 0-1 (overrides prefix_cache_hit_frac)"
     )
-    expected_output_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    expected_output_tokens: Annotated[Count, Field(ge=1, le=MAX_TOKENS)] | None = Field(
+        None, description="output length hint, tokens (scoring with SLO routing off)"
+    )
 
     def to_request(self) -> RouteRequest:
         per = self.prefix_cache_hit_frac_by_endpoint
-        if per:
-            bad = {k: v for k, v in per.items() if not 0.0 <= v <= 1.0}
-            if bad:
-                k = next(iter(bad))
-                raise _FieldProblem(f"body.prefix_cache_hit_frac_by_endpoint.{k}", f"must be 0-1, got {bad[k]}")
         return RouteRequest(
             request_id=self.request_id or uuid.uuid4().hex,
             input_tokens=self.input_tokens,
@@ -102,6 +133,12 @@ class RouteBody(_Body):
             prefix_cache_hit_frac_by_endpoint=per,
             expected_output_tokens=self.expected_output_tokens,
         )
+
+
+class SloRouteBody(RouteBody):
+    """Route body when SLO routing is on: the SLO is required."""
+
+    slo: Slo = Field(description="the request's SLOs (required: SLO routing is on)")
 
 
 class ChoiceOut(BaseModel):
@@ -136,9 +173,9 @@ class ShedOut(BaseModel):
 
 
 class PredictBody(_Body):
-    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    input_tokens: Count = Field(ge=0, le=MAX_TOKENS)
     prefix_cache_hit_frac: float = Field(0.0, ge=0, le=1)
-    endpoint_ids: list[str] | None = Field(None, max_length=10_000, description="default: all endpoints")
+    endpoint_ids: list[str] | None = Field(None, max_length=1000, description="default: all endpoints")
 
 
 class PredictionOut(BaseModel):
@@ -156,8 +193,8 @@ class PredictOut(BaseModel):
 
 class DispatchedBody(_Body):
     prefill_endpoint_id: str | None = Field(None, description="disaggregated: the prefill endpoint")
-    decode_endpoint_id: str | None = Field(None, description="the decode (or aggregated) endpoint")
-    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    decode_endpoint_id: str = Field(description="the decode (or aggregated) endpoint")
+    input_tokens: Count = Field(ge=0, le=MAX_TOKENS)
     prefix_cache_hit_frac: float = Field(0.0, ge=0, le=1)
     slo: Slo | None = None
     critical: bool = False
@@ -168,12 +205,12 @@ class FirstTokenBody(_Body):
 
 
 class ProgressBody(_Body):
-    tokens_generated: int = Field(ge=0, le=MAX_TOKENS)
+    tokens_generated: Count = Field(ge=0, le=MAX_TOKENS)
     observed_tpot_ms: float | None = Field(None, ge=0, le=3_600_000, description="TPOT measured around this point")
 
 
 class CompletedBody(_Body):
-    output_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    output_tokens: Count = Field(ge=0, le=MAX_TOKENS)
     observed_ttft_ms: float | None = Field(None, ge=0, le=3_600_000)
     observed_tpot_ms: float | None = Field(None, ge=0, le=3_600_000, description="mean TPOT; default: router clock")
 
@@ -187,8 +224,10 @@ class EndpointBody(_Body):
     role: Literal["prefill", "decode", "aggregated"]
     url: str | None = Field(None, max_length=2048, pattern=r"^https?://\S+$")
     domains: dict[str, str] = Field(default_factory=dict, max_length=16, description="topology value per level")
-    max_kv_tokens: int | None = Field(None, ge=1, le=1_000_000_000)
-    gpus: int = Field(1, ge=1, le=1024)
+    max_kv_tokens: Annotated[Count, Field(ge=1, le=1_000_000_000)] | None = Field(
+        None, description="KV-cache capacity, tokens (default: the profile's)"
+    )
+    gpus: Count = Field(1, ge=1, le=1024)
 
 
 class EndpointOut(BaseModel):
@@ -323,25 +362,32 @@ class BodyLimit:
                     return await _send_json(send, 400, "bad_request", "content-length is not a number")
                 if declared > limit:
                     return await _send_json(send, 413, "body_too_large", f"body is {declared} bytes, limit {limit}")
+        # Read the body here (bounded) and replay it: an over-limit stream is
+        # answered 413 before the app sees any of it.
+        chunks: list[bytes] = []
         seen = 0
-
-        async def limited_receive():
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise _TooLarge(limit)
-            return message
+            if message["type"] != "http.request":
+                return  # client went away
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > limit:
+                return await _send_json(send, 413, "body_too_large", f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge as exc:
-            await _send_json(send, 413, "body_too_large", f"body exceeds the limit of {exc.args[0]} bytes")
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
 
-
-class _TooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 async def _send_json(send, status: int, code: str, message: str) -> None:
@@ -379,11 +425,12 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
         version="1",
         description="SLO-aware and topology-aware endpoint picking with a published latency predictor.",
         lifespan=lifespan,
+        dependencies=[Depends(_no_unknown_query_params)],
     )
     app.state.service = svc
     bearer = HTTPBearer(auto_error=False, description=f"admin token from ${config.auth.token_env}")
 
-    def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    async def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if not token:
             raise _Refused(403, "admin_disabled", f"admin API disabled: no token configured (set ${config.auth.token_env})")
         if credentials is None or credentials.scheme.lower() != "bearer":
@@ -399,9 +446,27 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             msg = err.get("msg", "invalid")
             if err.get("type") == "extra_forbidden":
                 msg = "unknown field"
+            elif msg.startswith("Value error, "):
+                # Model-level checks say "<field>: <problem>": put the field in the path.
+                msg = msg[len("Value error, "):]
+                name, sep, rest = msg.partition(": ")
+                if sep and name.isidentifier():
+                    loc, msg = f"{loc}.{name}", rest
             fields.append({"field": loc, "message": msg})
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
         return _error(422, "invalid_request", summary, fields)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400:
+            # Starlette/FastAPI could not decode the body at all (not JSON/UTF-8).
+            return _error(422, "invalid_request", "body: not valid JSON",
+                          [{"field": "body", "message": "not valid JSON"}])
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.scope))
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(_Refused)
     async def _refused(request: Request, exc: _Refused):
@@ -414,8 +479,6 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
 
     # -- data plane --------------------------------------------------------
 
-    @app.post("/v1/route", response_model=RouteOut, responses={429: {"model": ShedOut}, **_responses(409, 422, 503)},
-              tags=["routing"], summary="Pick endpoints for a request and record it")
     async def route(body: RouteBody):
         req = body.to_request()
         try:
@@ -432,7 +495,12 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
                 "error": "shed", "message": result.reason, "request_id": result.request_id, "fields": []})
         return JSONResponse(_route_out(result, svc))
 
-    @app.post("/v1/predict", response_model=PredictOut, responses=_responses(404, 422), tags=["routing"],
+    # The body schema says what this service requires: with SLO routing on, an SLO.
+    route.__annotations__["body"] = SloRouteBody if config.picker.slo.enabled else RouteBody
+    app.post("/v1/route", response_model=RouteOut, responses={429: {"model": ShedOut}, **_responses(409, 413, 422, 503)},
+             tags=["routing"], summary="Pick endpoints for a request and record it")(route)
+
+    @app.post("/v1/predict", response_model=PredictOut, responses=_responses(404, 413, 422), tags=["routing"],
               summary="Predicted TTFT/TPOT per endpoint, without routing")
     async def predict(body: PredictBody):
         req = RouteRequest(request_id="predict", input_tokens=body.input_tokens,
@@ -443,11 +511,9 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(404, "unknown_endpoint", str(exc), [{"field": "body.endpoint_ids", "message": str(exc)}])
 
     @app.post("/v1/requests/{request_id}/dispatched", response_model=EventOut, status_code=201,
-              responses=_responses(404, 409, 422), tags=["lifecycle"],
+              responses=_responses(404, 409, 413, 422), tags=["lifecycle"],
               summary="Record a request routed by someone else")
     async def dispatched(body: DispatchedBody, request_id: str = Path(pattern=ID_PATTERN)):
-        if body.prefill_endpoint_id is None and body.decode_endpoint_id is None:
-            raise _FieldProblem("body.decode_endpoint_id", "set decode_endpoint_id and/or prefill_endpoint_id")
         req = RouteRequest(
             request_id=request_id, input_tokens=body.input_tokens,
             ttft_slo_ms=body.slo.ttft_ms if body.slo else None, tpot_slo_ms=body.slo.tpot_ms if body.slo else None,
@@ -463,25 +529,25 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
         return JSONResponse(status_code=201, content={"request_id": request_id, "samples_recorded": 0})
 
-    @app.post("/v1/requests/{request_id}/first_token", response_model=EventOut, responses=_responses(404, 422),
+    @app.post("/v1/requests/{request_id}/first_token", response_model=EventOut, responses=_responses(404, 413, 422),
               tags=["lifecycle"], summary="The request produced its first token")
     async def first_token(body: FirstTokenBody, request_id: str = Path(max_length=253)):
         return _event(request_id, lambda: svc.first_token(request_id, observed_ttft_ms=body.observed_ttft_ms))
 
-    @app.post("/v1/requests/{request_id}/progress", response_model=EventOut, responses=_responses(404, 422),
+    @app.post("/v1/requests/{request_id}/progress", response_model=EventOut, responses=_responses(404, 413, 422),
               tags=["lifecycle"], summary="Tokens generated so far (and TPOT observed around now)")
     async def progress(body: ProgressBody, request_id: str = Path(max_length=253)):
         return _event(request_id, lambda: svc.progress(
             request_id, tokens_generated=body.tokens_generated, observed_tpot_ms=body.observed_tpot_ms))
 
-    @app.post("/v1/requests/{request_id}/completed", response_model=EventOut, responses=_responses(404, 422),
+    @app.post("/v1/requests/{request_id}/completed", response_model=EventOut, responses=_responses(404, 413, 422),
               tags=["lifecycle"], summary="The request finished")
     async def completed(body: CompletedBody, request_id: str = Path(max_length=253)):
         return _event(request_id, lambda: svc.completed(
             request_id, output_tokens=body.output_tokens, observed_ttft_ms=body.observed_ttft_ms,
             observed_tpot_ms=body.observed_tpot_ms))
 
-    @app.put("/v1/endpoints/{endpoint_id}/metrics", response_model=OkOut, responses=_responses(404, 422),
+    @app.put("/v1/endpoints/{endpoint_id}/metrics", response_model=OkOut, responses=_responses(404, 413, 422),
              tags=["endpoints"], summary="Push an engine's scraped load metrics")
     async def push_metrics(body: MetricsBody, endpoint_id: str = Path(max_length=253)):
         try:
@@ -491,23 +557,21 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(404, "unknown_endpoint", str(exc))
         return {"ok": True}
 
-    @app.get("/v1/endpoints", response_model=list[EndpointOut], tags=["endpoints"], summary="Endpoints and their load")
+    @app.get("/v1/endpoints", response_model=list[EndpointOut], responses=_responses(422), tags=["endpoints"], summary="Endpoints and their load")
     async def list_endpoints():
         return svc.endpoint_status()
 
-    @app.get("/healthz", response_model=HealthOut, tags=["service"], summary="Liveness and a short status")
+    @app.get("/healthz", response_model=HealthOut, responses=_responses(422), tags=["service"], summary="Liveness and a short status")
     async def healthz():
         return svc.health()
 
     @app.get("/metrics", tags=["service"], summary="Prometheus metrics",
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **_responses(422)})
     async def metrics():
         return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # -- admin ---------------------------------------------------------------
 
-    @app.put("/v1/endpoints/{endpoint_id}", response_model=RegisteredOut, responses=_responses(401, 403, 422),
-             tags=["endpoints"], summary="Register or update an endpoint", dependencies=[Depends(admin)])
     async def register(body: EndpointBody, endpoint_id: str = Path(pattern=ID_PATTERN)):
         try:
             created = svc.register(Endpoint(id=endpoint_id, role=body.role, url=body.url, domains=body.domains,
@@ -516,7 +580,17 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
         return {"id": endpoint_id, "created": created}
 
-    @app.delete("/v1/endpoints/{endpoint_id}", response_model=RemovedOut, responses=_responses(401, 403, 404),
+    # Domain keys must be configured levels: the schema lists them.
+    levels = Literal[tuple(config.picker.topology.levels)]
+    register.__annotations__["body"] = create_model(
+        "EndpointBody", __base__=EndpointBody,
+        domains=(dict[levels, Annotated[str, Field(min_length=1, max_length=253)]],
+                 Field(default_factory=dict, description="topology value per configured level")),
+    )
+    app.put("/v1/endpoints/{endpoint_id}", response_model=RegisteredOut, responses=_responses(401, 403, 413, 422),
+            tags=["endpoints"], summary="Register or update an endpoint", dependencies=[Depends(admin)])(register)
+
+    @app.delete("/v1/endpoints/{endpoint_id}", response_model=RemovedOut, responses=_responses(401, 403, 404, 422),
                 tags=["endpoints"], summary="Remove an endpoint", dependencies=[Depends(admin)])
     async def deregister(endpoint_id: str = Path(max_length=253)):
         try:
@@ -540,11 +614,11 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(422, "invalid_model", str(exc), [{"field": f"body.{field}", "message": str(exc)}])
         return JSONResponse(status_code=201, content=out)
 
-    @app.get("/v1/models", response_model=ModelListOut, tags=["models"], summary="Published versions and the active one")
+    @app.get("/v1/models", response_model=ModelListOut, responses=_responses(422), tags=["models"], summary="Published versions and the active one")
     async def list_models():
         return svc.model_list()
 
-    @app.get("/v1/models/{version}", response_model=ModelDocument, responses=_responses(404), tags=["models"],
+    @app.get("/v1/models/versions/{version}", response_model=ModelDocument, responses=_responses(404, 422), tags=["models"],
              summary="A retained model document")
     async def get_model(version: str = Path(max_length=64)):
         try:
@@ -552,7 +626,7 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
         except UnknownVersionError as exc:
             return _error(404, "unknown_version", str(exc))
 
-    @app.post("/v1/models/rollback", response_model=RollbackOut, responses=_responses(401, 403, 404, 409, 422),
+    @app.post("/v1/models/rollback", response_model=RollbackOut, responses=_responses(401, 403, 404, 409, 413, 422),
               tags=["models"], summary="Reactivate the previous (or a named) model version",
               dependencies=[Depends(admin)])
     async def rollback(body: RollbackBody):
@@ -586,6 +660,33 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
         BodyLimit, max_body_bytes=config.limits.max_body_bytes, max_model_bytes=config.limits.max_model_bytes
     )
     return app
+
+
+async def _no_unknown_query_params(request: Request) -> None:
+    """Unknown query parameters are an error naming them, not silently ignored."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    allowed = _query_names(route.dependant) if route is not None else set()
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise _FieldProblem(f"query.{unknown[0]}", f"unknown query parameter (allowed: {sorted(allowed)})")
+
+
+def _query_names(dependant) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def _allowed_methods(app: FastAPI, scope) -> list[str]:
+    methods: set[str] = set()
+    for r in app.router.routes:
+        match, _ = r.matches({**scope, "method": "GET"}) if hasattr(r, "methods") else (Match.NONE, None)
+        if match != Match.NONE and getattr(r, "methods", None):
+            methods |= set(r.methods)
+    return sorted(methods - {"HEAD"})
 
 
 class _Refused(Exception):

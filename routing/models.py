@@ -63,12 +63,12 @@ class _Strict(BaseModel):
 class TreeArrays(_Strict):
     """One regression tree as parallel node arrays; node 0 is the root."""
 
-    feature: list[int] = Field(description="split feature index per node (ignored on leaves)")
-    threshold: list[float] = Field(description="split threshold per node: x <= threshold goes left")
-    left: list[int] = Field(description="left child index per node (ignored on leaves)")
-    right: list[int] = Field(description="right child index per node (ignored on leaves)")
-    value: list[float] = Field(description="leaf value per node (ignored on internal nodes)")
-    is_leaf: list[bool] = Field(description="true for leaves")
+    feature: list[int] = Field(min_length=1, description="split feature index per node (ignored on leaves)")
+    threshold: list[float] = Field(min_length=1, description="split threshold per node: x <= threshold goes left")
+    left: list[int] = Field(min_length=1, description="left child index per node (ignored on leaves)")
+    right: list[int] = Field(min_length=1, description="right child index per node (ignored on leaves)")
+    value: list[float] = Field(min_length=1, description="leaf value per node (ignored on internal nodes)")
+    is_leaf: list[bool] = Field(min_length=1, description="true for leaves")
 
     @model_validator(mode="after")
     def _shape(self) -> "TreeArrays":
@@ -108,9 +108,21 @@ class TargetModels(_Strict):
     p90: Regressor | None = Field(None, description="p90 latency model, ms (optional)")
 
 
+class TtftModels(TargetModels):
+    feature_names: list[str] = Field(
+        json_schema_extra={"const": list(FEATURES["ttft"])}, description="exactly routing.features.TTFT_FEATURES"
+    )
+
+
+class TpotModels(TargetModels):
+    feature_names: list[str] = Field(
+        json_schema_extra={"const": list(FEATURES["tpot"])}, description="exactly routing.features.TPOT_FEATURES"
+    )
+
+
 class Targets(_Strict):
-    ttft: TargetModels = Field(description="time to first token, ms")
-    tpot: TargetModels = Field(description="time per output token, ms")
+    ttft: TtftModels = Field(description="time to first token, ms")
+    tpot: TpotModels = Field(description="time per output token, ms")
 
 
 class ModelDocument(_Strict):

@@ -1,0 +1,568 @@
+"""Training core of the latency predictor: stored samples in, a publish decision out.
+
+Pure: no I/O, no clock, no Prefect. The retrain flow fetches samples from the
+routing service and calls, in order:
+
+1. `prepare_samples`: per target (TTFT, TPOT), drop unusable samples with a
+   counted reason, order the rest by recording time, and build the feature
+   matrix with routing.features (the router's own serving-time function).
+2. `fit_target` on a time-ordered split (`time_split`): oldest samples train,
+   the next slice calibrates, the most recent are held out. Models are
+   scikit-learn HistGradientBoostingRegressor on log(latency): a mean model
+   (squared error, so it predicts the geometric mean, which suits relative
+   error) and a p90 model (quantile loss, 0.9; quantiles survive the log).
+   The p90 model is then calibrated on the calibration slice (conformalised
+   quantile regression: one additive log offset, i.e. a factor, so that 90%
+   of calibration latencies fall below it), which corrects the in-sample
+   optimism of tree quantiles.
+3. `to_document`: export to the routing service's safe JSON format (trees as
+   node arrays, link "log"; nothing pickled).
+4. `evaluate` the candidate, the currently published model and the profile
+   estimate on the same held-out rows: MAPE of the mean prediction, p90
+   coverage, overall and per load bucket.
+5. `gate`: publish, refuse or skip, with the reason.
+
+Latencies are in ms throughout.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from routing.features import FEATURES, RAW_FIELDS, ROLE_CODE, TARGETS, Target, features_from_samples
+from routing.models import export_hist_gradient_boosting, model_document, parse_model_document
+
+QUANTILE = 0.9
+DROP_REASONS = ("bad_target", "non_finite_latency", "negative_latency", "absurd_latency", "bad_features")
+
+# Load buckets for per-bucket metrics: TTFT by the queue a request joins,
+# TPOT by the batch it decodes in. Lower edges; the last bucket is open.
+BUCKET_EDGES: dict[Target, tuple[str, tuple[float, ...]]] = {
+    "ttft": ("waiting_requests", (0, 1, 2, 4, 8)),
+    "tpot": ("running_requests", (0, 8, 16, 32, 64)),
+}
+
+
+class TrainingConfig(BaseModel):
+    """Hyperparameters, data limits and gate thresholds of one retrain run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    holdout_frac: float = Field(0.2, gt=0, lt=0.5, description="most recent share of samples held out for evaluation")
+    calibration_frac: float = Field(
+        0.1, ge=0, lt=0.5, description="share just before the holdout: early stopping and p90 calibration (0: none)"
+    )
+    min_train_samples: int = Field(1000, ge=20, description="fewest training samples per target; fewer: skip the run")
+    min_holdout_samples: int = Field(200, ge=10, description="fewest held-out samples per target; fewer: skip the run")
+    max_ttft_ms: float = Field(600_000.0, gt=0, description="TTFT above this is absurd (dropped), ms")
+    max_tpot_ms: float = Field(10_000.0, gt=0, description="TPOT above this is absurd (dropped), ms")
+    max_iter: int = Field(300, ge=1, le=1000, description="boosting iterations per model (at most)")
+    learning_rate: float = Field(0.1, gt=0, le=1, description="boosting learning rate")
+    max_leaf_nodes: int = Field(31, ge=2, le=255, description="leaves per tree")
+    min_samples_leaf: int = Field(20, ge=1, description="fewest samples per leaf")
+    l2_regularization: float = Field(0.0, ge=0, description="L2 penalty on leaf values")
+    max_bins: int = Field(255, ge=2, le=255, description="histogram bins per feature")
+    n_iter_no_change: int = Field(
+        20, ge=1, description="stop when the calibration-slice loss has not improved for this many iterations"
+    )
+    n_threads: int = Field(
+        1, ge=1, le=64, description="OpenMP threads for fitting (1: predictable on a shared machine)"
+    )
+    seed: int = Field(0, ge=0, description="random seed of the boosting")
+    calibrate_p90: bool = Field(True, description="shift the p90 model so 90% of calibration samples fall below it")
+    min_improvement_frac: float = Field(
+        0.0, ge=0, lt=1, description="candidate's mean MAPE must beat the current model's by this relative margin"
+    )
+    max_regression_frac: float = Field(
+        0.05, ge=0, description="no target's MAPE may exceed the current model's by more than this relative margin"
+    )
+    p90_coverage_min: float = Field(0.8, gt=0, lt=1, description="refuse a p90 model covering fewer held-out samples")
+    p90_coverage_max: float = Field(0.97, gt=0, le=1, description="refuse a p90 model covering more held-out samples")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainingConfig":
+        if self.holdout_frac + self.calibration_frac >= 0.8:
+            raise ValueError(
+                f"holdout_frac + calibration_frac must be < 0.8 (training needs the rest), "
+                f"got {self.holdout_frac} + {self.calibration_frac}"
+            )
+        if self.p90_coverage_min >= self.p90_coverage_max:
+            raise ValueError(
+                f"p90_coverage_min ({self.p90_coverage_min}) must be < p90_coverage_max ({self.p90_coverage_max})"
+            )
+        return self
+
+    def max_latency_ms(self, target: Target) -> float:
+        return self.max_ttft_ms if target == "ttft" else self.max_tpot_ms
+
+
+# -- samples ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetData:
+    """Usable samples of one target, oldest first.
+
+    x: features (columns FEATURES[target]); y_ms: observed latency, ms;
+    recorded_at_s: when each sample was recorded, s; seq: store sequence numbers.
+    dropped: reason -> count of samples of this target left out.
+    """
+
+    target: Target
+    x: np.ndarray
+    y_ms: np.ndarray
+    recorded_at_s: np.ndarray
+    seq: np.ndarray
+    dropped: dict[str, int]
+
+    @property
+    def n(self) -> int:
+        return int(self.y_ms.size)
+
+
+@dataclass(frozen=True)
+class PreparedSamples:
+    """The fetched samples split by target, with what was dropped and why."""
+
+    fetched: int
+    by_target: dict[Target, TargetData]
+    dropped_unknown_target: int = 0
+
+    def dropped(self) -> dict[str, dict[str, int]]:
+        out = {t: dict(d.dropped) for t, d in self.by_target.items()}
+        if self.dropped_unknown_target:
+            out["unknown"] = {"bad_target": self.dropped_unknown_target}
+        return out
+
+
+def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig) -> PreparedSamples:
+    """Split samples (the sample store's dicts) by target, drop bad ones, build features.
+
+    Dropped with a reason: non-finite latency (NaN, inf, missing, not a number),
+    negative latency, absurd latency (0, or above max_<target>_ms), bad
+    features (a field missing, not finite, negative, or an unknown role).
+    Kept samples are ordered by recorded_at_s, then seq.
+    """
+    rows: dict[Target, list[tuple[float, int, dict, float]]] = {t: [] for t in TARGETS}
+    dropped = {t: dict.fromkeys(DROP_REASONS[1:], 0) for t in TARGETS}
+    unknown = 0
+    for i, s in enumerate(samples):
+        target = s.get("target") if isinstance(s, Mapping) else None
+        if target not in rows:
+            unknown += 1
+            continue
+        y = _number(s.get("observed_ms"))
+        if y is None or not math.isfinite(y):
+            dropped[target]["non_finite_latency"] += 1
+            continue
+        if y < 0:
+            dropped[target]["negative_latency"] += 1
+            continue
+        if y == 0 or y > cfg.max_latency_ms(target):
+            dropped[target]["absurd_latency"] += 1
+            continue
+        feats = _raw_features(s)
+        if feats is None:
+            dropped[target]["bad_features"] += 1
+            continue
+        t_s = _number(s.get("recorded_at_s"))
+        seq = _number(s.get("seq"))
+        rows[target].append((t_s if t_s is not None and math.isfinite(t_s) else math.inf,
+                             int(seq) if seq is not None and math.isfinite(seq) else i, feats, y))
+    by_target = {}
+    for target in TARGETS:
+        kept = sorted(rows[target], key=lambda r: (r[0], r[1]))
+        by_target[target] = TargetData(
+            target=target,
+            x=features_from_samples(target, [r[2] for r in kept]),
+            y_ms=np.array([r[3] for r in kept], dtype=float),
+            recorded_at_s=np.array([r[0] for r in kept], dtype=float),
+            seq=np.array([r[1] for r in kept], dtype=np.int64),
+            dropped=dropped[target],
+        )
+    return PreparedSamples(fetched=len(samples), by_target=by_target, dropped_unknown_target=unknown)
+
+
+def _number(v) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def _raw_features(s: Mapping) -> dict | None:
+    """The sample's raw feature fields plus role, or None when any is unusable."""
+    feats = s.get("features")
+    role = s.get("role")
+    if not isinstance(feats, Mapping) or role not in ROLE_CODE:
+        return None
+    out = {}
+    for name in RAW_FIELDS:
+        v = _number(feats.get(name))
+        if v is None or not math.isfinite(v) or v < 0:
+            return None
+        out[name] = v
+    out["role"] = role
+    return out
+
+
+# -- split ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Split:
+    """Index ranges of a time-ordered split: train < calibration < holdout (most recent)."""
+
+    train: slice
+    calibration: slice
+    holdout: slice
+
+    def sizes(self) -> tuple[int, int, int]:
+        return tuple(s.stop - s.start for s in (self.train, self.calibration, self.holdout))
+
+
+def time_split(n: int, *, holdout_frac: float, calibration_frac: float) -> Split:
+    """Split n time-ordered rows: the last ceil(n * holdout_frac) are held out, the
+    ceil(n * calibration_frac) before them calibrate, the rest train."""
+    if n < 0:
+        raise ValueError(f"time_split: n must be >= 0, got {n}")
+    n_hold = min(n, math.ceil(n * holdout_frac))
+    n_cal = min(n - n_hold, math.ceil(n * calibration_frac))
+    n_train = n - n_hold - n_cal
+    return Split(slice(0, n_train), slice(n_train, n_train + n_cal), slice(n_train + n_cal, n))
+
+
+def check_sample_counts(prepared: PreparedSamples, cfg: TrainingConfig) -> str | None:
+    """Why there are too few samples to train and evaluate (None: enough)."""
+    problems = []
+    for target in TARGETS:
+        n = prepared.by_target[target].n
+        n_train, _, n_hold = time_split(n, holdout_frac=cfg.holdout_frac, calibration_frac=cfg.calibration_frac).sizes()
+        if n_train < cfg.min_train_samples or n_hold < cfg.min_holdout_samples:
+            problems.append(
+                f"{target}: {n} usable samples give {n_train} to train (need {cfg.min_train_samples}) and "
+                f"{n_hold} to hold out (need {cfg.min_holdout_samples})"
+            )
+    return "too few samples: " + "; ".join(problems) if problems else None
+
+
+# -- models -------------------------------------------------------------------
+
+
+@dataclass
+class TargetModels:
+    """Fitted models of one target (on log latency) and how they were fitted.
+
+    p90_log_offset: added to the p90 model's log prediction (calibration).
+    """
+
+    target: Target
+    mean: object
+    p90: object
+    p90_log_offset: float
+    n_train: int
+    n_calibration: int
+    iterations: dict[str, int] = field(default_factory=dict)
+    fit_s: float = 0.0
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, p90) latency, ms, straight from the scikit-learn models."""
+        return np.exp(self.mean.predict(x)), np.exp(self.p90.predict(x) + self.p90_log_offset)
+
+
+def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetModels:
+    """Fit the mean and p90 models of one target on the split's training rows.
+
+    The calibration rows, when there are any, drive early stopping and the p90
+    calibration offset; the holdout rows are not touched.
+    """
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    x_tr, y_tr = data.x[split.train], np.log(data.y_ms[split.train])
+    x_cal, y_cal = data.x[split.calibration], np.log(data.y_ms[split.calibration])
+    if y_tr.size < 2:
+        raise ValueError(f"fit_target {data.target}: need at least 2 training rows, got {y_tr.size}")
+    common = dict(
+        max_iter=cfg.max_iter,
+        learning_rate=cfg.learning_rate,
+        max_leaf_nodes=cfg.max_leaf_nodes,
+        min_samples_leaf=cfg.min_samples_leaf,
+        l2_regularization=cfg.l2_regularization,
+        max_bins=cfg.max_bins,
+        random_state=cfg.seed,
+    )
+    # Early stopping on the calibration slice: the most recent rows before the
+    # holdout, never a random subset of the (older) training rows.
+    early = dict(early_stopping=True, n_iter_no_change=cfg.n_iter_no_change) if y_cal.size else dict(early_stopping=False)
+    val = dict(X_val=x_cal, y_val=y_cal) if y_cal.size else {}
+    t0 = time.perf_counter()
+    # A busy machine makes OpenMP's spinning threads far slower than one thread.
+    with threadpool_limits(limits=cfg.n_threads, user_api="openmp"):
+        mean = HistGradientBoostingRegressor(loss="squared_error", **common, **early).fit(x_tr, y_tr, **val)
+        p90 = HistGradientBoostingRegressor(loss="quantile", quantile=QUANTILE, **common, **early).fit(x_tr, y_tr, **val)
+        offset = 0.0
+        if cfg.calibrate_p90 and y_cal.size:
+            offset = conformal_offset(y_cal - p90.predict(x_cal), quantile=QUANTILE)
+    return TargetModels(
+        target=data.target,
+        mean=mean,
+        p90=p90,
+        p90_log_offset=offset,
+        n_train=int(y_tr.size),
+        n_calibration=int(y_cal.size),
+        iterations={"mean": int(mean.n_iter_), "p90": int(p90.n_iter_)},
+        fit_s=time.perf_counter() - t0,
+    )
+
+
+def conformal_offset(residuals: np.ndarray, *, quantile: float) -> float:
+    """The smallest shift c with at least `quantile` of residuals <= c (finite-sample corrected).
+
+    residuals: observed - predicted, in the model's (log) space. With n
+    residuals the rank is ceil((n + 1) * quantile), capped at n.
+    """
+    r = np.sort(np.asarray(residuals, dtype=float))
+    if r.size == 0:
+        raise ValueError("conformal_offset: no residuals")
+    k = min(r.size, math.ceil((r.size + 1) * quantile))
+    return float(r[k - 1])
+
+
+def export_target(models: TargetModels) -> tuple[dict, dict]:
+    """(mean, p90) as REG dicts of the safe format: trees on log latency, link "log"."""
+    mean = export_hist_gradient_boosting(models.mean)
+    p90 = export_hist_gradient_boosting(models.p90)
+    for reg in (mean, p90):
+        if reg["link"] != "identity":
+            raise ValueError(f"export_target {models.target}: expected an identity-link model, got {reg['link']}")
+        reg["link"] = "log"  # trained on log(latency): the router exponentiates
+    p90["baseline"] += models.p90_log_offset
+    return mean, p90
+
+
+def to_document(
+    models: Mapping[Target, TargetModels],
+    *,
+    version: str,
+    metrics: Mapping[str, float],
+    created_at_s: float | None = None,
+    notes: str = "",
+) -> dict:
+    """A publishable model document (routing.models format) for both targets."""
+    ttft_mean, ttft_p90 = export_target(models["ttft"])
+    tpot_mean, tpot_p90 = export_target(models["tpot"])
+    return model_document(
+        version=version,
+        ttft_mean=ttft_mean,
+        ttft_p90=ttft_p90,
+        tpot_mean=tpot_mean,
+        tpot_p90=tpot_p90,
+        metrics={k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)},
+        created_at_s=created_at_s,
+        notes=notes,
+    )
+
+
+# -- evaluation ----------------------------------------------------------------
+
+
+def bucket_labels(target: Target) -> list[str]:
+    feature, edges = BUCKET_EDGES[target]
+    labels = []
+    for i, lo in enumerate(edges):
+        hi = edges[i + 1] if i + 1 < len(edges) else None
+        if hi is None:
+            labels.append(f"{feature} >= {lo:g}")
+        elif hi - lo == 1:
+            labels.append(f"{feature} = {lo:g}")
+        else:
+            labels.append(f"{feature} {lo:g}-{hi - 1:g}")
+    return labels
+
+
+def bucket_of(target: Target, x: np.ndarray) -> np.ndarray:
+    """Load-bucket index (0..len(edges)-1) of each feature row."""
+    feature, edges = BUCKET_EDGES[target]
+    col = x[:, FEATURES[target].index(feature)]
+    return np.searchsorted(np.asarray(edges[1:], dtype=float), col, side="right")
+
+
+def latency_metrics(y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray | None) -> dict:
+    """{"n", "mape", "p90_coverage"} (MAPE of the mean, share of y <= p90; None when undefined)."""
+    y = np.asarray(y_ms, dtype=float)
+    out = {"n": int(y.size), "mape": None, "p90_coverage": None}
+    if y.size:
+        out["mape"] = float(np.mean(np.abs(np.asarray(mean_ms) - y) / y))
+        if p90_ms is not None:
+            out["p90_coverage"] = float(np.mean(y <= np.asarray(p90_ms)))
+    return out
+
+
+def evaluate(target: Target, x: np.ndarray, y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray | None) -> dict:
+    """Overall metrics plus one entry per load bucket (see BUCKET_EDGES)."""
+    out = latency_metrics(y_ms, mean_ms, p90_ms)
+    b = bucket_of(target, x)
+    out["buckets"] = []
+    for k, label in enumerate(bucket_labels(target)):
+        sel = b == k
+        m = latency_metrics(y_ms[sel], np.asarray(mean_ms)[sel], None if p90_ms is None else np.asarray(p90_ms)[sel])
+        out["buckets"].append({"bucket": label, **m})
+    return out
+
+
+def document_predictions(document: dict, target: Target, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(mean, p90 or None) of a published document, exactly as the router computes them."""
+    model = parse_model_document(document)
+    mean = model.predict(target, x, quantile="mean")
+    p90 = model.predict(target, x, quantile="p90") if model.has_quantile(target, "p90") else None
+    return mean, p90
+
+
+# -- gate ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """publish: whether to publish; code: publish, publish_forced, refused_estimate,
+    refused_current, refused_coverage, skipped; reason: the numbers behind it."""
+
+    publish: bool
+    code: str
+    reason: str
+
+
+def gate(
+    candidate: Mapping[Target, Mapping],
+    *,
+    estimate: Mapping[Target, Mapping],
+    current: Mapping[Target, Mapping] | None,
+    current_version: str | None,
+    force: bool,
+    cfg: TrainingConfig,
+) -> GateDecision:
+    """Decide whether the candidate replaces the published model.
+
+    Each mapping holds a target's held-out metrics (`mape`, `p90_coverage`),
+    all on the same rows. Checked in order:
+    1. never worse than the profile estimate (MAPE, each target), even forced;
+    2. p90 coverage of each target within [p90_coverage_min, p90_coverage_max], even forced;
+    3. unless forced, better than the current model (when there is one): the
+       mean MAPE over targets lower by min_improvement_frac, and no target's
+       MAPE above the current one's by more than max_regression_frac.
+    """
+    for t in TARGETS:
+        c, e = candidate[t]["mape"], estimate[t]["mape"]
+        if c > e:
+            return GateDecision(False, "refused_estimate",
+                                f"{t} MAPE {c:.2%} is worse than the profile estimate's {e:.2%}")
+    for t in TARGETS:
+        cov = candidate[t]["p90_coverage"]
+        if not cfg.p90_coverage_min <= cov <= cfg.p90_coverage_max:
+            return GateDecision(False, "refused_coverage",
+                                f"{t} p90 coverage {cov:.1%} is outside "
+                                f"[{cfg.p90_coverage_min:.0%}, {cfg.p90_coverage_max:.0%}]")
+    summary = ", ".join(f"{t} MAPE {candidate[t]['mape']:.2%}" for t in TARGETS)
+    if current is None:
+        return GateDecision(True, "publish", f"no model published yet; candidate {summary} beats the profile estimate")
+    cur_summary = ", ".join(f"{t} {current[t]['mape']:.2%}" for t in TARGETS)
+    if force:
+        return GateDecision(True, "publish_forced",
+                            f"forced: candidate {summary} (current {current_version}: {cur_summary})")
+    cand_mean = float(np.mean([candidate[t]["mape"] for t in TARGETS]))
+    cur_mean = float(np.mean([current[t]["mape"] for t in TARGETS]))
+    needed = cur_mean * (1 - cfg.min_improvement_frac)
+    if not cand_mean < needed:
+        return GateDecision(False, "refused_current",
+                            f"mean MAPE {cand_mean:.2%} is not below the current model {current_version}'s "
+                            f"{cur_mean:.2%}" + (f" minus {cfg.min_improvement_frac:.0%}" if cfg.min_improvement_frac else ""))
+    for t in TARGETS:
+        limit = current[t]["mape"] * (1 + cfg.max_regression_frac)
+        if candidate[t]["mape"] > limit:
+            return GateDecision(False, "refused_current",
+                                f"{t} MAPE {candidate[t]['mape']:.2%} regresses past the current model "
+                                f"{current_version}'s {current[t]['mape']:.2%} (+{cfg.max_regression_frac:.0%} allowed)")
+    return GateDecision(True, "publish", f"candidate {summary} beats current {current_version} ({cur_summary})")
+
+
+# -- one run ---------------------------------------------------------------------
+
+
+def splits_for(prepared: PreparedSamples, cfg: TrainingConfig) -> dict[Target, Split]:
+    """The time-ordered split of each target's samples."""
+    return {
+        t: time_split(prepared.by_target[t].n, holdout_frac=cfg.holdout_frac, calibration_frac=cfg.calibration_frac)
+        for t in TARGETS
+    }
+
+
+def fit_all(prepared: PreparedSamples, cfg: TrainingConfig) -> dict[Target, TargetModels]:
+    """Fit both targets' models on their time-ordered training rows."""
+    splits = splits_for(prepared, cfg)
+    return {t: fit_target(prepared.by_target[t], splits[t], cfg) for t in TARGETS}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Held-out metrics (see `evaluate`) of the candidate, the current model and the estimate.
+
+    holdout: per target {"n", "from_s", "to_s"}: the rows every model was scored on.
+    current: None when no model is published. points: per target (observed,
+    candidate mean, candidate p90, estimate) on the held-out rows, for plots.
+    """
+
+    holdout: dict[Target, dict]
+    candidate: dict[Target, dict]
+    estimate: dict[Target, dict]
+    current: dict[Target, dict] | None
+    points: dict[Target, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+    def metrics(self) -> dict[str, float]:
+        """Flat finite metrics for the published document (name -> number)."""
+        out: dict[str, float] = {}
+        for t in TARGETS:
+            out[f"{t}_holdout_samples"] = float(self.holdout[t]["n"])
+            for name, block in (("", self.candidate), ("estimate_", self.estimate)):
+                for key in ("mape", "p90_coverage"):
+                    v = block[t].get(key)
+                    if v is not None:
+                        out[f"{t}_{name}{key}"] = float(v)
+        return out
+
+
+def evaluate_all(
+    prepared: PreparedSamples,
+    cfg: TrainingConfig,
+    *,
+    candidate_document: dict,
+    current_document: dict | None,
+    estimate,
+) -> Evaluation:
+    """Score candidate, current model and profile estimate on the same most recent held-out rows.
+
+    The candidate is scored through its exported document, so what is measured
+    is what the router will serve. estimate: has predict(target, x) -> ms
+    (routing.predictor.ProfileEstimator).
+    """
+    splits = splits_for(prepared, cfg)
+    holdout, cand, est, cur, points = {}, {}, {}, {} if current_document is not None else None, {}
+    for t in TARGETS:
+        d = prepared.by_target[t]
+        h = splits[t].holdout
+        x, y = d.x[h], d.y_ms[h]
+        holdout[t] = {"n": int(y.size), "from_s": float(d.recorded_at_s[h][0]) if y.size else None,
+                      "to_s": float(d.recorded_at_s[h][-1]) if y.size else None}
+        c_mean, c_p90 = document_predictions(candidate_document, t, x)
+        cand[t] = evaluate(t, x, y, c_mean, c_p90)
+        e_mean = np.asarray(estimate.predict(t, x), dtype=float)
+        est[t] = evaluate(t, x, y, e_mean, None)
+        if current_document is not None:
+            k_mean, k_p90 = document_predictions(current_document, t, x)
+            cur[t] = evaluate(t, x, y, k_mean, k_p90)
+        points[t] = (y, c_mean, c_p90, e_mean)
+    return Evaluation(holdout=holdout, candidate=cand, estimate=est, current=cur, points=points)

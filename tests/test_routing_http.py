@@ -1,0 +1,335 @@
+"""The routing service over real HTTP: uvicorn on 127.0.0.1, a free port, httpx as the client."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from routing.app import create_app
+from routing.config import RouterConfig
+from tests.fixtures_routing import (
+    PROFILE_DIR,
+    PROJECT_ROOT,
+    TOKEN,
+    RunningServer,
+    free_port,
+    h200_profile,
+    linear_document,
+    trained_document,
+)
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SLO = {"ttft_ms": 500.0, "tpot_ms": 50.0}
+
+
+@contextlib.contextmanager
+def serve(overrides: dict | None = None, *, token: str | None = TOKEN, fleet: int = 2):
+    """A running service with `fleet` prefill + `fleet` decode endpoints (zones a/b)."""
+    cfg = RouterConfig.model_validate({"profile_dir": str(PROFILE_DIR), "seed": 1, **(overrides or {})})
+    app = create_app(cfg, token=token, profile=PROFILE)
+    with RunningServer(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        svc = app.state.service
+        for i in range(fleet):
+            for role in ("prefill", "decode"):
+                from routing.registry import Endpoint
+
+                svc.register(Endpoint(id=f"{role[0]}{i}", role=role, url=None,
+                                      domains={"zone": "ab"[i % 2]}))
+        yield client, svc
+
+
+PROFILE = h200_profile()
+
+
+@pytest.fixture(scope="module")
+def api():
+    with serve() as (client, svc):
+        yield client, svc
+
+
+def route(client, **body):
+    return client.post("/v1/route", json={"input_tokens": 1000, "slo": SLO, **body})
+
+
+def test_health_and_openapi(api):
+    client, _ = api
+    health = client.get("/healthz").json()
+    assert health["status"] == "ok" and health["endpoints"] == 4 and health["estimate"] == "profile:H200_TP1P_TP1D"
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/route", "/v1/models", "/v1/models/rollback", "/v1/samples", "/metrics"} <= set(spec["paths"])
+    assert spec["paths"]["/v1/models"]["post"]["security"] == [{"HTTPBearer": []}]
+
+
+@pytest.mark.parametrize("headers, status, error", [
+    pytest.param({}, 401, "bearer token required", id="no header"),
+    pytest.param({"Authorization": "Bearer wrong"}, 401, "bearer token is not valid", id="wrong token"),
+    pytest.param({"Authorization": f"Basic {TOKEN}"}, 401, "bearer token required", id="not bearer"),
+])
+def test_unauthenticated_publish_is_refused(api, headers, status, error):
+    client, svc = api
+    before = svc.models.active
+    resp = client.post("/v1/models", json=linear_document("unauth"), headers=headers)
+    assert resp.status_code == status and resp.json()["message"] == error
+    assert resp.headers["www-authenticate"] == "Bearer"
+    assert svc.models.active is before
+    assert client.post("/v1/models/rollback", json={}, headers=headers).status_code == 401
+    assert client.get("/v1/samples", headers=headers).status_code == 401
+    assert client.put("/v1/endpoints/x", json={"role": "decode"}, headers=headers).status_code == 401
+
+
+def test_no_token_configured_disables_the_admin_api():
+    with serve(token=None, fleet=1) as (client, _):
+        resp = client.post("/v1/models", json=linear_document("x"), headers=AUTH)
+        assert resp.status_code == 403 and "SLA_ROUTER_TOKEN" in resp.json()["message"]
+        assert route(client).status_code == 200  # the data plane works without a token
+
+
+def _predict_ttft(client) -> float:
+    preds = client.post("/v1/predict", json={"input_tokens": 2000, "endpoint_ids": ["p0"]}).json()
+    return preds["predictions"][0]["predicted_ttft_ms"], preds["model_version"]
+
+
+def test_published_model_is_used_and_bad_models_leave_it_serving(api):
+    client, _ = api
+    estimate_ms, version = _predict_ttft(client)
+    assert version is None
+    v1 = trained_document("http-v1")
+    resp = client.post("/v1/models", json=v1, headers=AUTH)
+    assert resp.status_code == 201 and resp.json() == {"version": "http-v1", "active": True}
+    v1_ms, version = _predict_ttft(client)
+    assert version == "http-v1" and v1_ms != pytest.approx(estimate_ms, rel=0.05)
+    assert route(client).json()["model_version"] == "http-v1"
+
+    mismatched = trained_document("http-bad")
+    mismatched["targets"]["ttft"]["feature_names"][0] = "input_words"
+    cyclic = json.loads(json.dumps(v1))
+    cyclic["version"] = "http-cyclic"
+    tree = cyclic["targets"]["tpot"]["mean"]["trees"][0]
+    tree["left"][tree["is_leaf"].index(False)] = tree["left"][0]  # a node reachable twice
+    tree["left"][0] = tree["right"][0]
+    for body, status, field in (
+        (mismatched, 422, "body.targets.ttft.feature_names"),
+        (cyclic, 422, "body.targets.tpot.mean.trees[0]"),
+        (v1, 409, "body.version"),
+    ):
+        resp = client.post("/v1/models", json=body, headers=AUTH)
+        assert resp.status_code == status, resp.text
+        assert resp.json()["fields"][0]["field"] == field
+    raw = client.post("/v1/models", content=b'{"format": "sla-planner/latency-model", "version": ',
+                      headers={**AUTH, "content-type": "application/json"})
+    assert raw.status_code == 422 and raw.json()["error"] == "invalid_request"
+    nan = client.post("/v1/models", content=json.dumps(v1).replace('"baseline": ', '"baseline": NaN, "x": ', 1),
+                      headers={**AUTH, "content-type": "application/json"})
+    assert nan.status_code == 422
+    assert _predict_ttft(client) == (v1_ms, "http-v1")  # the old model kept serving throughout
+
+    assert client.post("/v1/models", json=trained_document("http-v2", scale=2.0), headers=AUTH).status_code == 201
+    v2_ms, _ = _predict_ttft(client)
+    assert v2_ms == pytest.approx(2 * v1_ms, rel=0.15)
+    listing = client.get("/v1/models").json()
+    assert listing["active"] == "http-v2" and [v["version"] for v in listing["versions"]][-2:] == ["http-v1", "http-v2"]
+    assert client.post("/v1/models/rollback", json={}, headers=AUTH).json()["active"] == "http-v1"
+    assert _predict_ttft(client) == (v1_ms, "http-v1")
+    assert client.get("/v1/models/versions/http-v1").json()["targets"]["ttft"]["feature_names"][0] == "input_tokens"
+    assert client.post("/v1/models/rollback", json={"to_version": "nope"}, headers=AUTH).status_code == 404
+
+
+def test_route_lifecycle_and_sample_paging(api):
+    client, _ = api
+    ids = []
+    for k in range(3):
+        resp = route(client, request_id=f"life-{k}", critical=True)
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["mode"] == "disaggregated" and body["prefill"]["role"] == "prefill"
+        ids.append(body["request_id"])
+    start = client.get("/v1/samples", params={"limit": 1}, headers=AUTH).json()["stats"]["last_seq"]
+    for rid in ids:
+        assert client.post(f"/v1/requests/{rid}/first_token", json={"observed_ttft_ms": 80.0}).json()[
+            "samples_recorded"] == 1
+        assert client.post(f"/v1/requests/{rid}/progress", json={"tokens_generated": 20, "observed_tpot_ms": 9.0}
+                           ).json()["samples_recorded"] == 1
+        assert client.post(f"/v1/requests/{rid}/completed", json={"output_tokens": 50, "observed_tpot_ms": 8.5}
+                           ).json()["samples_recorded"] == 1
+    seen, cursor = [], start
+    while True:
+        page = client.get("/v1/samples", params={"after_seq": cursor, "limit": 4}, headers=AUTH).json()
+        seen += page["samples"]
+        cursor = page["next_after_seq"]
+        if not page["has_more"]:
+            break
+    assert len(seen) == 9 and [s["seq"] for s in seen] == list(range(start + 1, start + 10))
+    assert {s["target"] for s in seen} == {"ttft", "tpot"}
+    assert page["feature_names"]["tpot"][-1] == "tokens_generated"
+    assert client.post(f"/v1/requests/{ids[0]}/completed", json={"output_tokens": 1}).status_code == 404
+
+
+def test_externally_routed_requests_are_tracked(api):
+    client, svc = api
+    resp = client.post("/v1/requests/ext-1/dispatched",
+                       json={"prefill_endpoint_id": "p1", "decode_endpoint_id": "d1", "input_tokens": 3000})
+    assert resp.status_code == 201
+    loads = {e["id"]: e["load"] for e in client.get("/v1/endpoints").json()}
+    assert loads["p1"]["prefill_tokens_in_flight"] >= 3000
+    assert client.post("/v1/requests/ext-1/dispatched",
+                       json={"decode_endpoint_id": "d1", "input_tokens": 1}).status_code == 409
+    assert client.post("/v1/requests/ext-2/dispatched",
+                       json={"decode_endpoint_id": "nope", "input_tokens": 1}).status_code == 404
+    assert client.post("/v1/requests/ext-1/completed", json={"output_tokens": 3}).status_code == 200
+
+
+@pytest.mark.parametrize("body, field", [
+    pytest.param({"input_tokens": 10, "slo": {"ttft_ms": -5}}, "body.slo.ttft_ms", id="negative SLO"),
+    pytest.param({"input_tokens": 10}, "body.slo", id="missing SLO with SLO routing on"),
+    pytest.param({"input_tokens": 10, "slo": SLO, "colour": 1}, "body.colour", id="unknown field"),
+    pytest.param({"slo": SLO}, "body.input_tokens", id="missing input_tokens"),
+    pytest.param({"input_tokens": 10, "slo": SLO, "prefix_cache_hit_frac_by_endpoint": {"p0": 2}},
+                 "body.prefix_cache_hit_frac_by_endpoint.p0", id="hit fraction above 1"),
+])
+def test_bad_input_gets_422_naming_the_field(api, body, field):
+    client, _ = api
+    resp = client.post("/v1/route", json=body)
+    assert resp.status_code == 422
+    assert field in [f["field"] for f in resp.json()["fields"]], resp.json()
+
+
+def test_body_size_limits():
+    with serve({"limits": {"max_body_bytes": 2048, "max_model_bytes": 4096}}, fleet=1) as (client, svc):
+        big = {"input_tokens": 10, "slo": SLO, "request_id": "x" * 100, "prefix_cache_hit_frac_by_endpoint":
+               {f"e{i}": 0.1 for i in range(300)}}
+        assert client.post("/v1/route", json=big).status_code == 413
+
+        def chunks():
+            yield b'{"input_tokens": 10, "slo": {"ttft_ms": 100}, "request_id": "'
+            for _ in range(10):
+                yield b"a" * 500
+            yield b'"}'
+
+        streamed = client.post("/v1/route", content=chunks(), headers={"content-type": "application/json"})
+        assert streamed.status_code == 413 and "exceeds the limit of 2048" in streamed.json()["message"]
+        assert client.post("/v1/models", json=trained_document("big"), headers=AUTH).status_code == 413
+        assert client.post("/v1/models", json=linear_document("small"), headers=AUTH).status_code == 201
+        assert svc.models.active.version == "small"
+
+
+def test_no_headroom_is_shed_with_429_and_critical_still_routes():
+    with serve(fleet=1) as (client, svc):
+        for eid in ("p0", "d0"):
+            client.put(f"/v1/endpoints/{eid}/metrics",
+                       json={"kv_usage_frac": 0.9, "waiting_requests": 40, "running_requests": 200})
+        tight = {"ttft_ms": 5.0, "tpot_ms": 1.0}
+        shed = client.post("/v1/route", json={"input_tokens": 4000, "slo": tight})
+        assert shed.status_code == 429
+        assert shed.json()["error"] == "shed" and "no endpoint with headroom" in shed.json()["message"]
+        ok = client.post("/v1/route", json={"input_tokens": 4000, "slo": tight, "critical": True})
+        assert ok.status_code == 200 and ok.json()["tier"] == "critical_negative"
+        text = client.get("/metrics").text
+        assert 'router_requests_total{mode="disaggregated",outcome="shed",tier="shed"} 1.0' in text
+        assert 'router_active_model{version="profile"} 1.0' in text
+
+
+def test_topology_fail_is_an_error_to_the_client():
+    with serve({"picker": {"topology": {"level": "zone", "policy": "fail"}}}, fleet=0) as (client, svc):
+        from routing.registry import Endpoint
+
+        svc.register(Endpoint(id="p", role="prefill", domains={"zone": "a"}))
+        svc.register(Endpoint(id="d", role="decode", domains={"zone": "b"}))
+        resp = route(client)
+        assert resp.status_code == 503 and resp.json()["error"] == "topology"
+        assert "no prefill endpoint shares a zone domain" in resp.json()["message"]
+
+
+class _VllmMetrics(http.server.BaseHTTPRequestHandler):
+    body = (
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.42\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="llama"} 3.0\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="llama"} 17.0\n'
+    )
+
+    def do_GET(self):  # noqa: N802
+        data = self.body.encode()
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_scraped_vllm_metrics_feed_the_registry():
+    engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _VllmMetrics)
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    try:
+        with serve({"scrape": {"interval_s": 0.05}}, fleet=0) as (client, _):
+            resp = client.put("/v1/endpoints/d-vllm", headers=AUTH, json={
+                "role": "decode", "url": f"http://127.0.0.1:{engine.server_port}", "domains": {"zone": "a"}})
+            assert resp.status_code == 200 and resp.json()["created"]
+            deadline = time.monotonic() + 10
+            while True:
+                load = client.get("/v1/endpoints").json()[0]["load"]
+                if load["metrics_fresh"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert (load["kv_usage_frac"], load["waiting_requests"], load["running_requests"]) == (0.42, 3, 17)
+    finally:
+        engine.shutdown()
+
+
+def test_cli_serves_with_token_from_env_and_refuses_unauthenticated_publish():
+    port = free_port()
+    env = {**os.environ, "SLA_ROUTER_TOKEN": TOKEN}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planner_cli.main", "router", "--host", "127.0.0.1", "--port", str(port),
+         "--profile-dir", str(PROFILE_DIR), "--log-level", "warning"],
+        cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "router did not come up"
+            time.sleep(0.1)
+        assert httpx.post(f"{url}/v1/models", json=linear_document("cli")).status_code == 401
+        assert httpx.post(f"{url}/v1/models", json=linear_document("cli"), headers=AUTH).status_code == 201
+        assert httpx.get(f"{url}/v1/models").json()["active"] == "cli"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_cli_startup_fails_clearly_on_a_missing_label_file(tmp_path, capsys):
+    from planner_cli.main import main
+
+    cfg = tmp_path / "routing.yaml"
+    cfg.write_text(
+        f"profile_dir: {PROFILE_DIR}\n"
+        "picker: {topology: {level: zone, labels_wait_s: 0.1, labels_poll_s: 0.05}}\n"
+        f"endpoints: [{{id: p0, role: prefill, labels_dir: {tmp_path / 'podinfo'}}}]\n"
+    )
+    assert main(["router", "--config", str(cfg), "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'podinfo' / 'zone'} does not exist after waiting 0.1 s" in err
+    cfg.write_text("profile_dir: /x\npicker: {strategy: fastest}\n")
+    assert main(["router", "--config", str(cfg)]) == 2
+    assert "unknown field 'picker.strategy'" in capsys.readouterr().err
