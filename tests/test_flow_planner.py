@@ -17,7 +17,13 @@ from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 INTERVAL_S = 60.0
 
 
-def _observation(*, requests: float, n_hist: int = 30, pods=()) -> Observation:
+ONE_POD_EACH = (
+    PodMetrics("worker-prefill-0", "prefill", 0.2, 0.0),
+    PodMetrics("worker-decode-0", "decode", 0.3, 0.0),
+)
+
+
+def _observation(*, requests: float, n_hist: int = 30, pods=ONE_POD_EACH) -> Observation:
     hist = LoadHistory(
         t_s=tuple(INTERVAL_S * i for i in range(n_hist)),
         num_requests=(requests,) * n_hist,
@@ -66,9 +72,9 @@ def _artifact(key: str):
 def test_flow_applies_scale_up_and_publishes_artifacts(prefect_harness, run_config, tmp_path):
     from flows.planner_flow import planner_flow
 
-    # 1,200 requests/min of ISL 1000 is 20 rps x 1000 tokens = 20k prefill tokens/s:
-    # more than one H200 prefill replica keeps within a 200 ms TTFT.
-    out = planner_flow(config=run_config, observation=_observation(requests=1200.0), now_s=1800.0)
+    # 3,000 requests/min of ISL 1000 is 50 rps at ~40 ms of H200 prefill each: two
+    # replicas busy on average, so one replica cannot keep a 200 ms TTFT.
+    out = planner_flow(config=run_config, observation=_observation(requests=3000.0), now_s=1800.0)
     assert out["applied"] is True
     assert out["decision"]["prefill_replicas"] > 1
     state = json.loads((tmp_path / "fleet.json").read_text())
@@ -95,9 +101,11 @@ def test_dry_run_and_what_if_apply_nothing(prefect_harness, run_config, tmp_path
         now_s=1800.0,
     )
     assert out["dry_run"] is True and out["applied"] is False
-    # x4 load: 40 rps at ISL 1000 needs several prefill replicas; nothing is written.
-    assert out["decision"]["prefill_replicas"] >= 3
+    # x4 load: 40 rps at ISL 1000 (~40 ms of prefill each, 1.6 replicas busy) needs
+    # more prefill replicas than 10 rps does; nothing is written either way.
     base = planner_flow(config=run_config, observation=_observation(requests=600.0), dry_run=True, now_s=1800.0)
+    assert base["dry_run"] is True and base["applied"] is False
+    assert out["decision"]["prefill_replicas"] >= 2
     assert base["decision"]["prefill_replicas"] < out["decision"]["prefill_replicas"]
     assert not (tmp_path / "fleet.json").exists() or "decision" not in (tmp_path / "fleet.json").read_text()
 
