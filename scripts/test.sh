@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
 set +e
-.venv/bin/python -m pytest -q --timeout 900 "$@"
+.venv/bin/python -m pytest -q --timeout 900 --durations=15 "$@"
 rc=$?
 set -e
 if [ "$rc" = "5" ]; then echo "pytest collected no tests"; exit 1; fi
