@@ -618,7 +618,7 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
     async def list_models():
         return svc.model_list()
 
-    @app.get("/v1/models/versions/{version}", response_model=ModelDocument, responses=_responses(404, 422), tags=["models"],
+    @app.get("/v1/models/{version}", response_model=ModelDocument, responses=_responses(404, 422), tags=["models"],
              summary="A retained model document")
     async def get_model(version: str = Path(max_length=64)):
         try:
@@ -681,12 +681,17 @@ def _query_names(dependant) -> set[str]:
 
 
 def _allowed_methods(app: FastAPI, scope) -> list[str]:
-    methods: set[str] = set()
+    """Methods of every route matching the path; a literal path (/v1/models/rollback)
+    wins over a templated one (/v1/models/{version}) that would also match it."""
+    static: set[str] = set()
+    templated: set[str] = set()
     for r in app.router.routes:
-        match, _ = r.matches({**scope, "method": "GET"}) if hasattr(r, "methods") else (Match.NONE, None)
-        if match != Match.NONE and getattr(r, "methods", None):
-            methods |= set(r.methods)
-    return sorted(methods - {"HEAD"})
+        if not getattr(r, "methods", None):
+            continue
+        match, _ = r.matches({**scope, "method": next(iter(r.methods))})
+        if match != Match.NONE:
+            (templated if r.param_convertors else static).update(r.methods)
+    return sorted((static or templated) - {"HEAD"})
 
 
 class _Refused(Exception):

@@ -139,7 +139,7 @@ def test_published_model_is_used_and_bad_models_leave_it_serving(api):
     assert listing["active"] == "http-v2" and [v["version"] for v in listing["versions"]][-2:] == ["http-v1", "http-v2"]
     assert client.post("/v1/models/rollback", json={}, headers=AUTH).json()["active"] == "http-v1"
     assert _predict_ttft(client) == (v1_ms, "http-v1")
-    assert client.get("/v1/models/versions/http-v1").json()["targets"]["ttft"]["feature_names"][0] == "input_tokens"
+    assert client.get("/v1/models/http-v1").json()["targets"]["ttft"]["feature_names"][0] == "input_tokens"
     assert client.post("/v1/models/rollback", json={"to_version": "nope"}, headers=AUTH).status_code == 404
 
 
