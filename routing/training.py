@@ -31,6 +31,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -62,6 +63,11 @@ class TrainingConfig(BaseModel):
     min_holdout_samples: int = Field(200, ge=10, description="fewest held-out samples per target; fewer: skip the run")
     max_ttft_ms: float = Field(600_000.0, gt=0, description="TTFT above this is absurd (dropped), ms")
     max_tpot_ms: float = Field(10_000.0, gt=0, description="TPOT above this is absurd (dropped), ms")
+    point_loss: Literal["squared_error", "absolute_error"] = Field(
+        "squared_error",
+        description="loss of the point (\"mean\") model on log latency: squared_error predicts the geometric mean, "
+        "absolute_error the median",
+    )
     max_iter: int = Field(300, ge=1, le=1000, description="boosting iterations per model (at most)")
     learning_rate: float = Field(0.1, gt=0, le=1, description="boosting learning rate")
     max_leaf_nodes: int = Field(31, ge=2, le=255, description="leaves per tree")
@@ -304,7 +310,7 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
     t0 = time.perf_counter()
     # A busy machine makes OpenMP's spinning threads far slower than one thread.
     with threadpool_limits(limits=cfg.n_threads, user_api="openmp"):
-        mean = HistGradientBoostingRegressor(loss="squared_error", **common, **early).fit(x_tr, y_tr, **val)
+        mean = HistGradientBoostingRegressor(loss=cfg.point_loss, **common, **early).fit(x_tr, y_tr, **val)
         p90 = HistGradientBoostingRegressor(loss="quantile", quantile=QUANTILE, **common, **early).fit(x_tr, y_tr, **val)
         offset = 0.0
         if cfg.calibrate_p90 and y_cal.size:

@@ -1,0 +1,289 @@
+"""Training samples from the simulator: what the routing service records for a replayed trace.
+
+A replay runs with a `RecordingRouter` that remembers where each request went.
+The finished requests are then turned into the routing service's request
+lifecycle calls, in time order: `dispatched` at arrival (prefill and decode
+endpoint, as the router picks both at once), `first_token` with the observed
+TTFT, `completed` with the observed mean TPOT. Fed into a real
+`routing.service.RoutingService` on the simulated clock (`record_samples`),
+or over HTTP into a running one, they produce the service's own training
+samples: features computed by its registry exactly as at serving time (from
+lifecycle calls; no scraped engine metrics), observed latencies from the
+simulator, in the sample store's format.
+
+Observed latencies follow the simulator's definitions: TTFT = first token
+(decode admission) - arrival; TPOT = (finish - first token) / (osl - 1), only
+for requests with more than one output token. A request with osl <= 1 never
+reaches a decode worker: it is dispatched to its prefill endpoint alone.
+The simulator has no prefix cache, so prefix_cache_hit_frac is 0.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from sim.engine import SimConfig
+from sim.fleet import DecodeWorker, PrefillWorker
+from sim.routing import Router
+from sim.traces import Trace
+
+EventKind = Literal["dispatched", "first_token", "completed"]
+# Tie order at one instant: a request is dispatched before its first token,
+# which comes before its completion (a one-token request has both at once).
+_KIND_ORDER: dict[str, int] = {"dispatched": 0, "first_token": 1, "completed": 2}
+
+
+class RecordingRouter:
+    """Wraps a simulator router and remembers each request's prefill and decode worker."""
+
+    def __init__(self, inner: Router, *, n_requests: int):
+        self.inner = inner
+        self.name = inner.name
+        self.prefill_wid = array("q", [-1]) * n_requests
+        self.decode_wid = array("q", [-1]) * n_requests
+
+    def pick_prefill(self, rid: int, isl_tokens: int, workers: list[PrefillWorker]) -> PrefillWorker:
+        w = self.inner.pick_prefill(rid, isl_tokens, workers)
+        self.prefill_wid[rid] = w.wid
+        return w
+
+    def pick_decode(self, rid, isl_tokens, osl_tokens, source, workers) -> DecodeWorker | None:
+        w = self.inner.pick_decode(rid, isl_tokens, osl_tokens, source, workers)
+        if w is not None:
+            self.decode_wid[rid] = w.wid
+        return w
+
+
+@dataclass(frozen=True)
+class RoutedRequests:
+    """Finished requests of a replay with the workers that served them.
+
+    Times in seconds of simulated time; prefill_wid / decode_wid index the
+    simulator's worker lists (-1: none, e.g. no decode for osl <= 1).
+    domains: topology domain ("zone/rack") per prefill and per decode worker id.
+    """
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    isl_tokens: np.ndarray
+    osl_tokens: np.ndarray
+    prefill_wid: np.ndarray
+    decode_wid: np.ndarray
+    prefill_domains: tuple[str, ...]
+    decode_domains: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def simulate_routed(
+    trace: Trace,
+    *,
+    profile_dir: str,
+    policy: str = "planner",
+    router: str = "least-loaded",
+    ttft_ms: float = 200.0,
+    itl_ms: float = 10.0,
+    interval_s: float = 60.0,
+    sim: SimConfig | None = None,
+) -> RoutedRequests:
+    """Replay `trace` under a scaling policy and return each request's outcome and workers.
+
+    profile_dir: the Dynamo profiler folder the fleet (and a planner policy) uses.
+    policy: a sim.policies name (planner, planner:<predictor>, static:<P>x<D>, ...).
+    ttft_ms / itl_ms: the SLA the planner policies size for, ms.
+    """
+    from connectors.profiles import load_profile_dir
+    from planner.profile import ProfileRangeWarning
+    from sim.lookup import ProfileTables
+    from sim.policies import default_planner_config, make_policy
+    from sim.replay import Scenario, replay
+    from sim.routing import make_router
+
+    profile = load_profile_dir(profile_dir)
+    tables = ProfileTables(profile)
+    cfg = default_planner_config(profile_dir=profile_dir, ttft_ms=ttft_ms, itl_ms=itl_ms, interval_s=interval_s)
+    scenario = Scenario(slo=cfg.slo, interval_s=interval_s, sim=sim or SimConfig(), router=router)
+    rec = RecordingRouter(make_router(router), n_requests=len(trace))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileRangeWarning)
+        result = replay(trace, tables, make_policy(policy, cfg=cfg, profile=profile), scenario=scenario, router=rec)
+    r = result.requests
+    n_prefill = int(max(rec.prefill_wid, default=-1)) + 1
+    n_decode = int(max(rec.decode_wid, default=-1)) + 1
+    domains = scenario.sim.domains
+    return RoutedRequests(
+        arrival_s=r.arrival_s,
+        first_token_s=r.first_token_s,
+        finish_s=r.finish_s,
+        isl_tokens=np.asarray(r.isl_tokens, dtype=np.int64),
+        osl_tokens=np.asarray(r.osl_tokens, dtype=np.int64),
+        prefill_wid=np.frombuffer(rec.prefill_wid, dtype=np.int64).copy(),
+        decode_wid=np.frombuffer(rec.decode_wid, dtype=np.int64).copy(),
+        prefill_domains=tuple(domains[i % len(domains)] for i in range(n_prefill)),
+        decode_domains=tuple(domains[i % len(domains)] for i in range(n_decode)),
+    )
+
+
+@dataclass(frozen=True)
+class LifecycleEvent:
+    """One routing-service lifecycle call for a simulated request.
+
+    t_s: when it happens, simulated seconds. For "dispatched": the endpoints and
+    input_tokens; "first_token": observed_ttft_ms; "completed": output_tokens and
+    observed_tpot_ms (None for a single output token).
+    """
+
+    t_s: float
+    kind: EventKind
+    request_id: str
+    prefill_endpoint_id: str | None = None
+    decode_endpoint_id: str | None = None
+    input_tokens: int = 0
+    observed_ttft_ms: float | None = None
+    output_tokens: int = 0
+    observed_tpot_ms: float | None = None
+
+
+def endpoint_id(role: Literal["prefill", "decode"], wid: int) -> str:
+    """The routing-service endpoint id of a simulated worker (its simulator name)."""
+    return f"{role}-{wid}"
+
+
+def endpoints(routed: RoutedRequests) -> list[dict]:
+    """The endpoints to register: {"id", "role", "domains"} for every worker that served a request."""
+    out = []
+    for role, domains in (("prefill", routed.prefill_domains), ("decode", routed.decode_domains)):
+        for wid, domain in enumerate(domains):
+            zone, _, rack = domain.partition("/")
+            out.append({"id": endpoint_id(role, wid), "role": role,
+                        "domains": {"zone": zone, "rack": rack} if rack else {"zone": zone}})
+    return out
+
+
+def lifecycle_events(routed: RoutedRequests) -> list[LifecycleEvent]:
+    """All finished requests' lifecycle calls, in time order (see module docstring).
+
+    Requests that did not finish, or never got a prefill worker, are left out.
+    """
+    done = np.flatnonzero(np.isfinite(routed.finish_s) & np.isfinite(routed.first_token_s) & (routed.prefill_wid >= 0))
+    ttft_ms = (routed.first_token_s - routed.arrival_s) * 1e3
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot_ms = (routed.finish_s - routed.first_token_s) * 1e3 / np.maximum(routed.osl_tokens - 1, 1)
+    keyed: list[tuple[float, int, int, LifecycleEvent]] = []
+    for i in done.tolist():
+        rid = f"r{i}"
+        osl = int(routed.osl_tokens[i])
+        dwid = int(routed.decode_wid[i])
+        decode_id = endpoint_id("decode", dwid) if dwid >= 0 and osl > 1 else None
+        t0, t1, t2 = float(routed.arrival_s[i]), float(routed.first_token_s[i]), float(routed.finish_s[i])
+        keyed.append((t0, 0, i, LifecycleEvent(
+            t0, "dispatched", rid, prefill_endpoint_id=endpoint_id("prefill", int(routed.prefill_wid[i])),
+            decode_endpoint_id=decode_id, input_tokens=int(routed.isl_tokens[i]))))
+        keyed.append((t1, 1, i, LifecycleEvent(t1, "first_token", rid, observed_ttft_ms=float(ttft_ms[i]))))
+        keyed.append((t2, 2, i, LifecycleEvent(
+            t2, "completed", rid, output_tokens=osl,
+            observed_tpot_ms=float(tpot_ms[i]) if decode_id is not None else None)))
+    keyed.sort(key=lambda k: (k[0], k[1], k[2]))
+    return [k[3] for k in keyed]
+
+
+class LifecycleSink(Protocol):
+    """Where lifecycle calls go: an in-process RoutingService or an HTTP client with the same calls."""
+
+    def dispatched(self, event: LifecycleEvent) -> None: ...
+
+    def first_token(self, event: LifecycleEvent) -> None: ...
+
+    def completed(self, event: LifecycleEvent) -> None: ...
+
+
+class ServiceSink:
+    """Lifecycle calls into an in-process RoutingService whose clock is `now_s` (simulated time)."""
+
+    def __init__(self, service):
+        self.service = service
+        self.now_s = 0.0
+
+    def clock(self) -> float:
+        return self.now_s
+
+    def dispatched(self, event: LifecycleEvent) -> None:
+        from routing.picker import RouteRequest
+
+        self.service.dispatched(
+            RouteRequest(request_id=event.request_id, input_tokens=event.input_tokens),
+            prefill_id=event.prefill_endpoint_id, decode_id=event.decode_endpoint_id,
+        )
+
+    def first_token(self, event: LifecycleEvent) -> None:
+        self.service.first_token(event.request_id, observed_ttft_ms=event.observed_ttft_ms)
+
+    def completed(self, event: LifecycleEvent) -> None:
+        self.service.completed(
+            event.request_id, output_tokens=event.output_tokens, observed_tpot_ms=event.observed_tpot_ms
+        )
+
+
+def replay_events(events: list[LifecycleEvent], sink: LifecycleSink) -> Iterator[LifecycleEvent]:
+    """Send each event to the sink in order (setting a ServiceSink's clock); yields each one sent."""
+    for ev in events:
+        if isinstance(sink, ServiceSink):
+            sink.now_s = ev.t_s
+        getattr(sink, ev.kind)(ev)
+        yield ev
+
+
+def record_samples(routed: RoutedRequests, *, profile_dir: str, profile=None) -> list[dict]:
+    """The training samples a routing service records for these requests, oldest first.
+
+    Runs the lifecycle calls through a real RoutingService (its registry
+    computes the features; the sample store is sized to keep every sample) on
+    the simulated clock, so `recorded_at_s` is simulated seconds.
+    profile_dir: the routing service's profile folder (its latency estimate);
+    profile: that folder's EngineProfile when already loaded.
+    """
+    from connectors.profiles import load_profile_dir
+    from routing.config import RouterConfig
+    from routing.registry import Endpoint
+    from routing.service import RoutingService
+
+    events = lifecycle_events(routed)
+    capacity = max(1, 2 * sum(1 for e in events if e.kind == "completed"))
+    config = RouterConfig(profile_dir=profile_dir, samples={"capacity": capacity})
+    sink = ServiceSink(None)
+    service = RoutingService(config, profile=profile or load_profile_dir(profile_dir), clock=sink.clock)
+    sink.service = service
+    for ep in endpoints(routed):
+        service.register(Endpoint(id=ep["id"], role=ep["role"], domains=ep["domains"]))
+    for _ in replay_events(events, sink):
+        pass
+    out: list[dict] = []
+    after = 0
+    while True:
+        page = service.samples.page(after_seq=after, limit=10_000)
+        out.extend(page.samples)
+        after = page.next_after_seq
+        if not page.has_more:
+            return out
+
+
+def samples_summary(samples: list[dict]) -> dict:
+    """Counts and latency percentiles per target, for logs and benchmark output."""
+    out = {}
+    for target in ("ttft", "tpot"):
+        y = np.array([s["observed_ms"] for s in samples if s["target"] == target], dtype=float)
+        out[target] = {
+            "count": int(y.size),
+            "p50_ms": float(np.percentile(y, 50)) if y.size else math.nan,
+            "p90_ms": float(np.percentile(y, 90)) if y.size else math.nan,
+        }
+    return out
