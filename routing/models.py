@@ -170,6 +170,112 @@ class _CompiledTrees:
         return self.value.take(node).reshape(self.roots.size, n).sum(axis=0) + self.baseline
 
 
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_MAX_LEAVES = 64
+_MAX_TABLE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _BitvectorTrees:
+    """Trees with <= 64 leaves each, evaluated by threshold bitvectors (QuickScorer).
+
+    Leaves are numbered left to right; a split node whose test fails
+    (x > threshold) rules out the leaves of its left subtree. Per feature, the
+    AND of those masks over all thresholds below x is tabulated once for every
+    distinct threshold (HistGradientBoosting has at most 255 per feature), so
+    one row costs one searchsorted and one table row per used feature; the
+    exit leaf of each tree is the lowest bit still set. Same results as
+    walking the trees, without a per-level loop.
+    """
+
+    features: tuple[int, ...]  # features used by any split
+    thresholds: tuple[np.ndarray, ...]  # per used feature: sorted distinct thresholds
+    tables: tuple[np.ndarray, ...]  # per used feature: (len(thresholds)+1, n_trees) uint64
+    leaf_values: np.ndarray  # (n_trees * 64,) float64, tree-major
+    offsets: np.ndarray  # (n_trees,) int64: tree * 64
+    baseline: float
+    log_link: bool
+
+    @classmethod
+    def build(cls, checked: list, *, n_features: int, baseline: float, log_link: bool) -> "_BitvectorTrees | None":
+        n_trees = len(checked)
+        per_feature: dict[int, list[tuple[float, int, np.uint64]]] = {}
+        leaf_values = np.zeros((n_trees, _MAX_LEAVES))
+        for t, (_, tree, is_leaf, feature, left, right) in enumerate(checked):
+            order = _leaves_left_to_right(is_leaf, left, right)
+            if len(order) > _MAX_LEAVES:
+                return None
+            leaf_values[t, : len(order)] = np.array(tree.value, dtype=float)[order]
+            rank = {node: i for i, node in enumerate(order)}
+            for node, (lo, hi) in _left_leaf_spans(is_leaf, left, right, rank).items():
+                mask = _ALL & ~np.uint64(((1 << (hi - lo)) - 1) << lo)
+                per_feature.setdefault(int(feature[node]), []).append((float(tree.threshold[node]), t, mask))
+        features, thresholds, tables = [], [], []
+        size = 0
+        for f in sorted(per_feature):
+            nodes = per_feature[f]
+            thr = np.array([n[0] for n in nodes])
+            uniq = np.unique(thr)
+            size += (uniq.size + 1) * n_trees * 8
+            if size > _MAX_TABLE_BYTES:
+                return None
+            table = np.full((uniq.size + 1, n_trees), _ALL, dtype=np.uint64)
+            rows = np.searchsorted(uniq, thr) + 1
+            np.bitwise_and.at(table, (rows, np.array([n[1] for n in nodes])), np.array([n[2] for n in nodes]))
+            np.bitwise_and.accumulate(table, axis=0, out=table)
+            features.append(f)
+            thresholds.append(uniq)
+            tables.append(table)
+        return cls(
+            features=tuple(features), thresholds=tuple(thresholds), tables=tuple(tables),
+            leaf_values=leaf_values.ravel(), offsets=np.arange(n_trees, dtype=np.int64) * _MAX_LEAVES,
+            baseline=baseline, log_link=log_link,
+        )
+
+    def raw(self, x: np.ndarray) -> np.ndarray:
+        n = x.shape[0]
+        n_trees = self.offsets.size
+        if not self.features:
+            return np.full(n, self.leaf_values[self.offsets].sum() + self.baseline)
+        mask = None
+        for f, thr, table in zip(self.features, self.thresholds, self.tables):
+            # Thresholds strictly below x: those splits send x right.
+            rows = table[np.searchsorted(thr, x[:, f], side="left")]
+            mask = rows if mask is None else np.bitwise_and(mask, rows, out=mask)
+        lowest = mask & (~mask + np.uint64(1))
+        leaf = np.log2(lowest.astype(np.float64)).astype(np.int64)
+        return self.leaf_values.take(leaf + self.offsets).reshape(n, n_trees).sum(axis=1) + self.baseline
+
+
+def _leaves_left_to_right(is_leaf: np.ndarray, left: np.ndarray, right: np.ndarray) -> list[int]:
+    out, stack = [], [0]
+    while stack:
+        node = stack.pop()
+        if is_leaf[node]:
+            out.append(node)
+        else:
+            stack.append(int(right[node]))
+            stack.append(int(left[node]))
+    return out
+
+
+def _left_leaf_spans(is_leaf, left, right, rank: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """For each internal node: the [first, last+1) ranks of the leaves under its left child."""
+    span: dict[int, tuple[int, int]] = {}
+
+    def leaves(node: int) -> tuple[int, int]:
+        # Iterative post-order would be longer; depth is bounded (MAX_TREE_DEPTH).
+        if is_leaf[node]:
+            return rank[node], rank[node] + 1
+        lo, mid = leaves(int(left[node]))
+        _, hi = leaves(int(right[node]))
+        span[node] = (lo, mid)
+        return lo, hi
+
+    leaves(0)
+    return span
+
+
 @dataclass(frozen=True)
 class _CompiledLinear:
     coef: np.ndarray
@@ -251,7 +357,7 @@ def parse_model_document(data: dict, *, max_trees: int = DEFAULT_MAX_TREES, max_
     )
 
 
-def _compile_trees(reg: TreesRegressor, *, n_features: int, where: str) -> _CompiledTrees:
+def _compile_trees(reg: TreesRegressor, *, n_features: int, where: str):
     checked = []
     for t_idx, tree in enumerate(reg.trees):
         loc = f"{where}.trees[{t_idx}]"
@@ -273,7 +379,13 @@ def _compile_trees(reg: TreesRegressor, *, n_features: int, where: str) -> _Comp
                     raise ValueError(f"{loc}.{name}[{i}]: must be a node index 1..{n - 1}, got {child[i]}")
         depth = _tree_depth(is_leaf, left, right, loc=loc)
         checked.append((depth, tree, is_leaf, feature, left, right))
-    checked.sort(key=lambda c: -c[0])
+    fast = _BitvectorTrees.build(checked, n_features=n_features, baseline=float(reg.baseline),
+                                 log_link=reg.link == "log")
+    return fast if fast is not None else _levelwise(checked, reg)
+
+
+def _levelwise(checked: list, reg: TreesRegressor) -> _CompiledTrees:
+    checked = sorted(checked, key=lambda c: -c[0])
     feats, thrs, kids, vals, roots = [], [], [], [], []
     offset = 0
     for _, tree, is_leaf, feature, left, right in checked:

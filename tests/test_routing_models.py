@@ -131,10 +131,11 @@ def test_size_limits():
 
 def test_tree_document_evaluates_by_hand():
     model = parse_model_document(_tree_doc())
-    x = np.zeros((2, len(FEATURES["ttft"])))
+    x = np.zeros((3, len(FEATURES["ttft"])))
     x[1, 0] = 11.0
-    # input 0 <= 10 -> left leaf 1 -> 5 + 1 = 6; input 11 > 10 -> right leaf -> 5 + 2 = 7
-    np.testing.assert_allclose(model.predict("ttft", x), [6.0, 7.0])
+    x[2, 0] = 10.0
+    # 0 <= 10 -> left leaf: 5 + 1 = 6; 11 > 10 -> right leaf: 5 + 2 = 7; 10 <= 10 -> left: 6
+    np.testing.assert_allclose(model.predict("ttft", x), [6.0, 7.0, 6.0])
 
 
 # -- model store --------------------------------------------------------------
@@ -211,3 +212,20 @@ def test_predictor_uses_published_model_else_profile_estimate():
     after = predictor.snapshot()
     assert after.version == "v1" and after.predict("ttft", x)[0] == pytest.approx(60.0)  # 50 + 0.01*1000
     assert before.predict("ttft", x)[0] != pytest.approx(60.0)  # a pinned snapshot keeps its model
+
+
+@pytest.mark.parametrize("max_leaf_nodes, evaluator", [
+    pytest.param(31, "_BitvectorTrees", id="<= 64 leaves: threshold bitvectors"),
+    pytest.param(120, "_CompiledTrees", id="> 64 leaves: level-by-level walk"),
+])
+def test_both_tree_evaluators_match_sklearn(max_leaf_nodes, evaluator):
+    x, y = _data(n=3000)
+    with threadpool_limits(1):
+        est = HistGradientBoostingRegressor(max_iter=8, max_leaf_nodes=max_leaf_nodes, min_samples_leaf=2,
+                                            random_state=0).fit(x, y)
+    doc = model_document(version="v", ttft_mean=export_hist_gradient_boosting(est), tpot_mean=linear("tpot", 1.0))
+    model = parse_model_document(doc)
+    assert type(model._models[("ttft", "mean")]).__name__ == evaluator
+    x_test, _ = _data(500, seed=2)
+    x_test[:5] = x[:5]  # rows sitting exactly on training values (and so near thresholds)
+    np.testing.assert_allclose(model.predict("ttft", x_test), np.maximum(est.predict(x_test), 0), rtol=1e-9, atol=1e-9)
