@@ -19,13 +19,21 @@ import numpy as np
 
 from planner.config import PredictorConfig
 from planner.predictors import ConstantPredictor, KalmanPredictor, SeasonalNaivePredictor
+from planner.predictors.arima import ArimaPredictor
 from planner.predictors.auto import AutoPredictor
+from planner.predictors.ets import ExponentialSmoothingPredictor
+from planner.predictors.gbm import GradientBoostingPredictor
+from planner.predictors.prophet_model import ProphetPredictor
 from planner.types import Forecast, LoadHistory
 
 PREDICTORS: dict[str, type] = {
     "constant": ConstantPredictor,
     "kalman": KalmanPredictor,
     "seasonal_naive": SeasonalNaivePredictor,
+    "ets": ExponentialSmoothingPredictor,
+    "arima": ArimaPredictor,
+    "prophet": ProphetPredictor,
+    "gbm": GradientBoostingPredictor,
     "auto": AutoPredictor,
 }
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, clean_forecast
+from planner.predictors.base import PredictorBase, check_horizon, single_threaded, clean_forecast
 
-DEFAULT_CANDIDATES = ("constant", "kalman", "seasonal_naive")
+DEFAULT_CANDIDATES = ("constant", "ets", "kalman", "gbm")
 
 
 class AutoPredictor(PredictorBase):
@@ -33,6 +33,7 @@ class AutoPredictor(PredictorBase):
         candidates: tuple[str, ...] | str = DEFAULT_CANDIDATES,
         score_window: int = 48,
         margin_frac: float = 0.03,
+        combine: str = "best",
         candidate_params: dict | None = None,
         residual_window: int = 200,
         warm_start: bool = False,
@@ -40,6 +41,7 @@ class AutoPredictor(PredictorBase):
         self.candidates = candidates
         self.score_window = score_window
         self.margin_frac = margin_frac
+        self.combine = combine
         self.candidate_params = candidate_params
         self.residual_window = residual_window
         self.warm_start = warm_start
@@ -54,8 +56,15 @@ class AutoPredictor(PredictorBase):
         return names
 
     def fit(self, t_s, y) -> "AutoPredictor":
+        """Validate and fit on (t_s seconds, y); returns self."""
+        with single_threaded():
+            return self._fit(t_s, y)
+
+    def _fit(self, t_s, y) -> "AutoPredictor":
         from planner.predict import make_predictor  # registry imports this module
 
+        if self.combine not in ("best", "weighted"):
+            raise ValueError(f"AutoPredictor: combine must be 'best' or 'weighted', got {self.combine!r}")
         if not (isinstance(self.score_window, int) and self.score_window >= 2):
             raise ValueError(f"AutoPredictor: score_window must be an integer >= 2, got {self.score_window!r}")
         reuse = self._extends_previous(np.asarray(t_s, dtype=float))
@@ -86,7 +95,14 @@ class AutoPredictor(PredictorBase):
         if self.n_scored_ < 2 or not scores[best] < base * (1.0 - self.margin_frac):
             best = "constant"
         self.chosen_ = best
-        self.insample_ = models[best].insample_
+        self.weights_ = {best: 1.0}
+        if self.combine == "weighted" and best != "constant":
+            # Inverse squared error weights over the candidates at least as good as last value.
+            good = {n: s for n, s in scores.items() if s <= base and s > 0}
+            inv = {n: 1.0 / s**2 for n, s in good.items()}
+            total = sum(inv.values())
+            self.weights_ = {n: w / total for n, w in inv.items()}
+        self.insample_ = sum(w * models[n].insample_ for n, w in self.weights_.items())
         if self.n_scored_ < 2:
             self.fallback_reason_ = f"{self.n_scored_} points to score candidates on: last value"
         return self
@@ -94,4 +110,5 @@ class AutoPredictor(PredictorBase):
     def predict(self, horizon: int = 1) -> np.ndarray:
         self._check_fitted()
         h = check_horizon(horizon, type(self).__name__)
-        return clean_forecast(self.models_[self.chosen_].predict(h), fallback=self.last_value_)
+        f = sum(w * self.models_[n].predict(h) for n, w in self.weights_.items())
+        return clean_forecast(f, fallback=self.last_value_)

@@ -75,8 +75,7 @@ class KalmanPredictor(PredictorBase):
         t, v = self._set_series(t_s, y)
         n_ok = int(np.isfinite(v).sum())
         if n_ok < self.min_points:
-            self.fallback_reason_ = f"{n_ok} points < min_points {self.min_points}: last value"
-            self.insample_ = np.full(v.size, np.nan)
+            self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
             self.state_ = np.array([self.last_value_, 0.0])
             self.ratios_ = None
             return self

@@ -62,13 +62,12 @@ class SeasonalNaivePredictor(PredictorBase):
                 f"({self.interval_s_} s)"
             )
         self.period_ = p
+        if v.size <= p:
+            self._fall_back(f"{v.size} points < one season ({p}) + 1: last value")
+            return self
         prev = previous_value(v)
         ins = np.full(v.size, np.nan)
-        if v.size > p:
-            ins[p:] = v[:-p]
-            ins[p:] = np.where(np.isfinite(ins[p:]), ins[p:], prev[p:])
-        else:
-            self.fallback_reason_ = f"{v.size} points < one season ({p}) + 1: last value"
+        ins[p:] = np.where(np.isfinite(v[:-p]), v[:-p], prev[p:])
         self.insample_ = ins
         return self
 

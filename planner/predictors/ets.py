@@ -1,0 +1,128 @@
+"""Exponential smoothing (statsmodels Holt-Winters): level, optional damped trend, daily season.
+
+With less than `min_seasons` seasons of history this is simple exponential
+smoothing (an EWMA whose weight is fitted), which beats last value on noisy
+series; once enough history exists an additive daily season is added so the
+forecast follows the daily cycle. `log1p` makes the season multiplicative.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from planner.predictors.base import PredictorBase, check_horizon, single_threaded, clean_forecast, fill_gaps
+
+
+class ExponentialSmoothingPredictor(PredictorBase):
+    """Holt-Winters exponential smoothing with parameters fitted by least squares.
+
+    trend: None (level only) or "add" (additive, damped when damped_trend).
+    season_s: season length, seconds; the season is used once the history
+        spans min_seasons seasons (0 disables it).
+    log1p: fit on log1p(y), so the season and errors scale with the level.
+    min_points: finite points needed; fewer -> last value.
+    refit_every: with warm_start, re-optimise the smoothing parameters after
+        this many new points; in between the last parameters are reused and
+        only the states are re-run (milliseconds).
+    """
+
+    name = "ets"
+
+    def __init__(
+        self,
+        *,
+        trend: str | None = None,
+        damped_trend: bool = True,
+        season_s: float = 86400.0,
+        min_seasons: float = 2.0,
+        log1p: bool = False,
+        min_points: int = 5,
+        refit_every: int = 24,
+        residual_window: int = 200,
+        warm_start: bool = False,
+    ):
+        self.trend = trend
+        self.damped_trend = damped_trend
+        self.season_s = season_s
+        self.min_seasons = min_seasons
+        self.log1p = log1p
+        self.min_points = min_points
+        self.refit_every = refit_every
+        self.residual_window = residual_window
+        self.warm_start = warm_start
+
+    def fit(self, t_s, y) -> "ExponentialSmoothingPredictor":
+        """Validate and fit on (t_s seconds, y); returns self."""
+        with single_threaded():
+            return self._fit(t_s, y)
+
+    def _fit(self, t_s, y) -> "ExponentialSmoothingPredictor":
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+        if self.trend not in (None, "add"):
+            raise ValueError(f"ExponentialSmoothingPredictor: trend must be None or 'add', got {self.trend!r}")
+        if not (isinstance(self.min_points, int) and self.min_points >= 3):
+            raise ValueError(f"ExponentialSmoothingPredictor: min_points must be an integer >= 3, got {self.min_points!r}")
+        reuse = self._extends_previous(np.asarray(t_s, dtype=float))
+        prev = (getattr(self, "params_", None), getattr(self, "spec_", None), getattr(self, "optimized_at_s_", None))
+        t, v = self._set_series(t_s, y)
+        n_ok = int(np.isfinite(v).sum())
+        self.spec_ = None
+        if n_ok < self.min_points:
+            self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
+            return self
+        first = int(np.flatnonzero(np.isfinite(v))[0])
+        w = fill_gaps(v[first:])
+        z = np.log1p(w) if self.log1p else w
+        period = int(round(self.season_s / self.interval_s_)) if self.season_s else 0
+        seasonal = period >= 2 and z.size >= self.min_seasons * period
+        trend = self.trend if z.size >= 10 else None
+        spec = (trend, bool(self.damped_trend) and trend is not None, period if seasonal else None)
+        model = ExponentialSmoothing(
+            z,
+            trend=spec[0],
+            damped_trend=spec[1],
+            seasonal="add" if seasonal else None,
+            seasonal_periods=spec[2],
+            initialization_method="estimated" if not seasonal else "heuristic",
+        )
+        old_params, old_spec, optimized_at = prev
+        due = optimized_at is None or (t[-1] - optimized_at) / self.interval_s_ >= self.refit_every
+        with warnings.catch_warnings():
+            # Convergence chatter on flat or short series; the fit is still usable.
+            warnings.simplefilter("ignore")
+            if reuse and old_spec == spec and old_params is not None and not due:
+                res = model.fit(optimized=False, **old_params)
+                self.optimized_at_s_ = optimized_at
+            else:
+                res = model.fit()
+                self.optimized_at_s_ = t[-1]
+        self.spec_ = spec
+        keys = ["smoothing_level"]
+        if spec[0]:
+            keys.append("smoothing_trend")
+        if spec[1]:
+            keys.append("damping_trend")
+        if spec[2]:
+            keys.append("smoothing_seasonal")
+        self.params_ = {k: float(res.params[k]) for k in keys}
+        fitted = np.asarray(res.fittedvalues, dtype=float)
+        if self.log1p:
+            fitted = np.expm1(fitted)
+        ins = np.full(v.size, np.nan)
+        ins[first + 1:] = fitted[1:]
+        self.insample_ = ins
+        self.result_ = res
+        return self
+
+    def predict(self, horizon: int = 1) -> np.ndarray:
+        self._check_fitted()
+        h = check_horizon(horizon, type(self).__name__)
+        if self.spec_ is None:
+            return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+        f = np.asarray(self.result_.forecast(h), dtype=float)
+        if self.log1p:
+            f = np.expm1(f)
+        return clean_forecast(f, fallback=self.last_value_)

@@ -1,0 +1,424 @@
+"""Load predictors: hand-computed baselines, quantiles, fallbacks, API contract."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.config import PredictorConfig
+from planner.predict import (
+    bin_requests,
+    forecast_next,
+    history_from_mooncake,
+    make_predictor,
+    predictor_names,
+    prime_history,
+)
+from planner.predictors import ConstantPredictor, KalmanPredictor, SeasonalNaivePredictor, check_series
+from planner.predictors.base import conformal_offset
+from planner.types import LoadHistory
+
+NAN = math.nan
+CHEAP = ("constant", "seasonal_naive", "kalman", "ets")
+
+
+def minutes(n: int, start: float = 60.0) -> np.ndarray:
+    return start + 60.0 * np.arange(n)
+
+
+def history(counts, isl=None, osl=None, interval_s=60.0) -> LoadHistory:
+    n = len(counts)
+    return LoadHistory(
+        t_s=tuple(minutes(n).tolist()),
+        num_requests=tuple(float(c) for c in counts),
+        avg_isl_tokens=tuple(isl if isl is not None else [1000.0] * n),
+        avg_osl_tokens=tuple(osl if osl is not None else [100.0] * n),
+        interval_s=interval_s,
+    )
+
+
+# ---------------------------------------------------------------- baselines
+
+
+@pytest.mark.parametrize(
+    "y, horizon, expected",
+    [
+        pytest.param([3, 5, 4], 1, [4], id="last value: 4"),
+        pytest.param([3, 5, NAN], 2, [5, 5], id="NaN last interval skipped: 5, 5"),
+        pytest.param([7], 3, [7, 7, 7], id="one point is enough"),
+        pytest.param([0, 0], 1, [0], id="idle stays 0"),
+    ],
+)
+def test_constant(y, horizon, expected):
+    p = ConstantPredictor().fit(minutes(len(y)), y)
+    assert p.predict(horizon).tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "y, horizon, expected",
+    [
+        # season 4 bins: forecast k = y[n - 4 + (k-1) % 4]
+        pytest.param([1, 2, 3, 4, 5, 6, 7, 8], 1, [5], id="n=8: y[8-4]=5"),
+        pytest.param([1, 2, 3, 4, 5, 6, 7, 8], 2, [5, 6], id="two steps: y[4], y[5]"),
+        pytest.param([1, 2, 3, 4, 5, 6, 7, 8], 5, [5, 6, 7, 8, 5], id="past one season wraps"),
+        pytest.param([1, 2, 3, 4, NAN, 6, 7, 8, 9], 1, [6], id="n=9: y[5]=6"),
+        pytest.param([1, 2, 3, 4], 1, [4], id="under a season + 1: last value"),
+    ],
+)
+def test_seasonal_naive(y, horizon, expected):
+    p = SeasonalNaivePredictor(season_s=240.0).fit(minutes(len(y)), y)
+    assert p.predict(horizon).tolist() == expected
+
+
+def test_seasonal_naive_missing_value_a_season_back_uses_last_value():
+    # n=9, season 4: y[5] is NaN -> last value 9
+    y = [1, 2, 3, 4, 5, NAN, 7, 8, 9]
+    assert SeasonalNaivePredictor(season_s=240.0).fit(minutes(9), y).predict(1).tolist() == [9]
+
+
+def test_seasonal_naive_fallback_is_reported():
+    p = SeasonalNaivePredictor(season_s=86400.0).fit(minutes(10), np.arange(10.0))
+    assert "one season" in p.fallback_reason_
+
+
+# ---------------------------------------------------------------- quantiles
+
+
+@pytest.mark.parametrize(
+    "residuals, q, expected",
+    [
+        pytest.param(range(1, 10), 0.9, 9, id="n=9: rank ceil(10*0.9)=9 -> 9"),
+        pytest.param(range(1, 20), 0.9, 18, id="n=19: rank ceil(20*0.9)=18 -> 18"),
+        pytest.param(range(1, 20), 0.1, 2, id="n=19, q=0.1: rank floor(20*0.1)=2 -> 2"),
+        pytest.param([5, -1, 3], 0.9, 5, id="n=3: rank 4 > n -> largest"),
+        pytest.param([NAN, 2.0, NAN], 0.9, 2, id="NaN residuals ignored"),
+        pytest.param([], 0.9, 0, id="no residuals: 0"),
+    ],
+)
+def test_conformal_offset(residuals, q, expected):
+    assert conformal_offset(np.asarray(list(residuals), dtype=float), q) == expected
+
+
+def test_constant_quantile_from_known_residuals():
+    # last-value residuals of [10, 12, 11, 15, 13]: 2, -1, 4, -2; n=4, rank ceil(5*0.9)=5 > 4 -> 4
+    p = ConstantPredictor().fit(minutes(5), [10, 12, 11, 15, 13])
+    assert p.predict_quantile(0.9).tolist() == [17.0]  # 13 + 4
+    # k steps ahead widen by sqrt(k): 13 + 4 * sqrt(k)
+    np.testing.assert_allclose(p.predict_quantile(0.9, 4), 13 + 4 * np.sqrt([1, 2, 3, 4]))
+
+
+def test_quantile_never_negative():
+    # residuals all -5 (steady decline): 5 - 5 = 0 floor, not negative
+    p = ConstantPredictor().fit(minutes(4), [20, 15, 10, 5])
+    assert p.predict_quantile(0.9).tolist() == [0.0]
+
+
+@pytest.mark.parametrize("q", [0.0, 1.0, -0.1, 1.5, "0.9"])
+def test_quantile_out_of_range(q):
+    p = ConstantPredictor().fit(minutes(3), [1, 2, 3])
+    with pytest.raises(ValueError, match="quantile q must be in"):
+        p.predict_quantile(q)
+
+
+# ---------------------------------------------------------------- input checks
+
+
+@pytest.mark.parametrize(
+    "t_s, y, match",
+    [
+        pytest.param([60, 120], [1.0], "t_s has 2 points, y has 1", id="length mismatch"),
+        pytest.param([], [], "empty series", id="empty"),
+        pytest.param([60, 120], [1.0, -2.0], r"y\[1\] = -2.0 is negative", id="negative"),
+        pytest.param([60, 120], [NAN, NAN], "all 2 values are NaN", id="all NaN"),
+        pytest.param([60, 120], [1.0, math.inf], r"y\[1\] is inf", id="inf"),
+        pytest.param([120, 60], [1.0, 2.0], "strictly increasing", id="time going back"),
+        pytest.param([60, 60], [1.0, 2.0], "strictly increasing", id="repeated time"),
+        pytest.param([0, 60, 150, 210], [1, 2, 3, 4.0], "not on a regular grid", id="irregular step"),
+    ],
+)
+def test_check_series_errors(t_s, y, match):
+    with pytest.raises(ValueError, match=match):
+        check_series(t_s, y, who="test")
+
+
+def test_check_series_fills_gaps_with_nan():
+    # step 60 s; 120 -> 240 skips one interval (180)
+    t, y = check_series([60, 120, 240], [1.0, 2.0, 4.0], who="test")
+    assert t.tolist() == [60, 120, 180, 240]
+    assert y[:2].tolist() == [1, 2] and math.isnan(y[2]) and y[3] == 4
+
+
+def test_fit_error_names_the_predictor():
+    with pytest.raises(ValueError, match=r"KalmanPredictor: y\[0\] = -1.0 is negative"):
+        KalmanPredictor().fit([60, 120], [-1.0, 2.0])
+
+
+# ---------------------------------------------------------------- registry and API contract
+
+
+def test_unknown_predictor_lists_valid_names():
+    with pytest.raises(ValueError, match="unknown predictor 'lstm'; valid names: constant, .*auto"):
+        make_predictor("lstm")
+
+
+def test_unknown_parameter_lists_valid_ones():
+    with pytest.raises(ValueError, match="predictor 'kalman': unknown parameter.*min_pts.*valid: min_points"):
+        make_predictor("kalman", min_pts=3)
+
+
+def test_registry_has_the_issue_names():
+    assert {"constant", "arima", "kalman", "prophet", "seasonal_naive", "ets", "auto"} <= set(predictor_names())
+
+
+@pytest.mark.parametrize("name", predictor_names())
+def test_api_contract(name):
+    """Constructor stores params unchecked; fit validates and returns self; predict reads fitted attrs."""
+    p = make_predictor(name, warm_start=False)
+    assert p.warm_start is False
+    assert not [a for a in vars(p) if a.endswith("_")], "unfitted predictor has fitted attributes"
+    with pytest.raises(ValueError, match="call fit"):
+        p.predict(1)
+    rng = np.random.default_rng(1)
+    y = rng.poisson(50, 30).astype(float)
+    assert p.fit(minutes(30), y) is p
+    for attr in ("t_s_", "y_", "insample_", "interval_s_", "fallback_reason_"):
+        assert hasattr(p, attr), attr
+    f = p.predict(3)
+    q = p.predict_quantile(0.9, 3)
+    assert f.shape == (3,) and q.shape == (3,)
+    assert np.all(np.isfinite(f)) and np.all(f >= 0) and np.all(np.isfinite(q)) and np.all(q >= 0)
+    with pytest.raises(ValueError, match="horizon must be an integer >= 1"):
+        p.predict(0)
+
+
+@pytest.mark.parametrize("name", ["kalman", "ets", "arima", "prophet", "gbm"])
+def test_short_history_falls_back_to_last_value(name):
+    p = make_predictor(name).fit(minutes(3), [5.0, 9.0, 7.0])
+    assert p.predict(2).tolist() == [7.0, 7.0]
+    assert "min_points" in p.fallback_reason_
+
+
+def test_constructor_does_not_validate():
+    # sklearn convention: a bad value is stored and only fit complains
+    p = make_predictor("kalman", min_points=-1)
+    assert p.min_points == -1
+    with pytest.raises(ValueError, match="min_points must be an integer >= 2, got -1"):
+        p.fit(minutes(5), [1, 2, 3, 4, 5.0])
+
+
+# ---------------------------------------------------------------- model behaviour
+
+
+def test_kalman_follows_a_ramp():
+    # y = 10, 20, ..., 300: next 310; a local linear trend should be within 3%
+    y = 10.0 * np.arange(1, 31)
+    f = KalmanPredictor().fit(minutes(30), y).predict(1)[0]
+    assert f == pytest.approx(310.0, rel=0.03)
+
+
+@pytest.mark.parametrize("name", ["kalman", "ets"])
+def test_flat_series_predicts_the_level(name):
+    f = make_predictor(name).fit(minutes(40), np.full(40, 42.0)).predict(2)
+    np.testing.assert_allclose(f, 42.0, rtol=1e-6)
+
+
+def test_ets_smooths_noise_better_than_last_value():
+    # iid noise around 100: an EWMA beats last value (MASE < 1) out of sample
+    from planner.backtest import rolling_origin
+
+    rng = np.random.default_rng(3)
+    y = 100 + rng.normal(0, 10, 120)
+    r = rolling_origin(minutes(120), y, lambda: make_predictor("ets", warm_start=True), start=20)
+    assert r.scores.mase < 0.85
+
+
+def test_auto_beats_last_value_on_noise_and_matches_it_on_a_random_walk():
+    from planner.backtest import rolling_origin
+
+    rng = np.random.default_rng(4)
+    noise = 100 + rng.normal(0, 10, 90)
+    walk = 500 + np.cumsum(rng.normal(0, 10, 90))
+    auto = lambda: make_predictor("auto", candidates="ets,kalman", warm_start=True)  # noqa: E731
+    r_noise = rolling_origin(minutes(90), noise, auto, start=30)
+    r_walk = rolling_origin(minutes(90), walk, auto, start=30)
+    assert r_noise.scores.mase < 0.9
+    assert r_walk.scores.mase < 1.05  # never worse than last value by more than noise
+
+
+def test_auto_keeps_last_value_until_it_can_score():
+    p = make_predictor("auto").fit(minutes(2), [5.0, 6.0])
+    assert p.chosen_ == "constant" and p.predict(1).tolist() == [6.0]
+
+
+def test_auto_rejects_itself_as_candidate():
+    with pytest.raises(ValueError, match="'auto' cannot be its own candidate"):
+        make_predictor("auto", candidates="auto,kalman").fit(minutes(10), np.arange(10.0))
+
+
+def test_warm_start_reuses_tuning_until_due():
+    y = 100 + 10 * np.sin(np.arange(80) / 3.0)
+    p = KalmanPredictor(warm_start=True, retune_every=24).fit(minutes(60), y[:60])
+    tuned_at = p.tuned_at_s_
+    p.fit(minutes(61), y[:61])
+    assert p.tuned_at_s_ == tuned_at  # 1 new point < 24: reuse
+    p.fit(minutes(61 + 24), np.concatenate([y, y])[: 61 + 24])
+    assert p.tuned_at_s_ > tuned_at
+
+
+def test_warm_start_ignored_for_a_different_series():
+    p = KalmanPredictor(warm_start=True).fit(minutes(60), np.arange(60.0))
+    # a series that ends earlier is not a continuation: full refit
+    p.fit(minutes(30, start=0.0), np.arange(30.0))
+    assert p.tuned_at_s_ == minutes(30, start=0.0)[-1]
+
+
+# ---------------------------------------------------------------- never negative or NaN
+
+series = st.lists(
+    st.one_of(st.floats(min_value=0, max_value=1e6), st.just(NAN)), min_size=1, max_size=60
+).filter(lambda v: any(math.isfinite(x) for x in v))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(y=series, name=st.sampled_from(CHEAP), h=st.integers(1, 4))
+def test_never_negative_or_nan(y, name, h):
+    p = make_predictor(name).fit(minutes(len(y)), y)
+    for out in (p.predict(h), p.predict_quantile(0.9, h), p.predict_quantile(0.1, h)):
+        assert np.all(np.isfinite(out)) and np.all(out >= 0)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(y=series)
+def test_forecast_next_never_negative_or_nan(y):
+    n = len(y)
+    isl = [NAN if not math.isfinite(v) or v == 0 else 1000.0 + v for v in y]
+    h = history(y, isl=isl, osl=[NAN] * n)
+    f = forecast_next(h, PredictorConfig(name="auto", length_predictor="kalman"))
+    for v in (f.num_requests, f.num_requests_p90, f.avg_isl_tokens, f.avg_osl_tokens):
+        assert math.isfinite(v) and v >= 0
+    assert f.num_requests_p90 >= f.num_requests
+
+
+# ---------------------------------------------------------------- forecast_next
+
+
+def test_forecast_next_falls_back_to_constant_until_min_history():
+    f = forecast_next(history([10, 20, 30]), PredictorConfig(name="kalman", min_history_points=5))
+    assert f.predictor == "constant"
+    assert f.num_requests == 30.0
+    assert any("3 points < min_history_points 5" in n and "instead of kalman" in n for n in f.notes)
+
+
+def test_forecast_next_uses_the_model_once_history_suffices():
+    y = 10.0 * np.arange(1, 31)
+    f = forecast_next(history(y), PredictorConfig(name="kalman", min_history_points=5))
+    assert f.predictor == "kalman" and f.num_requests == pytest.approx(310.0, rel=0.03)
+    assert f.num_requests_p90 >= f.num_requests
+
+
+def test_forecast_next_lengths_skip_empty_intervals():
+    # ISL NaN where an interval had no requests: the last finite ISL (1200) is used
+    f = forecast_next(
+        history([5, 0, 4], isl=[1000.0, NAN, 1200.0], osl=[80.0, NAN, NAN]),
+        PredictorConfig(name="constant"),
+    )
+    assert (f.num_requests, f.avg_isl_tokens, f.avg_osl_tokens) == (4.0, 1200.0, 80.0)
+
+
+def test_forecast_next_no_length_data_gives_zero_with_note():
+    f = forecast_next(history([0, 0], isl=[NAN, NAN], osl=[NAN, NAN]), PredictorConfig(name="constant"))
+    assert f.avg_isl_tokens == 0.0 and any("avg_isl_tokens: no interval had requests" in n for n in f.notes)
+
+
+def test_forecast_next_empty_history_is_an_error():
+    with pytest.raises(ValueError, match="history is empty"):
+        forecast_next(history([]), PredictorConfig())
+
+
+def test_cache_changes_speed_not_decisions():
+    rng = np.random.default_rng(7)
+    y = 200 + rng.normal(0, 20, 200).clip(-150)
+    cfg = PredictorConfig(name="auto", length_predictor="ets")
+    cache: dict = {}
+    for n in range(150, 161):  # ten intervals of a planner with a cache
+        cached = forecast_next(history(y[:n]), cfg, cache=cache)
+    fresh = forecast_next(history(y[:160]), cfg)  # the cache was lost
+    assert cache, "the cache holds fitted predictors"
+    assert cached.num_requests == pytest.approx(fresh.num_requests, rel=0.05)
+    assert cached.num_requests_p90 == pytest.approx(fresh.num_requests_p90, rel=0.1)
+
+
+def test_config_rejects_unknown_predictor_and_parameter():
+    with pytest.raises(ValueError, match="unknown predictor 'lstm'"):
+        PredictorConfig(name="lstm")
+    with pytest.raises(ValueError, match="predictor.params.kalman: .*unknown parameter"):
+        PredictorConfig(params={"kalman": {"noise": 1.0}})
+
+
+def test_config_params_reach_the_predictor():
+    # kalman min_points 50 > 30 points: the predictor itself falls back and says so
+    cfg = PredictorConfig(name="kalman", params={"kalman": {"min_points": 50}})
+    f = forecast_next(history(np.arange(1, 31)), cfg)
+    assert f.num_requests == 30.0 and any("min_points 50" in n for n in f.notes)
+
+
+# ---------------------------------------------------------------- warm start from a trace
+
+
+def test_bin_requests_hand_counted():
+    # bins [0,60) [60,120) [120,180): arrivals 1, 59 | - | 130
+    h = bin_requests([1.0, 59.0, 130.0], [100, 300, 50], [10, 30, 5], bin_s=60.0)
+    assert h.t_s == (60.0, 120.0, 180.0)
+    assert h.num_requests == (2.0, 0.0, 1.0)
+    assert h.avg_isl_tokens[0] == 200.0 and math.isnan(h.avg_isl_tokens[1]) and h.avg_isl_tokens[2] == 50.0
+    assert h.avg_osl_tokens[0] == 20.0
+
+
+def test_history_from_mooncake_records():
+    recs = [
+        {"timestamp": 1000, "input_length": 10, "output_length": 1},
+        {"timestamp": 3000, "input_length": 30, "output_length": 3},
+        {"timestamp": 62000, "input_length": 50, "output_length": 5},
+    ]
+    # times rebased to the first: 0 s, 2 s | 61 s
+    h = history_from_mooncake(recs, bin_s=60.0)
+    assert h.num_requests == (2.0, 1.0) and h.avg_isl_tokens == (20.0, 50.0)
+
+
+@pytest.mark.parametrize(
+    "rec, match",
+    [
+        ({"timestamp": 0, "input_length": 1}, "record 0: missing field 'output_length'"),
+        ({"timestamp": "x", "input_length": 1, "output_length": 1}, "record 0: .*must be numbers"),
+        ({"timestamp": 0, "input_length": -1, "output_length": 1}, "record 0: invalid values"),
+    ],
+)
+def test_history_from_mooncake_errors(rec, match):
+    with pytest.raises(ValueError, match=match):
+        history_from_mooncake([rec], bin_s=60.0, source="trace.jsonl")
+
+
+def test_mooncake_trace_primes_a_predictor(shared_data):
+    import gzip
+    import json
+
+    path = shared_data / "traces" / "mooncake_fast25_synthetic_trace.jsonl.gz"
+    with gzip.open(path, "rt") as fh:
+        warm = history_from_mooncake((json.loads(line) for line in fh), bin_s=60.0, source=str(path))
+    assert sum(warm.num_requests) == 3993  # every request of the trace lands in a bin
+    live = history([230.0, 240.0])
+    primed = prime_history(warm, live)
+    assert len(primed) == len(warm) + 2 and primed.t_s[len(warm)] == live.t_s[0]
+    assert primed.t_s[len(warm) - 1] == live.t_s[0] - 60.0
+    cfg = PredictorConfig(name="kalman", min_history_points=10)
+    assert forecast_next(live, cfg).predictor == "constant"  # 2 live points alone: fallback
+    assert forecast_next(primed, cfg).predictor == "kalman"  # primed: the model forecasts
+
+
+def test_prime_history_needs_the_same_interval():
+    with pytest.raises(ValueError, match="warm-start interval 30.0 s differs from live interval 60.0 s"):
+        prime_history(history([1.0], interval_s=30.0), history([1.0]))
