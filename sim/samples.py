@@ -233,6 +233,39 @@ class ServiceSink:
         )
 
 
+class HttpSink:
+    """Lifecycle calls to a running routing service over HTTP (its clock is the wall clock).
+
+    client: an httpx.Client with the service's base_url. A refused call raises
+    RuntimeError naming the request and the service's answer.
+    """
+
+    def __init__(self, client):
+        self.client = client
+
+    def register(self, endpoint: dict, *, token: str) -> None:
+        """Register one endpoint from `endpoints()` (an admin call)."""
+        body = {"role": endpoint["role"], "domains": endpoint["domains"]}
+        self._post("PUT", f"/v1/endpoints/{endpoint['id']}", body, headers={"Authorization": f"Bearer {token}"})
+
+    def dispatched(self, event: LifecycleEvent) -> None:
+        self._post("POST", f"/v1/requests/{event.request_id}/dispatched", {
+            "prefill_endpoint_id": event.prefill_endpoint_id, "decode_endpoint_id": event.decode_endpoint_id,
+            "input_tokens": event.input_tokens})
+
+    def first_token(self, event: LifecycleEvent) -> None:
+        self._post("POST", f"/v1/requests/{event.request_id}/first_token", {"observed_ttft_ms": event.observed_ttft_ms})
+
+    def completed(self, event: LifecycleEvent) -> None:
+        self._post("POST", f"/v1/requests/{event.request_id}/completed", {
+            "output_tokens": event.output_tokens, "observed_tpot_ms": event.observed_tpot_ms})
+
+    def _post(self, method: str, path: str, body: dict, headers: dict | None = None) -> None:
+        resp = self.client.request(method, path, json=body, headers=headers)
+        if resp.status_code >= 300:
+            raise RuntimeError(f"{method} {path}: HTTP {resp.status_code}: {resp.text[:300]}")
+
+
 def replay_events(events: list[LifecycleEvent], sink: LifecycleSink) -> Iterator[LifecycleEvent]:
     """Send each event to the sink in order (setting a ServiceSink's clock); yields each one sent."""
     for ev in events:

@@ -1,0 +1,302 @@
+"""Retrain core (routing.training): dropping, splitting, calibration, metrics, export, gate.
+
+Tables with the arithmetic next to each case; the model tests fit real
+scikit-learn models on small synthetic data.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from routing.features import FEATURES, RAW_FIELDS
+from routing.models import parse_model_document
+from routing.training import (
+    PreparedSamples,
+    TargetData,
+    TrainingConfig,
+    bucket_labels,
+    bucket_of,
+    check_sample_counts,
+    conformal_offset,
+    evaluate,
+    fit_target,
+    gate,
+    latency_metrics,
+    prepare_samples,
+    time_split,
+    to_document,
+)
+
+CFG = TrainingConfig()
+
+
+def sample(target="ttft", observed_ms=50.0, *, role="prefill", seq=1, recorded_at_s=1.0, **features):
+    feats = dict.fromkeys(RAW_FIELDS, 0.0)
+    feats["input_tokens"] = 100.0
+    feats.update(features)
+    return {"seq": seq, "target": target, "request_id": f"r{seq}", "endpoint_id": "p0", "role": role,
+            "features": feats, "observed_ms": observed_ms, "predicted_ms": None, "model_version": None,
+            "recorded_at_s": recorded_at_s}
+
+
+# -- dropping -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad, target, reason", [
+    pytest.param({"observed_ms": float("nan")}, "ttft", "non_finite_latency", id="NaN TTFT"),
+    pytest.param({"observed_ms": float("inf")}, "tpot", "non_finite_latency", id="inf TPOT"),
+    pytest.param({"observed_ms": None}, "ttft", "non_finite_latency", id="missing latency"),
+    pytest.param({"observed_ms": "12"}, "ttft", "non_finite_latency", id="latency as text"),
+    pytest.param({"observed_ms": -3.0}, "ttft", "negative_latency", id="negative"),
+    pytest.param({"observed_ms": 0.0}, "ttft", "absurd_latency", id="zero is absurd"),
+    pytest.param({"observed_ms": 600_001.0}, "ttft", "absurd_latency", id="TTFT 600001 > 600000"),
+    pytest.param({"observed_ms": 10_001.0}, "tpot", "absurd_latency", id="TPOT 10001 > 10000"),
+    pytest.param({"role": "gpu"}, "ttft", "bad_features", id="unknown role"),
+    pytest.param({"features": {"input_tokens": 5.0}}, "ttft", "bad_features", id="fields missing"),
+    pytest.param({"features": dict.fromkeys(RAW_FIELDS, 0.0) | {"kv_usage_frac": -0.1}}, "ttft", "bad_features",
+                 id="negative feature"),
+    pytest.param({"features": dict.fromkeys(RAW_FIELDS, 0.0) | {"running_requests": float("nan")}}, "tpot",
+                 "bad_features", id="NaN feature"),
+])
+def test_bad_samples_are_dropped_and_counted_by_reason(bad, target, reason):
+    good = [sample(target, 40.0 + i, seq=i) for i in range(3)]
+    bad_sample = {**sample(target, 40.0, seq=99), **bad}
+    prepared = prepare_samples([*good, bad_sample], CFG)
+    d = prepared.by_target[target]
+    assert d.n == 3
+    assert d.dropped[reason] == 1
+    assert sum(d.dropped.values()) == 1
+    assert prepared.fetched == 4
+
+
+def test_absurd_limit_is_per_target_and_configurable():
+    # 700 ms TPOT is plausible for a TTFT, absurd for a TPOT under max_tpot_ms=500.
+    cfg = TrainingConfig(max_tpot_ms=500.0)
+    prepared = prepare_samples([sample("ttft", 700.0, seq=1), sample("tpot", 700.0, role="decode", seq=2)], cfg)
+    assert prepared.by_target["ttft"].n == 1
+    assert prepared.by_target["tpot"].dropped["absurd_latency"] == 1
+
+
+def test_unknown_target_counted_apart():
+    prepared = prepare_samples([sample("e2e", 5.0), sample("ttft", 5.0, seq=2)], CFG)
+    assert prepared.dropped_unknown_target == 1
+    assert prepared.dropped()["unknown"] == {"bad_target": 1}
+    assert prepared.by_target["ttft"].n == 1
+
+
+def test_kept_samples_are_time_ordered_and_use_the_serving_features():
+    # Recorded out of order: t=3 (seq 1), t=1 (seq 2), t=1 (seq 3) -> seq 2, 3, 1.
+    s = [sample("tpot", 7.0, role="decode", seq=1, recorded_at_s=3.0, running_requests=4.0, tokens_generated=9.0),
+         sample("tpot", 5.0, role="decode", seq=2, recorded_at_s=1.0),
+         sample("tpot", 6.0, role="aggregated", seq=3, recorded_at_s=1.0)]
+    d = prepare_samples(s, CFG).by_target["tpot"]
+    assert d.seq.tolist() == [2, 3, 1]
+    assert d.y_ms.tolist() == [5.0, 6.0, 7.0]
+    cols = FEATURES["tpot"]
+    row = dict(zip(cols, d.x[2]))
+    assert row["running_requests"] == 4.0 and row["tokens_generated"] == 9.0 and row["role_decode"] == 1.0
+    assert dict(zip(cols, d.x[1]))["role_aggregated"] == 1.0
+
+
+# -- split and counts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n, holdout, calib, expected", [
+    pytest.param(10, 0.2, 0.1, (7, 1, 2), id="10: hold ceil(2.0)=2, calib ceil(1.0)=1, train 7"),
+    pytest.param(11, 0.2, 0.1, (6, 2, 3), id="11: hold ceil(2.2)=3, calib ceil(1.1)=2, train 6"),
+    pytest.param(100, 0.25, 0.0, (75, 0, 25), id="no calibration slice: 75/0/25"),
+    pytest.param(0, 0.2, 0.1, (0, 0, 0), id="empty"),
+])
+def test_time_split_holds_out_the_most_recent_rows(n, holdout, calib, expected):
+    split = time_split(n, holdout_frac=holdout, calibration_frac=calib)
+    assert split.sizes() == expected
+    # contiguous and ordered: train, then calibration, then holdout at the end
+    assert split.train.start == 0 and split.train.stop == split.calibration.start
+    assert split.calibration.stop == split.holdout.start and split.holdout.stop == n
+
+
+def _prepared(n_ttft: int, n_tpot: int) -> PreparedSamples:
+    def data(target, n):
+        return TargetData(target, np.zeros((n, len(FEATURES[target]))), np.ones(n), np.arange(n, dtype=float),
+                          np.arange(n), {})
+    return PreparedSamples(fetched=n_ttft + n_tpot, by_target={"ttft": data("ttft", n_ttft), "tpot": data("tpot", n_tpot)})
+
+
+@pytest.mark.parametrize("n_ttft, n_tpot, short", [
+    pytest.param(1000, 1000, None, id="1000 each: train 700 >= 700, hold 200 >= 200"),
+    pytest.param(999, 1000, "ttft", id="999 TTFT: train 999-200-100 = 699 < 700"),
+    pytest.param(1000, 0, "tpot", id="no TPOT samples"),
+])
+def test_too_few_samples_names_the_target(n_ttft, n_tpot, short):
+    cfg = TrainingConfig(min_train_samples=700, min_holdout_samples=200)
+    reason = check_sample_counts(_prepared(n_ttft, n_tpot), cfg)
+    if short is None:
+        assert reason is None
+    else:
+        assert reason.startswith("too few samples: ") and f"{short}: " in reason
+        assert ("ttft: " in reason) == (short == "ttft")
+
+
+@pytest.mark.parametrize("kw, field", [
+    pytest.param({"holdout_frac": 0.45, "calibration_frac": 0.4}, "holdout_frac + calibration_frac", id="no training rows"),
+    pytest.param({"p90_coverage_min": 0.95, "p90_coverage_max": 0.9}, "p90_coverage_min", id="inverted band"),
+    pytest.param({"max_iter": 0}, "max_iter", id="max_iter 0"),
+    pytest.param({"learnign_rate": 0.1}, "learnign_rate", id="misspelt key"),
+])
+def test_config_errors_name_the_field(kw, field):
+    with pytest.raises(ValueError, match=field.replace("+", r"\+")):
+        TrainingConfig(**kw)
+
+
+# -- calibration and metrics ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("residuals, expected", [
+    pytest.param(np.arange(1, 11) / 10, 1.0, id="n=10: rank ceil(11*0.9)=10 -> 1.0"),
+    pytest.param(np.arange(1, 20), 18, id="n=19: rank ceil(20*0.9)=18 -> 18"),
+    pytest.param(np.array([-0.5]), -0.5, id="n=1: rank min(ceil(1.8), 1)=1"),
+])
+def test_conformal_offset_rank(residuals, expected):
+    assert conformal_offset(np.random.default_rng(0).permutation(residuals), quantile=0.9) == expected
+
+
+def test_latency_metrics_by_hand():
+    # APE |110-100|/100 = 0.1, |180-200|/200 = 0.1 -> MAPE 0.1; 100 <= 120 yes, 200 <= 190 no -> 0.5
+    m = latency_metrics(np.array([100.0, 200.0]), np.array([110.0, 180.0]), np.array([120.0, 190.0]))
+    assert m == {"n": 2, "mape": pytest.approx(0.1), "p90_coverage": 0.5}
+    assert latency_metrics(np.array([]), np.array([]), None) == {"n": 0, "mape": None, "p90_coverage": None}
+
+
+@pytest.mark.parametrize("target, values, expected", [
+    pytest.param("ttft", [0, 1, 2, 3, 4, 7, 8, 100], [0, 1, 2, 2, 3, 3, 4, 4], id="waiting 0|1|2-3|4-7|8+"),
+    pytest.param("tpot", [0, 7, 8, 15, 16, 63, 64], [0, 0, 1, 1, 2, 3, 4], id="running 0-7|8-15|16-31|32-63|64+"),
+])
+def test_load_buckets(target, values, expected):
+    x = np.zeros((len(values), len(FEATURES[target])))
+    col = FEATURES[target].index("waiting_requests" if target == "ttft" else "running_requests")
+    x[:, col] = values
+    assert bucket_of(target, x).tolist() == expected
+
+
+def test_evaluate_reports_each_bucket():
+    # waiting 0: y 100 vs 90 (APE 0.1); waiting 5: y 200 vs 260 (0.3), 400 vs 400 (0) -> 0.15; overall 0.4/3
+    x = np.zeros((3, len(FEATURES["ttft"])))
+    x[1:, FEATURES["ttft"].index("waiting_requests")] = 5
+    out = evaluate("ttft", x, np.array([100.0, 200.0, 400.0]), np.array([90.0, 260.0, 400.0]), None)
+    assert out["mape"] == pytest.approx(0.4 / 3)
+    by = {b["bucket"]: b for b in out["buckets"]}
+    assert list(by) == bucket_labels("ttft") == [
+        "waiting_requests = 0", "waiting_requests = 1", "waiting_requests 2-3", "waiting_requests 4-7",
+        "waiting_requests >= 8"]
+    assert by["waiting_requests = 0"]["mape"] == pytest.approx(0.1)
+    assert by["waiting_requests 4-7"]["mape"] == pytest.approx(0.15) and by["waiting_requests 4-7"]["n"] == 2
+    assert by["waiting_requests >= 8"] == {"bucket": "waiting_requests >= 8", "n": 0, "mape": None, "p90_coverage": None}
+
+
+# -- models and export ----------------------------------------------------------------------
+
+
+def synthetic(target: str, n: int, *, seed: int = 0) -> TargetData:
+    """Latency = 20 + 0.02*input_tokens + 0.004*prefill tokens in flight (+5% noise), ms."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, len(FEATURES[target])))
+    cols = FEATURES[target]
+    x[:, cols.index("input_tokens")] = rng.uniform(10, 8000, n)
+    x[:, cols.index("prefill_tokens_in_flight")] = rng.uniform(0, 50_000, n)
+    x[:, cols.index("waiting_requests")] = rng.integers(0, 10, n)
+    x[:, cols.index("role_prefill")] = 1.0
+    y = (20 + 0.02 * x[:, 0] + 0.004 * x[:, 5]) * rng.lognormal(0, 0.05, n)
+    return TargetData(target, x, y, np.arange(n, dtype=float), np.arange(n), {})
+
+
+SMALL = TrainingConfig(max_iter=40, min_train_samples=20, min_holdout_samples=10)
+
+
+def test_exported_document_predicts_exactly_what_sklearn_predicts():
+    models = {}
+    for target in ("ttft", "tpot"):
+        data = synthetic(target, 1500, seed=1)
+        models[target] = fit_target(data, time_split(1500, holdout_frac=0.2, calibration_frac=0.1), SMALL)
+    doc = to_document(models, version="exact-1", metrics={"ttft_mape": 0.05, "bad": float("nan")})
+    served = parse_model_document(doc)  # the router's own validation and compiler
+    assert doc["metrics"] == {"ttft_mape": 0.05}  # non-finite metrics are left out, the format forbids them
+    for target in ("ttft", "tpot"):
+        x = synthetic(target, 300, seed=2).x
+        mean, p90 = models[target].predict(x)
+        np.testing.assert_allclose(served.predict(target, x, quantile="mean"), mean, rtol=1e-9)
+        np.testing.assert_allclose(served.predict(target, x, quantile="p90"), p90, rtol=1e-9)
+        assert doc["targets"][target]["mean"]["link"] == "log"
+
+
+def test_p90_calibration_shifts_the_quantile_by_the_conformal_offset():
+    data = synthetic("ttft", 2000, seed=3)
+    split = time_split(2000, holdout_frac=0.2, calibration_frac=0.2)
+    plain = fit_target(data, split, SMALL.model_copy(update={"calibrate_p90": False}))
+    calibrated = fit_target(data, split, SMALL)
+    assert plain.p90_log_offset == 0.0
+    x_cal, y_cal = data.x[split.calibration], data.y_ms[split.calibration]
+    expected = conformal_offset(np.log(y_cal) - calibrated.p90.predict(x_cal), quantile=0.9)
+    assert calibrated.p90_log_offset == pytest.approx(expected)
+    # 400 calibration rows: rank ceil(401*0.9)=361 -> at least 361/400 = 90.25% covered
+    # (the 361st lies exactly on the shifted quantile, up to exp/log rounding)
+    assert np.mean(y_cal <= calibrated.predict(x_cal)[1] * (1 + 1e-12)) >= 361 / 400
+
+
+def test_holdout_rows_never_influence_the_fit():
+    data = synthetic("tpot", 1000, seed=4)
+    split = time_split(1000, holdout_frac=0.2, calibration_frac=0.1)
+    poisoned_y = data.y_ms.copy()
+    poisoned_y[split.holdout] = 1e6
+    poisoned = TargetData("tpot", data.x, poisoned_y, data.recorded_at_s, data.seq, {})
+    a, b = fit_target(data, split, SMALL), fit_target(poisoned, split, SMALL)
+    x = data.x[:50]
+    np.testing.assert_array_equal(a.predict(x)[0], b.predict(x)[0])
+    np.testing.assert_array_equal(a.predict(x)[1], b.predict(x)[1])
+
+
+def test_models_learn_the_synthetic_latency():
+    data = synthetic("ttft", 3000, seed=5)
+    split = time_split(3000, holdout_frac=0.2, calibration_frac=0.1)
+    m = fit_target(data, split, TrainingConfig(max_iter=200))
+    mean, p90 = m.predict(data.x[split.holdout])
+    y = data.y_ms[split.holdout]
+    # 5% lognormal noise: MAPE near 4% (E|N(0, 0.05)| = 0.04); p90 near 90%
+    assert np.mean(np.abs(mean - y) / y) < 0.06
+    assert 0.84 <= np.mean(y <= p90) <= 0.96
+
+
+# -- gate ------------------------------------------------------------------------------------
+
+
+def m(ttft_mape, tpot_mape, ttft_cov=0.9, tpot_cov=0.9):
+    return {"ttft": {"mape": ttft_mape, "p90_coverage": ttft_cov}, "tpot": {"mape": tpot_mape, "p90_coverage": tpot_cov}}
+
+
+EST = m(0.30, 0.06, None, None)
+
+
+@pytest.mark.parametrize("cand, current, force, cfg_kw, code", [
+    pytest.param(m(.05, .05), None, False, {}, "publish", id="first model: .05/.05 beat the estimate .30/.06"),
+    pytest.param(m(.05, .07), None, False, {}, "refused_estimate", id="TPOT .07 > estimate .06"),
+    pytest.param(m(.05, .07), m(.1, .1), True, {}, "refused_estimate", id="forced, still never below the estimate"),
+    pytest.param(m(.05, .06), None, False, {}, "publish", id="equal to the estimate .06 is not worse"),
+    pytest.param(m(.05, .05, ttft_cov=.75), None, False, {}, "refused_coverage", id="p90 coverage 75% < 80%"),
+    pytest.param(m(.05, .05, tpot_cov=.99), m(.1, .1), True, {}, "refused_coverage", id="forced, 99% > 97%"),
+    pytest.param(m(.05, .05), m(.06, .06), False, {}, "publish", id="mean .05 < current .06"),
+    pytest.param(m(.05, .05), m(.04, .06), False, {}, "refused_current", id="mean .05 = current (.04+.06)/2"),
+    pytest.param(m(.05, .05), m(.045, .07), False, {}, "refused_current",
+                 id="mean .05 < .0575 but TTFT .05 > .045*1.05 = .04725"),
+    pytest.param(m(.047, .05), m(.045, .07), False, {}, "publish", id="TTFT .047 <= .04725: within tolerance"),
+    pytest.param(m(.05, .05), m(.045, .07), True, {}, "publish_forced", id="forced past the current model"),
+    pytest.param(m(.056, .056), m(.06, .06), False, {"min_improvement_frac": 0.1}, "refused_current",
+                 id="needs .06*0.9 = .054, has .056"),
+])
+def test_gate(cand, current, force, cfg_kw, code):
+    decision = gate(cand, estimate=EST, current=current, current_version=None if current is None else "v0",
+                    force=force, cfg=TrainingConfig(**cfg_kw))
+    assert decision.code == code, decision.reason
+    assert decision.publish == code.startswith("publish")
+    assert decision.reason and not math.isnan(len(decision.reason))
