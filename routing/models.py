@@ -171,6 +171,11 @@ class _CompiledTrees:
 
 
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_CHUNK_ROWS = 128
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DEBRUIJN_TABLE = np.zeros(64, dtype=np.int64)
+for _bit in range(64):
+    _DEBRUIJN_TABLE[((0x03F79D71B4CB0A89 << _bit) & 0xFFFFFFFFFFFFFFFF) >> 58] = _bit
 _MAX_LEAVES = 64
 _MAX_TABLE_BYTES = 64 * 1024 * 1024
 
@@ -233,6 +238,12 @@ class _BitvectorTrees:
         )
 
     def raw(self, x: np.ndarray) -> np.ndarray:
+        if x.shape[0] <= _CHUNK_ROWS:
+            return self._raw(x)
+        # Row blocks keep the (rows x trees) masks in cache.
+        return np.concatenate([self._raw(x[i : i + _CHUNK_ROWS]) for i in range(0, x.shape[0], _CHUNK_ROWS)])
+
+    def _raw(self, x: np.ndarray) -> np.ndarray:
         n = x.shape[0]
         n_trees = self.offsets.size
         if not self.features:
@@ -243,7 +254,8 @@ class _BitvectorTrees:
             rows = table[np.searchsorted(thr, x[:, f], side="left")]
             mask = rows if mask is None else np.bitwise_and(mask, rows, out=mask)
         lowest = mask & (~mask + np.uint64(1))
-        leaf = np.log2(lowest.astype(np.float64)).astype(np.int64)
+        # Index of the lowest set bit: de Bruijn multiply (wraps mod 2**64) and lookup.
+        leaf = _DEBRUIJN_TABLE.take((lowest * _DEBRUIJN) >> np.uint64(58))
         return self.leaf_values.take(leaf + self.offsets).reshape(n, n_trees).sum(axis=1) + self.baseline
 
 

@@ -314,8 +314,8 @@ class Picker:
             h_tpot = strict_tpot - pred_tpot
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             # Relative headroom, clipped so absurd SLOs (1e-300 ms) stay finite.
-            r_ttft = np.clip(np.where(np.isfinite(strict_ttft), h_ttft / strict_ttft, 1.0), -1e9, 1.0)
-            r_tpot = np.clip(np.where(np.isfinite(strict_tpot), h_tpot / strict_tpot, 1.0), -1e9, 1.0)
+            r_ttft = np.maximum(np.minimum(np.where(np.isfinite(strict_ttft), h_ttft / strict_ttft, 1.0), 1.0), -1e9)
+            r_tpot = np.maximum(np.minimum(np.where(np.isfinite(strict_tpot), h_tpot / strict_tpot, 1.0), 1.0), -1e9)
         a = self.config.slo.ttft_weight_frac
         osl = request.expected_output_tokens or self.config.slo.expected_output_tokens
         if stage == "prefill":

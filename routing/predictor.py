@@ -91,11 +91,11 @@ class ProfileEstimator:
         return self._itl_at(kv, ctx)
 
     def _itl_at(self, kv: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-        kf = np.clip(kv, 0.0, 1.0) * (_KV_POINTS - 1)
+        kf = np.minimum(np.maximum(kv, 0.0), 1.0) * (_KV_POINTS - 1)
         k0 = np.minimum(kf.astype(np.int64), _KV_POINTS - 2)
         wk = kf - k0
-        c = np.clip(ctx, self._ctx[0], self._ctx[-1])
-        j = np.clip(np.searchsorted(self._ctx, c), 1, self._ctx.size - 1)
+        c = np.minimum(np.maximum(ctx, self._ctx[0]), self._ctx[-1])
+        j = np.minimum(np.maximum(np.searchsorted(self._ctx, c), 1), self._ctx.size - 1)
         i = j - 1
         # Linear in 1/context between rows, as the profile interpolates.
         w = (self._inv_ctx[i] - 1.0 / c) / (self._inv_ctx[i] - self._inv_ctx[j])

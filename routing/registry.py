@@ -284,6 +284,9 @@ class EndpointRegistry:
     def view(self, idx: np.ndarray, *, now_s: float) -> EndpointView:
         """Effective load of the slots `idx` at now_s (metrics if fresh, else lifecycle)."""
         rows = self._f[idx]
+        # Token sums go up and down by fractional amounts (prefix hits): keep
+        # float round-off (-1e-12) from showing up as negative load.
+        np.maximum(rows[:, LC_RUN : DECODE_TIF + 1], 0.0, out=rows[:, LC_RUN : DECODE_TIF + 1])
         fresh = rows[:, M_AT] >= now_s - self.metrics_max_age_s
         role = rows[:, ROLE]
         held = np.where(role == ROLE_CODE["prefill"], rows[:, PREFILL_TIF], rows[:, DECODE_TIF])

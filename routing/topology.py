@@ -83,8 +83,13 @@ def prefill_has_local_decode(prefill_codes: np.ndarray, decode_codes: np.ndarray
 
     prefill_codes, decode_codes: domain codes at the KV-transfer level (-1 = missing).
     """
-    present = decode_codes[decode_codes != MISSING]
-    return (prefill_codes != MISSING) & np.isin(prefill_codes, present)
+    # Codes are small interned integers: a lookup table beats np.isin.
+    size = int(max(prefill_codes.max(initial=MISSING), decode_codes.max(initial=MISSING))) + 1
+    if size <= 0:
+        return np.zeros(prefill_codes.shape, dtype=bool)
+    present = np.zeros(size + 1, dtype=bool)  # last slot: where MISSING (-1) indexes
+    present[decode_codes[decode_codes != MISSING]] = True
+    return (prefill_codes != MISSING) & present[prefill_codes]
 
 
 def shared_depth(source_codes: np.ndarray, target_codes: np.ndarray) -> np.ndarray:

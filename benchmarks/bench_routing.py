@@ -1,0 +1,409 @@
+"""Routing service speed: in-process pick latency and HTTP /v1/route under load.
+
+1. In-process `Picker.pick` for fleets of 10 / 100 / 1000 endpoints (half
+   prefill, half decode, in 3 zones x 2 racks; SLO routing on, topology level
+   zone with soft scoring), in steady state: every routed request is
+   dispatched and the oldest completes, so about 4 requests are in flight per
+   endpoint. Timed with two latency models: the profile-derived estimate
+   (measured Dynamo H200 Llama-3.1-8B profile) and a published
+   HistGradientBoosting model (300 trees of <= 31 leaves per target, mean and
+   p90, as the retrain flow's defaults allow at most; trained here on samples
+   the router recorded). Only the pick is timed (not dispatch bookkeeping).
+   Wall-clock percentiles include preemption by other processes on this shared
+   machine; the thread-CPU-time percentiles show the picker's own cost.
+2. HTTP: `sla-planner router` in its own process (uvicorn, one worker) with
+   100 endpoints and the published model; a separate load-generator process
+   sends POST /v1/route open-loop at a fixed rate (keep-alive connections)
+   and, for every routed request, a `completed` lifecycle call 0.2-1.5 s later
+   (so load stays in steady state: about 2 calls per request). Route latency
+   is measured from the scheduled send time (no coordinated omission) and
+   from the actual send.
+
+Writes benchmarks/results/routing.json and prints a markdown table.
+Run: .venv/bin/python benchmarks/bench_routing.py [--http-seconds 60] [--http-rps 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROFILE_DIR = ROOT.parent / "shared" / "data" / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
+OUT = ROOT / "benchmarks" / "results" / "routing.json"
+TOKEN = "bench-token-not-secret"
+QOS = {
+    "none": {"latency_ms": 5.0, "bandwidth_gbyte_per_s": 10.0},
+    "zone": {"latency_ms": 1.0, "bandwidth_gbyte_per_s": 25.0},
+    "rack": {"latency_ms": 0.2, "bandwidth_gbyte_per_s": 50.0},
+    "host": {"latency_ms": 0.0, "bandwidth_gbyte_per_s": 400.0},
+}
+PICKER = {
+    "slo": {"strategy": "least", "exploration_frac": 0.01},
+    "topology": {"level": "zone", "policy": "fallback", "qos": QOS, "kv_bytes_per_token": 131072},
+}
+SLO = {"ttft_ms": 400.0, "tpot_ms": 30.0}
+
+
+def fleet_specs(n: int) -> list[tuple[str, str, dict]]:
+    out = []
+    for i in range(n):
+        role = "prefill" if i % 2 == 0 else "decode"
+        zone = f"z{(i // 2) % 3}"
+        out.append((f"{role[0]}{i}", role, {"zone": zone, "rack": f"{zone}-r{(i // 6) % 2}"}))
+    return out
+
+
+def make_registry(n: int, profile):
+    from routing.registry import Endpoint, EndpointRegistry
+
+    reg = EndpointRegistry(default_max_kv_tokens=profile.decode.max_kv_tokens)
+    for eid, role, domains in fleet_specs(n):
+        reg.register(Endpoint(id=eid, role=role, domains=domains))
+    return reg
+
+
+def request_stream(seed: int):
+    from routing.picker import RouteRequest
+
+    rng = np.random.default_rng(seed)
+    k = 0
+    while True:
+        isl = int(min(rng.lognormal(7.0, 0.8), 16000))
+        yield RouteRequest(request_id=f"r{k}", input_tokens=isl, ttft_slo_ms=SLO["ttft_ms"],
+                           tpot_slo_ms=SLO["tpot_ms"], prefix_cache_hit_frac=float(rng.uniform(0, 0.5)))
+        k += 1
+
+
+def collect_samples(profile, *, n_requests: int, seed: int) -> list:
+    """Route requests through the picker (profile estimate) and record noisy observed latencies."""
+    from routing.config import PickerConfig
+    from routing.picker import Picker, dispatch_record
+    from routing.predictor import LatencyPredictor, ProfileEstimator
+    from routing.samples import SampleStore
+
+    rng = np.random.default_rng(seed)
+    reg = make_registry(100, profile)
+    picker = Picker(PickerConfig.model_validate(PICKER), LatencyPredictor(estimate=ProfileEstimator(profile)), rng=seed)
+    store = SampleStore(capacity=n_requests * 2)
+    in_flight: list[str] = []
+    stream = request_stream(seed)
+    now = 0.0
+    for _ in range(n_requests):
+        now += rng.exponential(0.01)
+        req = next(stream)
+        result = picker.pick(req, reg, now)
+        if result.routed:
+            reg.dispatched(dispatch_record(req, result, now_s=now))
+            in_flight.append(req.request_id)
+        # A varying in-flight window gives samples across load levels.
+        target = int(200 + 180 * np.sin(now / 5.0))
+        while len(in_flight) > max(target, 1):
+            rid = in_flight.pop(0)
+            rec = reg.in_flight(rid)
+            noise = rng.lognormal(0.0, 0.15, 2)
+            for s in reg.completed(rid, now_s=now, output_tokens=int(rng.integers(2, 400)),
+                                   observed_ttft_ms=(rec.predicted_ttft_ms or 1.0) * noise[0],
+                                   observed_tpot_ms=(rec.predicted_tpot_ms or 1.0) * noise[1]):
+                store.add(s)
+    return store.page(limit=10 * n_requests).samples
+
+
+def train_document(samples: list, *, version: str, max_iter: int) -> tuple[dict, float]:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    from routing.features import features_from_samples
+    from routing.models import export_hist_gradient_boosting, model_document
+
+    t0 = time.perf_counter()
+    regs = {}
+    for target in ("ttft", "tpot"):
+        rows = [{**s["features"], "role": s["role"]} for s in samples if s["target"] == target]
+        y = np.array([s["observed_ms"] for s in samples if s["target"] == target])
+        x = features_from_samples(target, rows)
+        kw = dict(max_iter=max_iter, max_leaf_nodes=31, early_stopping=False, random_state=0)
+        with threadpool_limits(1):
+            regs[f"{target}_mean"] = export_hist_gradient_boosting(HistGradientBoostingRegressor(**kw).fit(x, y))
+            regs[f"{target}_p90"] = export_hist_gradient_boosting(
+                HistGradientBoostingRegressor(loss="quantile", quantile=0.9, **kw).fit(x, y))
+    return model_document(version=version, **regs, notes="bench_routing synthetic"), time.perf_counter() - t0
+
+
+def bench_picks(profile, *, sizes, picks: int, document: dict | None, seed: int) -> list[dict]:
+    import gc
+
+    from routing.config import PickerConfig
+    from routing.model_store import ModelStore
+    from routing.picker import Picker, dispatch_record
+    from routing.predictor import LatencyPredictor, ProfileEstimator
+
+    store = ModelStore()
+    if document is not None:
+        store.publish(document, now_s=0.0)
+    predictor = LatencyPredictor(estimate=ProfileEstimator(profile), models=store, quantile="p90")
+    rows = []
+    for n in sizes:
+        reg = make_registry(n, profile)
+        picker = Picker(PickerConfig.model_validate(PICKER), predictor, rng=seed)
+        stream = request_stream(seed)
+        in_flight: list[str] = []
+        wall, cpu = [], []
+        outcomes = {"routed": 0, "shed": 0}
+        warmup = 200
+        gc.collect()
+        for k in range(picks + warmup):
+            req = next(stream)
+            now = k * 0.002
+            t0, c0 = time.perf_counter(), time.thread_time()
+            result = picker.pick(req, reg, now)
+            c1, t1 = time.thread_time(), time.perf_counter()
+            if k >= warmup:
+                wall.append(t1 - t0)
+                cpu.append(c1 - c0)
+                outcomes[result.outcome] += 1
+            if result.routed:
+                reg.dispatched(dispatch_record(req, result, now_s=now))
+                in_flight.append(req.request_id)
+            while len(in_flight) > 4 * n:
+                reg.completed(in_flight.pop(0), now_s=now, output_tokens=100)
+        w, c = np.array(wall) * 1e3, np.array(cpu) * 1e3
+        rows.append({
+            "endpoints": n,
+            "model": "published HGB p90 (300 trees x 31 leaves)" if document else "profile estimate",
+            "picks": len(wall),
+            "p50_ms": round(float(np.percentile(w, 50)), 4),
+            "p99_ms": round(float(np.percentile(w, 99)), 4),
+            "cpu_p50_ms": round(float(np.percentile(c, 50)), 4),
+            "cpu_p99_ms": round(float(np.percentile(c, 99)), 4),
+            "routed_frac": round(outcomes["routed"] / len(wall), 4),
+        })
+        print(f"  pick n={n:5d} {rows[-1]['model']}: p50 {rows[-1]['p50_ms']:.3f} ms, p99 {rows[-1]['p99_ms']:.3f} ms "
+              f"(cpu p99 {rows[-1]['cpu_p99_ms']:.3f} ms)", flush=True)
+    return rows
+
+
+# -- HTTP --------------------------------------------------------------------------
+
+
+def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | None) -> dict:
+    import socket
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "routing.yaml"
+        cfg.write_text(json.dumps({"profile_dir": str(PROFILE_DIR), "seed": 0, "picker": PICKER}))
+        env = {**os.environ, "SLA_ROUTER_TOKEN": TOKEN}
+        server = subprocess.Popen(
+            [sys.executable, "-m", "planner_cli.main", "router", "--host", "127.0.0.1", "--port", str(port),
+             "--config", str(cfg), "--log-level", "warning"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"router did not start: {server.stdout.read().decode()[-2000:]}")
+                time.sleep(0.2)
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            with httpx.Client(base_url=url, headers=auth, timeout=30) as client:
+                for eid, role, domains in fleet_specs(endpoints):
+                    client.put(f"/v1/endpoints/{eid}", json={"role": role, "domains": domains}).raise_for_status()
+                if document is not None:
+                    client.post("/v1/models", json=document).raise_for_status()
+                model = client.get("/v1/models").json()["active"]
+            out = Path(tmp) / "loadgen.json"
+            gen = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--loadgen", "--url", url, "--http-rps", str(rps),
+                 "--http-seconds", str(seconds), "--out", str(out)],
+                cwd=ROOT, capture_output=True, text=True, timeout=seconds + 120,
+            )
+            if gen.returncode != 0:
+                raise RuntimeError(f"load generator failed: {gen.stderr[-2000:]}")
+            result = json.loads(out.read_text())
+            health = httpx.get(f"{url}/healthz", timeout=5).json()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    result.update({"endpoints": endpoints, "model": model, "requests_in_flight_at_end": health["requests_in_flight"]})
+    return result
+
+
+def loadgen(url: str, rps: float, seconds: float, out: str) -> None:
+    asyncio.run(_loadgen(url, rps, seconds, Path(out)))
+
+
+async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
+    import httpx
+
+    rng = np.random.default_rng(1)
+    lat_sched, lat_send, completed_lat = [], [], []
+    statuses: dict[str, int] = {}
+    errors: list[str] = []
+    pending: set[asyncio.Task] = set()
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=10.0) as client:
+        async def complete(rid: str, delay_s: float) -> None:
+            await asyncio.sleep(delay_s)
+            t = time.perf_counter()
+            try:
+                r = await client.post(f"/v1/requests/{rid}/completed", json={
+                    "output_tokens": 100, "observed_ttft_ms": 120.0, "observed_tpot_ms": 9.0})
+                completed_lat.append(time.perf_counter() - t)
+                if r.status_code != 200:
+                    errors.append(f"completed {r.status_code}: {r.text[:200]}")
+            except httpx.HTTPError as exc:
+                errors.append(f"completed: {type(exc).__name__}: {exc}")
+
+        async def one(i: int, scheduled: float, isl: int) -> None:
+            t = time.perf_counter()
+            try:
+                r = await client.post("/v1/route", json={
+                    "request_id": f"lg-{i}", "input_tokens": isl, "slo": SLO, "prefix_cache_hit_frac": 0.2})
+            except httpx.HTTPError as exc:
+                errors.append(f"route: {type(exc).__name__}: {exc}")
+                return
+            done = time.perf_counter()
+            lat_sched.append(done - scheduled)
+            lat_send.append(done - t)
+            key = str(r.status_code)
+            statuses[key] = statuses.get(key, 0) + 1
+            if r.status_code == 200:
+                task = asyncio.create_task(complete(f"lg-{i}", float(rng.uniform(0.2, 1.5))))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            elif r.status_code != 429:
+                errors.append(f"route {r.status_code}: {r.text[:200]}")
+
+        # Warm the connection pool and the server's code paths first.
+        await asyncio.gather(*(one(-k - 1, time.perf_counter(), 1000) for k in range(50)))
+        lat_sched.clear(), lat_send.clear(), statuses.clear()
+        n = int(rps * seconds)
+        start = time.perf_counter() + 0.1
+        max_lag = 0.0
+        for i in range(n):
+            scheduled = start + i / rps
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                max_lag = max(max_lag, -delay)
+            task = asyncio.create_task(one(i, scheduled, int(min(rng.lognormal(7.0, 0.8), 16000))))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        elapsed = time.perf_counter() - start
+        while pending:
+            await asyncio.gather(*list(pending))
+    sched = np.array(lat_sched) * 1e3
+    sent = np.array(lat_send) * 1e3
+    comp = np.array(completed_lat) * 1e3
+    out.write_text(json.dumps({
+        "target_rps": rps,
+        "seconds": seconds,
+        "route_requests": int(sum(statuses.values())),
+        "achieved_rps": round(sum(statuses.values()) / elapsed, 1),
+        "statuses": statuses,
+        "errors": len(errors),
+        "error_examples": errors[:5],
+        "p50_ms": round(float(np.percentile(sched, 50)), 3) if sched.size else None,
+        "p99_ms": round(float(np.percentile(sched, 99)), 3) if sched.size else None,
+        "max_ms": round(float(sched.max()), 3) if sched.size else None,
+        "p50_from_send_ms": round(float(np.percentile(sent, 50)), 3) if sent.size else None,
+        "p99_from_send_ms": round(float(np.percentile(sent, 99)), 3) if sent.size else None,
+        "completed_calls": int(comp.size),
+        "completed_p99_ms": round(float(np.percentile(comp, 99)), 3) if comp.size else None,
+        "generator_max_lag_ms": round(max_lag * 1e3, 3),
+    }))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--picks", type=int, default=5000, help="timed picks per fleet size (default: %(default)s)")
+    ap.add_argument("--http-rps", type=float, default=500.0)
+    ap.add_argument("--http-seconds", type=float, default=60.0)
+    ap.add_argument("--http-endpoints", type=int, default=100)
+    ap.add_argument("--train-requests", type=int, default=12000, help="requests routed to collect training samples")
+    ap.add_argument("--max-iter", type=int, default=300, help="boosting iterations of the published model")
+    ap.add_argument("--skip-http", action="store_true")
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.loadgen:
+        loadgen(args.url, args.http_rps, args.http_seconds, args.out)
+        return 0
+
+    from connectors.profiles import load_profile_dir
+
+    profile = load_profile_dir(PROFILE_DIR)
+    print("collecting training samples ...", flush=True)
+    samples = collect_samples(profile, n_requests=args.train_requests, seed=0)
+    document, train_s = train_document(samples, version="bench-hgb", max_iter=args.max_iter)
+    print(f"  {len(samples)} samples, 4 models trained in {train_s:.1f} s", flush=True)
+    picks = []
+    for doc in (None, document):
+        picks += bench_picks(profile, sizes=(10, 100, 1000), picks=args.picks, document=doc, seed=0)
+    http = None
+    if not args.skip_http:
+        print(f"HTTP: {args.http_rps:g} req/s for {args.http_seconds:g} s ...", flush=True)
+        http = bench_http(rps=args.http_rps, seconds=args.http_seconds, endpoints=args.http_endpoints,
+                          document=document)
+        print(f"  route p50 {http['p50_ms']} ms, p99 {http['p99_ms']} ms, errors {http['errors']}, "
+              f"statuses {http['statuses']}", flush=True)
+    result = {
+        "benchmark": "routing",
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+                    "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "profile": PROFILE_DIR.name,
+        "training": {"samples": len(samples), "seconds": round(train_s, 2), "max_iter": args.max_iter,
+                     "max_leaf_nodes": 31},
+        "pick": picks,
+        "http_route": http,
+        "targets": {"pick_p99_ms_at_100": 1.0, "http_p99_ms": 10.0, "http_errors": 0},
+        "pending": "SLO attainment with SLO-aware + topology routing vs round-robin and least-loaded on a real "
+                   "trace needs the fleet simulator: not measured yet",
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print()
+    print(markdown(result))
+    return 0
+
+
+def markdown(result: dict) -> str:
+    lines = ["| endpoints | latency model | pick p50 (ms) | pick p99 (ms) | CPU p99 (ms) |", "|---|---|---|---|---|"]
+    for r in result["pick"]:
+        lines.append(f"| {r['endpoints']} | {r['model']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_p99_ms']:.3f} |")
+    h = result["http_route"]
+    if h:
+        lines += ["", "| HTTP /v1/route | value |", "|---|---|",
+                  f"| offered / achieved | {h['target_rps']:g} / {h['achieved_rps']:g} req/s for {h['seconds']:g} s |",
+                  f"| p50 / p99 / max (from scheduled send) | {h['p50_ms']} / {h['p99_ms']} / {h['max_ms']} ms |",
+                  f"| p50 / p99 (from actual send) | {h['p50_from_send_ms']} / {h['p99_from_send_ms']} ms |",
+                  f"| statuses | {h['statuses']} |", f"| errors | {h['errors']} |"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
