@@ -112,6 +112,8 @@ class FleetSim:
     ):
         self.cfg = config or SimConfig()
         self.tables = tables
+        self._itl_ms = tables.itl_ms
+        self._inv_max_kv = 1.0 / tables.max_kv_tokens
         self.router = router or LeastLoadedRouter()
         self.trace = trace
         # Flat typed arrays (8 bytes a request, no per-item objects): a day of ServeGen
@@ -377,16 +379,32 @@ class FleetSim:
         if kv_now > d.kv_peak_tokens:
             d.kv_peak_tokens = kv_now
         kv_mid = kv_now + n * n_min * 0.5
-        step = self.tables.itl_ms(kv_mid / self.tables.max_kv_tokens, kv_mid / n) * 1e-3
+        step = self._itl_ms(kv_mid * self._inv_max_kv, kv_mid / n) * 1e-3
         d.step_s = step
-        self._push(d.seg_t + n_min * step, _DECODE_SEG, d, d.version)
+        self._seq += 1
+        heapq.heappush(self._events, (d.seg_t + n_min * step, self._seq, _DECODE_SEG, d, d.version))
 
     def _on_kv_done(self, rid: int, d: DecodeWorker, t: float) -> None:
+        isl = self.isl[rid]
+        osl = self.osl[rid]
         d.incoming -= 1
-        d.incoming_tokens -= self.isl[rid] + self.osl[rid]
-        self._advance(d, t)
+        d.incoming_tokens -= isl + osl
+        if d.n:
+            self._advance(d, t)
+        elif d.seg_t < t:
+            d.seg_t = t
         if not d.pending and self._fits(d, rid):
-            self._admit(d, rid, t)
+            # admit (inlined _admit: the hottest path)
+            steps = d.steps
+            d.n += 1
+            d.kv_base += isl + 1 - steps
+            d.reserved_tokens += isl + osl
+            self._join_step[rid] = steps
+            heapq.heappush(d.heap, (steps + osl - 1, rid))
+            self.first_token_s[rid] = t
+            st = self.stats
+            st.first_tokens += 1
+            st.ttft_sum_s += t - self.arrival_s[rid]
         else:
             d.pending.append(rid)
         self._reschedule(d)

@@ -109,6 +109,7 @@ class ReplayResult:
     scale_log: tuple[tuple[float, str, int, int], ...]
     end_s: float
     wall_s: float
+    policy_wall_s: float = 0.0  # of wall_s, time spent in the policy (the planner core)
 
     @property
     def gpu_hours(self) -> float:
@@ -186,6 +187,7 @@ def replay(
     hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": []}
     n_total = len(trace)
     last_arrival = trace.duration_s
+    policy_wall = 0.0
     k = 0
     while True:
         t = (k + 1) * interval
@@ -209,7 +211,9 @@ def replay(
         reason = ""
         if not finished:
             fleet = log.fleet_state(sim, t)
+            p0 = time.perf_counter()
             out = policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
+            policy_wall += time.perf_counter() - p0
             reason = out.reason
             if out.prefill_replicas is not None or out.decode_replicas is not None:
                 p = out.prefill_replicas if out.prefill_replicas is not None else fleet.prefill.current_replicas
@@ -242,6 +246,7 @@ def replay(
         scale_log=tuple(sim.scale_log),
         end_s=end_s,
         wall_s=time.perf_counter() - wall0,
+        policy_wall_s=policy_wall,
     )
 
 

@@ -58,6 +58,7 @@ def summarize(result: ReplayResult, *, oracle_gpu_hours: float | None = None, ex
         },
         "simulated_s": result.end_s,
         "wall_s": result.wall_s,
+        "policy_wall_s": result.policy_wall_s,
         "requests_per_wall_s": len(req.arrival_s) / result.wall_s if result.wall_s > 0 else None,
         "scenario": {
             "ttft_ms": slo.ttft_ms,
