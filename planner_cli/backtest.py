@@ -11,7 +11,8 @@ PATH may be
     an optional time column t_s / timestamp / time gives interval times in
     seconds, else rows are --bin-s apart; empty cells are missing values),
   - a request trace (Azure CSV or Mooncake JSONL, plain or gzip), binned into
-    --bin-s intervals (column: num_requests, avg_isl_tokens or avg_osl_tokens),
+    --bin-s intervals (column: num_requests, avg_isl_tokens or avg_osl_tokens);
+    the trailing partial bin is dropped,
   - a ServeGen archive (.tar.gz): requests per 10-minute window summed over
     clients, windows where every client is zero masked as collection gaps;
     --bin-s may merge whole windows.
@@ -163,7 +164,13 @@ def load_series(path: str | Path, *, column: str | None = None, bin_s: float | N
     trace = load_trace(path, fmt=fmt)
     if len(trace) == 0:
         raise ValueError(f"{path}: trace has no requests")
-    hist = bin_trace(trace, bin_s=bin_s or 60.0)
+    width = bin_s or 60.0
+    # The trace ends inside its last bin; that bin's count would look like a
+    # sudden drop, so only whole bins are kept.
+    whole = math.floor(trace.duration_s / width + 1e-9)
+    if whole < 1:
+        raise ValueError(f"{path}: trace spans {trace.duration_s:.0f} s, less than one {width:g} s bin")
+    hist = bin_trace(trace, bin_s=width, end_s=whole * width)
     return np.asarray(hist.t_s), np.asarray(getattr(hist, col), dtype=float), f"{path.name}:{col} ({fmt}, {hist.interval_s:g} s bins)"
 
 
@@ -175,7 +182,8 @@ def predictor_list(spec: str) -> list[str]:
     names = valid if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     bad = [n for n in names if n not in valid]
     if bad or not names:
-        raise ValueError(f"unknown predictor {', '.join(bad) or spec!r}; valid: {', '.join(valid)} or all")
+        shown = ", ".join(repr(b) for b in bad) or repr(spec)
+        raise ValueError(f"unknown predictor {shown}; valid: {', '.join(valid)} or all")
     return names
 
 

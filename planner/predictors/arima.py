@@ -95,7 +95,7 @@ class ArimaPredictor(PredictorBase):
         reuse = self._extends_previous(np.asarray(t_s, dtype=float))
         prev = {
             k: getattr(self, k, None)
-            for k in ("order_", "harmonics_", "selected_at_s_", "params_", "refit_at_s_")
+            for k in ("order_", "harmonics_", "selected_at_s_", "selected_points_", "params_", "refit_at_s_", "refit_points_")
         }
         t, v = self._set_series(t_s, y)
         n_ok = int(np.isfinite(v).sum())
@@ -110,16 +110,15 @@ class ArimaPredictor(PredictorBase):
         span_days = (tt[-1] - tt[0] + self.interval_s_) / 86400.0
         self.harmonics_ = self.daily_harmonics if span_days >= self.min_seasons else 0
         X = self._exog(tt)
-        step = self.interval_s_
-
-        def since(at):
-            return np.inf if at is None else (t[-1] - at) / step
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if not reuse or prev["order_"] is None or prev["harmonics_"] != self.harmonics_ or since(
-                prev["selected_at_s_"]
-            ) >= self.reselect_every:
+            if (
+                not reuse
+                or prev["order_"] is None
+                or prev["harmonics_"] != self.harmonics_
+                or self._stale(prev["selected_at_s_"], prev["selected_points_"], self.reselect_every)
+            ):
                 k = min(z.size, int(self.select_window))
                 sel = pm.auto_arima(
                     z[-k:],
@@ -134,20 +133,22 @@ class ArimaPredictor(PredictorBase):
                     error_action="ignore",
                 )
                 self.order_ = tuple(int(x) for x in sel.order)
-                self.selected_at_s_ = t[-1]
+                self.selected_at_s_, self.selected_points_ = t[-1], n_ok
                 prev["params_"] = None
             else:
                 self.order_ = prev["order_"]
-                self.selected_at_s_ = prev["selected_at_s_"]
+                self.selected_at_s_, self.selected_points_ = prev["selected_at_s_"], prev["selected_points_"]
             model = pm.ARIMA(order=self.order_, suppress_warnings=True)
-            if prev["params_"] is not None and since(prev["refit_at_s_"]) < self.refit_every:
+            if prev["params_"] is not None and not self._stale(
+                prev["refit_at_s_"], prev["refit_points_"], self.refit_every
+            ):
                 # Same order, fresh window: re-run the filter with the fitted coefficients.
                 model.fit(z, X=X, start_params=prev["params_"], maxiter=0)
-                self.refit_at_s_ = prev["refit_at_s_"]
+                self.refit_at_s_, self.refit_points_ = prev["refit_at_s_"], prev["refit_points_"]
                 self.params_ = prev["params_"]
             else:
                 model.fit(z, X=X)
-                self.refit_at_s_ = t[-1]
+                self.refit_at_s_, self.refit_points_ = t[-1], n_ok
                 self.params_ = np.asarray(model.params(), dtype=float)
         self.model_ = model
         fitted = np.asarray(model.predict_in_sample(X=X), dtype=float)

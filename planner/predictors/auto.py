@@ -1,28 +1,45 @@
-"""Automatic choice: per series, the candidate with the best recent one-step error.
+"""Automatic choice: per series, the candidate that beat last value over the recent past.
 
-Every fit scores each candidate on the one-step-ahead predictions it made for
-the most recent `score_window` points (its `insample_`, which a filter or
-recursion computes from past values only) and keeps the best. A candidate
-replaces last value only when its error is lower by more than `margin_frac`,
-so `auto` does not trade a sure baseline for noise.
+Every fit scores each candidate against last value on genuine one-step-ahead
+forecasts for the most recent `score_window` points: each made by the
+candidate fitted only on the data before that point (kept from earlier fits
+with warm_start, recomputed on a cold start), so parameters fitted on the
+scored points never flatter a candidate. A candidate replaces last value only when it is
+better by more than `margin_frac` *and* the advantage is consistent: the
+mean of d = |last-value error| - |candidate error| is at least `min_t`
+standard errors above zero (a one-sided Diebold-Mariano-style check) over at
+least `min_scored` points. Among the eligible, the lowest error wins. So on a
+series where nothing is reliably better, `auto` is last value, and it never
+switches on the strength of a few lucky points.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, single_threaded, clean_forecast
+from planner.predictors.base import PredictorBase, check_horizon, clean_forecast, single_threaded
 
 DEFAULT_CANDIDATES = ("constant", "ets", "kalman", "gbm")
 
 
-class AutoPredictor(PredictorBase):
-    """Keeps, per series, whichever candidate predicted the recent past best.
+def _key(t_s: float) -> float:
+    """Dictionary key for an interval end time (robust to float noise)."""
+    return round(float(t_s), 3)
 
-    candidates: registry names tried; "constant" is always included.
-    score_window: most recent points the candidates are scored on (MAE).
-    margin_frac: a candidate must beat last value's MAE by this fraction.
-    candidate_params: per-candidate constructor parameters.
+
+class AutoPredictor(PredictorBase):
+    """Keeps, per series, whichever candidate reliably predicted the recent past best.
+
+    candidates: registry names tried ("a,b" or a tuple); "constant" is always included.
+    score_window: most recent points the candidates are scored on.
+    margin_frac: a candidate's MAE must be below (1 - margin_frac) x last value's.
+    min_t: required t-statistic of its advantage over last value.
+    min_scored: fewest scored points before any candidate may replace last value.
+    combine: "best" (one candidate) or "weighted" (inverse squared MAE weights
+        over the eligible candidates).
+    candidate_params: {name: constructor parameters} per candidate.
     """
 
     name = "auto"
@@ -32,8 +49,11 @@ class AutoPredictor(PredictorBase):
         *,
         candidates: tuple[str, ...] | str = DEFAULT_CANDIDATES,
         score_window: int = 48,
-        margin_frac: float = 0.03,
-        combine: str = "best",
+        margin_frac: float = 0.02,
+        min_t: float = 0.0,
+        full_t: float = 2.0,
+        min_scored: int = 8,
+        combine: str = "blend",
         candidate_params: dict | None = None,
         residual_window: int = 200,
         warm_start: bool = False,
@@ -41,6 +61,9 @@ class AutoPredictor(PredictorBase):
         self.candidates = candidates
         self.score_window = score_window
         self.margin_frac = margin_frac
+        self.min_t = min_t
+        self.full_t = full_t
+        self.min_scored = min_scored
         self.combine = combine
         self.candidate_params = candidate_params
         self.residual_window = residual_window
@@ -56,56 +79,119 @@ class AutoPredictor(PredictorBase):
         return names
 
     def fit(self, t_s, y) -> "AutoPredictor":
-        """Validate and fit on (t_s seconds, y); returns self."""
+        """Validate and fit every candidate on (t_s seconds, y), then choose; returns self."""
         with single_threaded():
             return self._fit(t_s, y)
 
     def _fit(self, t_s, y) -> "AutoPredictor":
-        from planner.predict import make_predictor  # registry imports this module
+        from planner.predict import make_predictor  # the registry imports this module
 
-        if self.combine not in ("best", "weighted"):
-            raise ValueError(f"AutoPredictor: combine must be 'best' or 'weighted', got {self.combine!r}")
+        if self.combine not in ("best", "weighted", "blend"):
+            raise ValueError(f"AutoPredictor: combine must be 'best', 'weighted' or 'blend', got {self.combine!r}")
         if not (isinstance(self.score_window, int) and self.score_window >= 2):
             raise ValueError(f"AutoPredictor: score_window must be an integer >= 2, got {self.score_window!r}")
+        if not (isinstance(self.min_scored, int) and self.min_scored >= 2):
+            raise ValueError(f"AutoPredictor: min_scored must be an integer >= 2, got {self.min_scored!r}")
+        names = self._candidate_names()
         reuse = self._extends_previous(np.asarray(t_s, dtype=float))
         old = getattr(self, "models_", {}) if reuse else {}
         t, v = self._set_series(t_s, y)
         params = self.candidate_params or {}
         models = {}
-        for name in self._candidate_names():
+        for name in names:
             model = old.get(name) or make_predictor(name, warm_start=self.warm_start, **params.get(name, {}))
             models[name] = model.fit(t, v)
         self.models_ = models
-        w = int(self.score_window)
-        recent = slice(max(0, v.size - w), v.size)
-        # Candidates still answering with last value (too little history for
-        # their model) sit out; the rest are scored on the same points.
-        racing = {n: m for n, m in models.items() if n == "constant" or not m.fallback_reason_}
-        ok = np.isfinite(v[recent])
-        for m in racing.values():
-            ok &= np.isfinite(m.insample_[recent])
-        scores = {}
-        for name, m in racing.items():
-            err = np.abs(v[recent] - m.insample_[recent])[ok]
-            scores[name] = float(err.mean()) if err.size else np.inf
-        self.scores_ = scores
-        self.n_scored_ = int(ok.sum())
-        base = scores["constant"]
-        best = min(scores, key=lambda n: (scores[n], n != "constant"))
-        if self.n_scored_ < 2 or not scores[best] < base * (1.0 - self.margin_frac):
+
+        start = max(1, v.size - int(self.score_window))
+        recent = slice(start, v.size)
+        actual = v[recent]
+        base_err = np.abs(actual - models["constant"].insample_[recent])
+        books = self._out_of_sample(t, v, models, start, reuse, make_predictor, params)
+        self.scores_ = {}  # name -> (MAE ratio to last value, t-statistic, points)
+        eligible = {}
+        for name, model in models.items():
+            if name == "constant" or model.fallback_reason_:
+                continue  # still answering with last value: nothing to compare
+            book = books[name]
+            pred = np.array([book.get(_key(x), np.nan) for x in t[recent]])
+            err = np.abs(actual - pred)
+            ok = np.isfinite(err) & np.isfinite(base_err)
+            n = int(ok.sum())
+            if n < 2:
+                continue
+            d = base_err[ok] - err[ok]
+            base_mae = float(base_err[ok].mean())
+            ratio = float(err[ok].mean()) / base_mae if base_mae > 0 else 1.0
+            sd = float(d.std(ddof=1))
+            t_stat = float(d.mean()) / (sd / math.sqrt(n)) if sd > 0 else (math.inf if d.mean() > 0 else 0.0)
+            self.scores_[name] = (ratio, t_stat, n)
+            if n >= self.min_scored and ratio < 1.0 - self.margin_frac and t_stat > self.min_t:
+                eligible[name] = ratio
+        if eligible:
+            best = min(eligible, key=lambda n: (eligible[n], n))
+            if self.combine == "blend":
+                # Trust grows with the evidence: no abrupt flips between last
+                # value and the candidate when the advantage is borderline.
+                _, t_best, _ = self.scores_[best]
+                w = min(1.0, (t_best - self.min_t) / max(self.full_t - self.min_t, 1e-9))
+                self.weights_ = {best: w, "constant": 1.0 - w} if w < 1.0 else {best: 1.0}
+            elif self.combine == "weighted":
+                inv = {n: 1.0 / r**2 for n, r in eligible.items()}
+                total = sum(inv.values())
+                self.weights_ = {n: w / total for n, w in inv.items()}
+            else:
+                self.weights_ = {best: 1.0}
+        else:
             best = "constant"
+            self.weights_ = {"constant": 1.0}
         self.chosen_ = best
-        self.weights_ = {best: 1.0}
-        if self.combine == "weighted" and best != "constant":
-            # Inverse squared error weights over the candidates at least as good as last value.
-            good = {n: s for n, s in scores.items() if s <= base and s > 0}
-            inv = {n: 1.0 / s**2 for n, s in good.items()}
-            total = sum(inv.values())
-            self.weights_ = {n: w / total for n, w in inv.items()}
-        self.insample_ = sum(w * models[n].insample_ for n, w in self.weights_.items())
-        if self.n_scored_ < 2:
-            self.fallback_reason_ = f"{self.n_scored_} points to score candidates on: last value"
+        ins = sum(w * models[n].insample_ for n, w in self.weights_.items())
+        # Over the scoring window the honest forecasts replace in-sample ones,
+        # so the residual quantile is not flattered by fitted parameters.
+        for i in range(start, v.size):
+            parts = [
+                w * (models[n].insample_[i] if n == "constant" else books[n].get(_key(t[i]), np.nan))
+                for n, w in self.weights_.items()
+            ]
+            if all(np.isfinite(parts)):
+                ins[i] = sum(parts)
+        self.insample_ = ins
+        # Remember this fit's forecasts: the next fit scores them out of sample for free.
+        t_next = _key(t[-1] + self.interval_s_)
+        for name, model in models.items():
+            if name != "constant":
+                books[name][t_next] = float(model.predict(1)[0])
+        self.books_ = books
         return self
+
+    def _out_of_sample(self, t, v, models, start, reuse, make_predictor, params) -> dict:
+        """{candidate: {target time: one-step forecast made from data before it}} over the scoring window.
+
+        Forecasts kept from earlier fits (warm start) are reused; any missing
+        ones are made now by refitting a separate instance of the candidate on
+        the data before each target, so a cold start scores on the same honest
+        basis, only slower.
+        """
+        from_key = _key(t[start])
+        old = getattr(self, "books_", {}) if reuse else {}
+        books = {}
+        for name, model in models.items():
+            if name == "constant":
+                continue
+            book = {k: f for k, f in old.get(name, {}).items() if k >= from_key}
+            books[name] = book
+            if model.fallback_reason_:
+                continue
+            missing = [i for i in range(start, v.size) if np.isfinite(v[i]) and _key(t[i]) not in book]
+            if not missing:
+                continue
+            scorer = make_predictor(name, warm_start=True, **params.get(name, {}))
+            for i in missing:
+                if not np.any(np.isfinite(v[:i])):
+                    continue
+                book[_key(t[i])] = float(scorer.fit(t[:i], v[:i]).predict(1)[0])
+        return books
 
     def predict(self, horizon: int = 1) -> np.ndarray:
         self._check_fitted()

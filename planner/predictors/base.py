@@ -174,6 +174,20 @@ class PredictorBase:
             and abs(((t[0] - old[0]) / step) - round((t[0] - old[0]) / step)) < 1e-6
         )
 
+    def _stale(self, fitted_at_s: float | None, fitted_points: int | None, every: int) -> bool:
+        """Whether warm-started state is due for a refresh.
+
+        fitted_at_s / fitted_points: time of the last point and points seen when
+        the state was estimated (None: never). Due after `every` new points, or
+        sooner while the history is young: after a quarter as many new points
+        as it was estimated on, so a short series is not stuck with parameters
+        from its first few points.
+        """
+        if fitted_at_s is None or fitted_points is None:
+            return True
+        new_points = (self.t_s_[-1] - fitted_at_s) / self.interval_s_
+        return new_points >= min(every, max(1, fitted_points // 4))
+
     def _fall_back(self, reason: str) -> None:
         """Answer with the last value; its residuals are last value's, so quantiles stay honest."""
         self.fallback_reason_ = reason

@@ -66,7 +66,12 @@ class ExponentialSmoothingPredictor(PredictorBase):
         if not (isinstance(self.min_points, int) and self.min_points >= 3):
             raise ValueError(f"ExponentialSmoothingPredictor: min_points must be an integer >= 3, got {self.min_points!r}")
         reuse = self._extends_previous(np.asarray(t_s, dtype=float))
-        prev = (getattr(self, "params_", None), getattr(self, "spec_", None), getattr(self, "optimized_at_s_", None))
+        prev = (
+            getattr(self, "params_", None),
+            getattr(self, "spec_", None),
+            getattr(self, "optimized_at_s_", None),
+            getattr(self, "optimized_points_", None),
+        )
         t, v = self._set_series(t_s, y)
         n_ok = int(np.isfinite(v).sum())
         self.spec_ = None
@@ -88,17 +93,17 @@ class ExponentialSmoothingPredictor(PredictorBase):
             seasonal_periods=spec[2],
             initialization_method="estimated" if not seasonal else "heuristic",
         )
-        old_params, old_spec, optimized_at = prev
-        due = optimized_at is None or (t[-1] - optimized_at) / self.interval_s_ >= self.refit_every
+        old_params, old_spec, optimized_at, optimized_points = prev
+        due = self._stale(optimized_at, optimized_points, self.refit_every)
         with warnings.catch_warnings():
             # Convergence chatter on flat or short series; the fit is still usable.
             warnings.simplefilter("ignore")
             if reuse and old_spec == spec and old_params is not None and not due:
                 res = model.fit(optimized=False, **old_params)
-                self.optimized_at_s_ = optimized_at
+                self.optimized_at_s_, self.optimized_points_ = optimized_at, optimized_points
             else:
                 res = model.fit()
-                self.optimized_at_s_ = t[-1]
+                self.optimized_at_s_, self.optimized_points_ = t[-1], n_ok
         self.spec_ = spec
         keys = ["smoothing_level"]
         if spec[0]:

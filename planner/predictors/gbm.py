@@ -116,7 +116,12 @@ class GradientBoostingPredictor(PredictorBase):
         if not (isinstance(self.min_points, int) and self.min_points >= 20):
             raise ValueError(f"GradientBoostingPredictor: min_points must be an integer >= 20, got {self.min_points!r}")
         reuse = self._extends_previous(np.asarray(t_s, dtype=float))
-        prev = (getattr(self, "model_", None), getattr(self, "fitted_at_s_", None), getattr(self, "holdout_pred_", None))
+        prev = (
+            getattr(self, "model_", None),
+            getattr(self, "fitted_at_s_", None),
+            getattr(self, "holdout_pred_", None),
+            getattr(self, "fitted_points_", None),
+        )
         t, v = self._set_series(t_s, y)
         n_ok = int(np.isfinite(v).sum())
         if n_ok < self.min_points:
@@ -133,8 +138,8 @@ class GradientBoostingPredictor(PredictorBase):
         target = z - np.concatenate([[np.nan], zf[:-1]])
         usable = np.isfinite(target)
         usable[:2] = False
-        model, fitted_at, holdout_pred = prev
-        due = fitted_at is None or (t[-1] - fitted_at) / self.interval_s_ >= self.refit_every
+        model, fitted_at, holdout_pred, fitted_points = prev
+        due = self._stale(fitted_at, fitted_points, self.refit_every)
         cols = getattr(self, "cols_", None)
         if not reuse or model is None or due:
             hold = min(int(self.holdout), max(0, int(usable.sum()) - self.min_points // 2))
@@ -148,7 +153,7 @@ class GradientBoostingPredictor(PredictorBase):
                 pred = np.expm1(zf[cut - 1 : -1] + early.predict(X[cut:, cols]))
                 holdout_pred = dict(zip(t[cut:].tolist(), pred.tolist()))
             model = self._new_model().fit(X[usable][:, cols], target[usable])
-            fitted_at = t[-1]
+            fitted_at, fitted_points = t[-1], n_ok
         self.cols_ = cols
         # Between refits, points after the fit are out of sample for the current model too.
         recent = t > fitted_at
@@ -160,6 +165,7 @@ class GradientBoostingPredictor(PredictorBase):
                 ins[i] = holdout_pred[ts]
         self.model_ = model
         self.fitted_at_s_ = fitted_at
+        self.fitted_points_ = fitted_points
         self.holdout_pred_ = holdout_pred
         self.insample_ = np.concatenate([np.full(pad, np.nan), ins])
         self._z = zf

@@ -72,6 +72,7 @@ class KalmanPredictor(PredictorBase):
         reuse = self._extends_previous(np.asarray(t_s, dtype=float))
         prev_tuned = getattr(self, "ratios_", None) if reuse else None
         tuned_at = getattr(self, "tuned_at_s_", None) if reuse else None
+        tuned_points = getattr(self, "tuned_points_", None) if reuse else None
         t, v = self._set_series(t_s, y)
         n_ok = int(np.isfinite(v).sum())
         if n_ok < self.min_points:
@@ -84,12 +85,11 @@ class KalmanPredictor(PredictorBase):
         r = float(np.var(d) / 2.0) if d.size else 0.0
         r = max(r, 1e-6 * max(1.0, float(np.nanmean(w)) ** 2), 1e-9)
         self.r_ = r
-        new_points = (t[-1] - tuned_at) / self.interval_s_ if tuned_at is not None else np.inf
-        if prev_tuned is not None and new_points < self.retune_every:
+        if prev_tuned is not None and not self._stale(tuned_at, tuned_points, self.retune_every):
             self.ratios_ = prev_tuned
         else:
             self.ratios_ = self._tune(w, r)
-            self.tuned_at_s_ = t[-1]
+            self.tuned_at_s_, self.tuned_points_ = t[-1], n_ok
         prior, post = _filter(w, r, *self.ratios_)
         ins = np.full(v.size, np.nan)
         ins[-w.size:] = prior

@@ -92,6 +92,7 @@ class ProphetPredictor(PredictorBase):
         prev_model = getattr(self, "model_", None) if reuse else None
         prev_spec = getattr(self, "spec_", None)
         prev_at = getattr(self, "fitted_at_s_", None)
+        prev_points = getattr(self, "fitted_points_", None)
         t, v = self._set_series(t_s, y)
         n_ok = int(np.isfinite(v).sum())
         if n_ok < self.min_points:
@@ -101,10 +102,10 @@ class ProphetPredictor(PredictorBase):
         ok = np.isfinite(v)
         span_days = (t[ok][-1] - t[ok][0] + self.interval_s_) / 86400.0
         spec = (span_days >= self.daily_min_days, span_days >= self.weekly_min_days)
-        due = prev_at is None or (t[-1] - prev_at) / self.interval_s_ >= self.refit_every
+        due = self._stale(prev_at, prev_points, self.refit_every)
         if prev_model is not None and prev_spec == spec and not due:
             self.model_ = prev_model
-            self.fitted_at_s_ = prev_at
+            self.fitted_at_s_, self.fitted_points_ = prev_at, prev_points
         else:
             model = Prophet(
                 daily_seasonality=spec[0],
@@ -129,7 +130,7 @@ class ProphetPredictor(PredictorBase):
                     uncertainty_samples=0,
                 ).fit(frame)
             self.model_ = model
-            self.fitted_at_s_ = t[-1]
+            self.fitted_at_s_, self.fitted_points_ = t[-1], n_ok
         self.spec_ = spec
         yhat = self._yhat(t)
         resid = v - yhat
