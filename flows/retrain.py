@@ -98,7 +98,7 @@ def retrain_flow(
         decision = GateDecision(False, "skipped", shortage)
         logger.warning("skipped: %s", shortage)
         _card(model_card(context, prepared, cfg, decision), version)
-        return _result(decision, version, current_version, published=None)
+        return _result(decision, version, current_version, prepared, published=None)
 
     models = train_models(prepared, cfg)
     document, evaluation, decision = evaluate_models(
@@ -119,7 +119,7 @@ def retrain_flow(
             raise
         logger.info("published %s (active: %s)", published["version"], published["active"])
     _card(card, version)
-    return _result(decision, version, current_version, published=published, evaluation=evaluation)
+    return _result(decision, version, current_version, prepared, published=published, evaluation=evaluation)
 
 
 def _default_version(now_s: float) -> str:
@@ -129,9 +129,11 @@ def _default_version(now_s: float) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_s)) + f"-{run_id}"
 
 
-def _result(decision: GateDecision, version: str, current_version: str | None, *, published: dict | None,
-            evaluation: Evaluation | None = None) -> dict:
+def _result(decision: GateDecision, version: str, current_version: str | None, prepared: PreparedSamples, *,
+            published: dict | None, evaluation: Evaluation | None = None) -> dict:
     return {
+        "samples": {t: prepared.by_target[t].n for t in TARGETS},
+        "dropped": prepared.dropped(),
         "decision": decision.code,
         "reason": decision.reason,
         "version": version,
@@ -208,7 +210,7 @@ def model_card(
 
 def _metrics_section(ev: Evaluation) -> list[str]:
     lines = ["", "## Held-out comparison (same most recent samples)", "",
-             "| target | model | MAPE | p90 coverage | samples | window (s) |", "|---|---|---|---|---|---|"]
+             "| target | model | MAPE | p90 coverage | p90 loss | samples | window (s) |", "|---|---|---|---|---|---|---|"]
     for t in TARGETS:
         h = ev.holdout[t]
         window = f"{h['from_s']:.0f}–{h['to_s']:.0f}" if h["n"] else "—"
@@ -217,7 +219,11 @@ def _metrics_section(ev: Evaluation) -> list[str]:
             rows.append(("current", ev.current[t]))
         rows.append(("profile estimate", ev.estimate[t]))
         for name, m in rows:
-            lines.append(f"| {t} | {name} | {_pct(m['mape'])} | {_pct(m['p90_coverage'], 1)} | {m['n']} | {window} |")
+            lines.append(f"| {t} | {name} | {_pct(m['mape'])} | {_pct(m['p90_coverage'], 1)} | {_pct(m['p90_loss'])} "
+                         f"| {m['n']} | {window} |")
+    lines += ["", "MAPE: mean |predicted - observed| / observed of the point model. p90 loss: pinball loss at 0.9 "
+              "relative to the observed latency (lower is better; the estimate's p90 is its single value, as the "
+              "router uses it). Score: the mean of the four MAPE and p90-loss figures."]
     return lines
 
 

@@ -97,14 +97,14 @@ def _base_env() -> dict:
 
 
 @lru_cache(maxsize=4)
-def simulated_requests(*, window_s: float, load_multiplier: float = 4.0):
-    """The first window_s seconds of the Azure conversation trace x load_multiplier, replayed
+def simulated_requests(*, window_s: float, start_s: float = 120.0, load_multiplier: float = 4.0):
+    """window_s seconds from start_s of the Azure conversation trace x load_multiplier, replayed
     by the simulated fleet under the planner (measured H200 profile): each request's outcome and workers."""
     from sim.samples import simulate_routed
     from sim.traces import load_trace, multiply_load, time_window
 
     require_data(AZURE_CONV, FLEET_PROFILE)
-    trace = time_window(multiply_load(load_trace(AZURE_CONV), load_multiplier, seed=0), 0.0, window_s)
+    trace = time_window(multiply_load(load_trace(AZURE_CONV), load_multiplier, seed=0), start_s, start_s + window_s)
     return simulate_routed(trace, profile_dir=str(FLEET_PROFILE))
 
 
