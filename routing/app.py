@@ -339,20 +339,32 @@ def _responses(*codes: int) -> dict:
     return {c: {"model": ErrorBody} for c in codes}
 
 
-# -- body size limit ------------------------------------------------------------
+# -- request guard: unknown query parameters, body size ---------------------------
 
 
-class BodyLimit:
-    """ASGI middleware: 413 for bodies over the limit (declared or streamed)."""
+class RequestGuard:
+    """ASGI middleware: 422 for unknown query parameters, 413 for bodies over the limit.
 
-    def __init__(self, app, *, max_body_bytes: int, max_model_bytes: int):
+    Done here rather than as a FastAPI dependency so the hot routes pay nothing
+    for it: the query check runs only when a query string is present.
+    query_names: (path regex, names the route accepts) for every route.
+    """
+
+    def __init__(self, app, *, max_body_bytes: int, max_model_bytes: int, query_names: list):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.max_model_bytes = max_model_bytes
+        self.query_names = query_names
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if scope.get("query_string"):
+            problem = self._unknown_query(scope)
+            if problem:
+                field, message = problem
+                return await _send_json(send, 422, "invalid_request", f"{field}: {message}",
+                                        [{"field": field, "message": message}])
         limit = self.max_model_bytes if scope["path"] == "/v1/models" else self.max_body_bytes
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
@@ -390,8 +402,23 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def _send_json(send, status: int, code: str, message: str) -> None:
-    body = json.dumps({"error": code, "message": message, "fields": []}).encode()
+    def _unknown_query(self, scope) -> tuple[str, str] | None:
+        from urllib.parse import parse_qsl
+
+        path = scope["path"]
+        matched = [names for regex, names in self.query_names if regex.match(path)]
+        if not matched:
+            return None  # 404 follows
+        allowed = set().union(*matched)
+        given = [k for k, _ in parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)]
+        unknown = sorted(set(given) - allowed)
+        if unknown:
+            return f"query.{unknown[0]}", f"unknown query parameter (allowed: {sorted(allowed)})"
+        return None
+
+
+async def _send_json(send, status: int, code: str, message: str, fields: list | None = None) -> None:
+    body = json.dumps({"error": code, "message": message, "fields": fields or []}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
@@ -425,7 +452,6 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
         version="1",
         description="SLO-aware and topology-aware endpoint picking with a published latency predictor.",
         lifespan=lifespan,
-        dependencies=[Depends(_no_unknown_query_params)],
     )
     app.state.service = svc
     bearer = HTTPBearer(auto_error=False, description=f"admin token from ${config.auth.token_env}")
@@ -656,21 +682,12 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
         return {"request_id": request_id, "samples_recorded": n}
 
+    query_names = [(r.path_regex, _query_names(r.dependant)) for r in app.router.routes if hasattr(r, "dependant")]
     app.add_middleware(
-        BodyLimit, max_body_bytes=config.limits.max_body_bytes, max_model_bytes=config.limits.max_model_bytes
+        RequestGuard, max_body_bytes=config.limits.max_body_bytes, max_model_bytes=config.limits.max_model_bytes,
+        query_names=query_names,
     )
     return app
-
-
-async def _no_unknown_query_params(request: Request) -> None:
-    """Unknown query parameters are an error naming them, not silently ignored."""
-    if not request.query_params:
-        return
-    route = request.scope.get("route")
-    allowed = _query_names(route.dependant) if route is not None else set()
-    unknown = sorted(set(request.query_params) - allowed)
-    if unknown:
-        raise _FieldProblem(f"query.{unknown[0]}", f"unknown query parameter (allowed: {sorted(allowed)})")
 
 
 def _query_names(dependant) -> set[str]:

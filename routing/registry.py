@@ -290,13 +290,17 @@ class EndpointRegistry:
         fresh = rows[:, M_AT] >= now_s - self.metrics_max_age_s
         role = rows[:, ROLE]
         held = np.where(role == ROLE_CODE["prefill"], rows[:, PREFILL_TIF], rows[:, DECODE_TIF])
-        lc_kv = np.minimum(held / rows[:, MAX_KV], 1.0)
-        running = np.where(fresh, rows[:, RUN_M], rows[:, LC_RUN])
+        kv = np.minimum(held / rows[:, MAX_KV], 1.0)
+        running, waiting = rows[:, LC_RUN], rows[:, LC_WAIT]
+        if fresh.any():  # otherwise (lifecycle only) skip three selects
+            kv = np.where(fresh, rows[:, KV_M], kv)
+            running = np.where(fresh, rows[:, RUN_M], running)
+            waiting = np.where(fresh, rows[:, WAIT_M], waiting)
         return EndpointView(
             idx=idx,
             role_code=role.astype(np.int64),
-            kv_usage_frac=np.where(fresh, rows[:, KV_M], lc_kv),
-            waiting_requests=np.where(fresh, rows[:, WAIT_M], rows[:, LC_WAIT]),
+            kv_usage_frac=kv,
+            waiting_requests=waiting,
             running_requests=running,
             prefill_tokens_in_flight=rows[:, PREFILL_TIF],
             decode_tokens_in_flight=rows[:, DECODE_TIF],

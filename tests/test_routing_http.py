@@ -333,3 +333,12 @@ def test_cli_startup_fails_clearly_on_a_missing_label_file(tmp_path, capsys):
     cfg.write_text("profile_dir: /x\npicker: {strategy: fastest}\n")
     assert main(["router", "--config", str(cfg)]) == 2
     assert "unknown field 'picker.strategy'" in capsys.readouterr().err
+
+
+def test_unknown_query_parameter_is_named(api):
+    client, _ = api
+    resp = client.get("/v1/samples", params={"after_seq": 0, "afterseq": 5}, headers=AUTH)
+    assert resp.status_code == 422
+    assert resp.json()["fields"] == [{"field": "query.afterseq",
+                                      "message": "unknown query parameter (allowed: ['after_seq', 'limit', 'target'])"}]
+    assert client.get("/healthz", params={"verbose": 1}).status_code == 422
