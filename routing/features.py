@@ -50,8 +50,8 @@ TARGETS: tuple[Target, ...] = ("ttft", "tpot")
 Role = Literal["prefill", "decode", "aggregated"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "aggregated")
 
-# Raw quantities a sample stores (besides role); order is irrelevant here.
-RAW_FIELDS: tuple[str, ...] = (
+# Request size and endpoint load, in feature-column order.
+LOAD_FIELDS: tuple[str, ...] = (
     "input_tokens",
     "prefix_cache_hit_frac",
     "kv_usage_frac",
@@ -59,21 +59,11 @@ RAW_FIELDS: tuple[str, ...] = (
     "running_requests",
     "prefill_tokens_in_flight",
     "decode_tokens_in_flight",
-    "tokens_generated",
 )
+# Raw quantities a sample stores (besides role).
+RAW_FIELDS: tuple[str, ...] = LOAD_FIELDS + ("tokens_generated",)
 
-TTFT_FEATURES: tuple[str, ...] = (
-    "input_tokens",
-    "prefix_cache_hit_frac",
-    "kv_usage_frac",
-    "waiting_requests",
-    "running_requests",
-    "prefill_tokens_in_flight",
-    "decode_tokens_in_flight",
-    "role_prefill",
-    "role_decode",
-    "role_aggregated",
-)
+TTFT_FEATURES: tuple[str, ...] = LOAD_FIELDS + ("role_prefill", "role_decode", "role_aggregated")
 TPOT_FEATURES: tuple[str, ...] = TTFT_FEATURES + ("tokens_generated",)
 FEATURES: dict[Target, tuple[str, ...]] = {"ttft": TTFT_FEATURES, "tpot": TPOT_FEATURES}
 ROLE_CODE: dict[str, int] = {role: i for i, role in enumerate(ROLES)}
