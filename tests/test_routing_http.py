@@ -342,3 +342,44 @@ def test_unknown_query_parameter_is_named(api):
     assert resp.json()["fields"] == [{"field": "query.afterseq",
                                       "message": "unknown query parameter (allowed: ['after_seq', 'limit', 'target'])"}]
     assert client.get("/healthz", params={"verbose": 1}).status_code == 422
+
+
+def test_example_config_parses():
+    from planner_cli.router import load_router_config
+
+    cfg = load_router_config(str(PROJECT_ROOT / "configs" / "routing.yaml"), profile_dir=str(PROFILE_DIR))
+    assert cfg.picker.topology.level == "zone" and set(cfg.picker.topology.qos) == {"host", "rack", "zone", "none"}
+
+
+def test_model_swaps_under_traffic_drop_nothing():
+    docs = [trained_document(f"swap-{k}", seed=k, scale=1.0 + k) for k in range(2)]
+    with serve(fleet=2) as (client, svc):
+        seen, statuses, stop = [], [], threading.Event()
+
+        def traffic():
+            with httpx.Client(base_url=str(client.base_url), timeout=10) as c:
+                k = 0
+                while not stop.is_set():
+                    r = c.post("/v1/route", json={"request_id": f"swap-r{k}", "input_tokens": 500,
+                                                  "slo": SLO, "critical": True})
+                    statuses.append(r.status_code)
+                    if r.status_code == 200:
+                        seen.append(r.json()["model_version"])
+                        c.post(f"/v1/requests/swap-r{k}/completed", json={"output_tokens": 5})
+                    k += 1
+
+        worker = threading.Thread(target=traffic)
+        worker.start()
+        try:
+            for doc in docs:
+                time.sleep(0.2)
+                assert client.post("/v1/models", json=doc, headers=AUTH).status_code == 201
+            time.sleep(0.2)
+            assert client.post("/v1/models/rollback", json={}, headers=AUTH).json()["active"] == "swap-0"
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            worker.join(timeout=30)
+        assert statuses and set(statuses) == {200}
+        assert {None, "swap-0", "swap-1"} <= set(seen) <= {None, "swap-0", "swap-1"}
+        assert seen[-1] == "swap-0"
