@@ -380,10 +380,10 @@ def _write_deployments(opts: StackOptions, state_dir: Path, state: dict) -> Path
 
 
 def _retrain_parameters(params: dict, opts: StackOptions) -> dict:
-    """Point the retrain flow at this stack's routing service (its token comes from the worker's env)."""
-    out = dict(params)
-    out["router_url"] = opts.urls()["router"]
-    return out
+    """Point the retrain flow at this stack's routing service, its profile and its token's variable
+    (the token itself is in the worker's environment, never in a parameter)."""
+    return {**params, "router_url": opts.urls()["router"], "profile_dir": str(DEFAULT_PROFILE),
+            "token_env": TOKEN_ENV}
 
 
 def _work_pool() -> str:
