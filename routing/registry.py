@@ -363,6 +363,37 @@ class EndpointRegistry:
             req.ttft_endpoint_id = req.decode_id if req.aggregated else req.prefill_id
             self._inflight[req.request_id] = req
 
+    def assign_decode(
+        self,
+        request_id: str,
+        decode_id: str,
+        *,
+        tpot_features: dict | None = None,
+        predicted_tpot_ms: float | None = None,
+    ) -> None:
+        """Attach the decode endpoint to a disaggregated request dispatched to prefill only.
+
+        For callers that pick decode when prefill ends (Picker.pick_decode), as
+        Dynamo does; the request then counts on the decode endpoint as if both
+        had been chosen at dispatch.
+        """
+        with self._lock:
+            req = self._get(request_id)
+            if req.decode_id is not None or req.aggregated:
+                raise RegistryError(f"request {request_id!r} already has decode endpoint {req.decode_id}")
+            d = self._require(decode_id)
+            role = self._endpoints[d].role
+            if role != "decode":
+                raise RegistryError(f"request {request_id!r}: endpoint {decode_id} has role {role}, expected decode")
+            req.decode_id = decode_id
+            req.tpot_features = tpot_features
+            req.predicted_tpot_ms = predicted_tpot_ms
+            self._f[d, LC_RUN] += 1
+            if not req.prefill_released:
+                self._f[d, LC_WAIT] += 1
+            self._f[d, DECODE_TIF] += req.input_tokens + req.tokens_generated
+            self._add_min(self._decoding[d], d, MIN_TPOT, request_id, req.tpot_slo_ms)
+
     def first_token(self, request_id: str, *, now_s: float, observed_ttft_ms: float | None = None) -> list[Sample]:
         """The request produced its first token: release its prefill share; a TTFT sample.
 

@@ -184,3 +184,26 @@ def test_registry_grows_and_reuses_slots():
     assert len(reg) == 21
     assert reg.endpoint_ids(reg.candidates("prefill")) == ["new"]
     assert sorted(reg.endpoint_ids(reg.candidates("decode"))) == sorted(f"e{i}" for i in range(1, 40, 2))
+
+
+def test_two_stage_dispatch_for_simulators():
+    """pick_prefill -> dispatch to prefill; prefill done -> pick_decode -> assign_decode."""
+    reg = fleet(("p0", "prefill", {"zone": "a"}), ("d0", "decode", {"zone": "a"}), ("d1", "decode", {"zone": "b"}))
+    pk = picker({"topology": {"level": "zone"}})
+    r = RouteRequest(request_id="r", input_tokens=2000, ttft_slo_ms=500, tpot_slo_ms=50)
+    first = pk.pick_prefill(r, reg, 0.0)
+    assert first.routed and first.decode is None
+    reg.dispatched(dispatch_record(r, first, now_s=0.0))
+    assert load(reg, "p0")["prefill_tokens_in_flight"] == 2000
+    second = pk.pick_decode(r, reg, 0.1, prefill_id="p0", prefill_ttft_ms=first.prefill.predicted_ttft_ms)
+    assert second.decode.endpoint_id == "d0"  # same zone
+    reg.assign_decode("r", "d0", tpot_features=second.decode.features,
+                      predicted_tpot_ms=second.decode.predicted_tpot_ms)
+    assert load(reg, "d0")["decode_tokens_in_flight"] == 2000 and load(reg, "d0")["waiting_requests"] == 1
+    (ttft,) = reg.first_token("r", now_s=0.2)
+    assert load(reg, "p0")["running_requests"] == 0 and load(reg, "d0")["waiting_requests"] == 0
+    (tpot,) = reg.completed("r", now_s=1.2, output_tokens=101)
+    assert (ttft.endpoint_id, tpot.endpoint_id, tpot.observed_ms) == ("p0", "d0", pytest.approx(10.0))
+    with pytest.raises(RegistryError, match="expected decode"):
+        reg.dispatched(inflight("q", prefill="p0"))
+        reg.assign_decode("q", "p0")
