@@ -165,7 +165,9 @@ def best_static(trace, tables, scenario, plan, target: float, *, max_runs: int =
     return None, tried
 
 
-def bench_control(quick: bool, policies: list[str], only: list[str] | None = None) -> dict:
+def bench_control(
+    quick: bool, policies: list[str], only: list[str] | None = None, *, oracle_rounds: int = 3, static_runs: int = 8
+) -> dict:
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
     from sim.oracle import oracle_plan
@@ -186,20 +188,20 @@ def bench_control(quick: bool, policies: list[str], only: list[str] | None = Non
         rows = []
         planner_att = None
         for name in policies:
-            if name == "planner:arima" and len(trace) > 500_000:
-                continue  # ~0.7 s per interval: a day of intervals is out of this benchmark's budget
+            if name in ("planner:arima", "dynamo-peer") and len(trace) > 500_000:
+                continue  # ARIMA fits take ~1 s per interval: a day of intervals is out of this budget
             r = replay(trace, tables, make_policy(name, cfg=cfg, profile=profile), scenario=scenario)
             rows.append(_row(name, r))
             if name == "planner":
                 planner_att = rows[-1]["slo_attainment"]
             print(f"  {name:22s} {100 * rows[-1]['slo_attainment']:6.2f}%  {rows[-1]['gpu_hours']:7.2f} GPU-h  "
                   f"({r.wall_s:.1f} s)", flush=True)
-        plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=16,
+        plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=16, refine_rounds=oracle_rounds,
                            progress=lambda m: print(f"    {m}", flush=True))
         rows.append(_row("oracle", plan.result))
         print(f"  {'oracle':22s} {100 * rows[-1]['slo_attainment']:6.2f}%  {rows[-1]['gpu_hours']:7.2f} GPU-h", flush=True)
         if planner_att is not None:
-            static, tried = best_static(trace, tables, scenario, plan, planner_att)
+            static, tried = best_static(trace, tables, scenario, plan, planner_att, max_runs=static_runs)
             if static is not None:
                 rows.append(_row(f"best static ({static.policy.split(':')[1]})", static, extra={"tried": tried}))
                 print(f"  {rows[-1]['policy']:22s} {100 * rows[-1]['slo_attainment']:6.2f}%  "
@@ -257,6 +259,8 @@ def main() -> int:
     ap.add_argument("--control-only", action="store_true")
     ap.add_argument("--traces", default=None, help="comma list of trace label prefixes to run (default: all)")
     ap.add_argument("--out", default=None, help="control JSON file name in benchmarks/results")
+    ap.add_argument("--oracle-rounds", type=int, default=3, help="oracle verify-and-repair rounds")
+    ap.add_argument("--static-runs", type=int, default=8, help="most static fleets tried for the best static")
     ap.add_argument("--repeats", type=int, default=2, help="speed runs per configuration (best is reported)")
     ap.add_argument("--policies", default="planner,planner:constant,planner:kalman,planner:seasonal_naive,"
                     "planner:ets,planner:arima,dynamo,saturation")
@@ -268,7 +272,10 @@ def main() -> int:
         (RESULTS / "sim_speed.json").write_text(json.dumps(speed, indent=2) + "\n")
         print(speed["markdown"])
     if not args.speed_only:
-        control = bench_control(args.quick, args.policies.split(","), args.traces.split(",") if args.traces else None)
+        control = bench_control(
+            args.quick, args.policies.split(","), args.traces.split(",") if args.traces else None,
+            oracle_rounds=args.oracle_rounds, static_runs=args.static_runs,
+        )
         name = args.out or ("sim_control_quick.json" if args.quick else "sim_control.json")
         (RESULTS / name).write_text(json.dumps(control, indent=2) + "\n")
         print(control["markdown"])

@@ -223,3 +223,18 @@ def test_seeded_scenario_planner_attainment(tables, cfg, profile, conv):
     b = replay(trace, tables, make_policy("planner", cfg=cfg, profile=profile), scenario=Scenario())
     np.testing.assert_array_equal(a.requests.finish_s, b.requests.finish_s)  # deterministic
     assert a.sla_met().mean() >= 0.97
+
+
+def test_dynamo_peer_is_optional(tables, cfg, profile, conv):
+    """Without the extra the policy is refused with the install line; with it, it drives the fleet."""
+    from sim.policies import peer_available
+
+    if not peer_available():
+        with pytest.raises(ValueError, match="optional extra: pip install --no-deps ai-dynamo==1.0.2"):
+            make_policy("dynamo-peer", cfg=cfg, profile=profile)
+        return
+    peer = make_policy("dynamo-peer", cfg=cfg, profile=profile)
+    trace = multiply_load(time_window(conv, 0, 300), 2, seed=0)
+    result = replay(trace, tables, peer, scenario=Scenario())
+    assert result.timeline.reasons[1].startswith("dynamo-peer: predicted")
+    assert np.isfinite(result.requests.finish_s).all()
