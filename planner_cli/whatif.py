@@ -36,7 +36,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--load-multiplier", type=float, default=1.0,
                    help="superpose this many jittered copies of the trace (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for load multiplication and synthesis (default: 0)")
-    p.add_argument("--router", default="least-loaded", choices=["least-loaded", "round-robin"],
+    p.add_argument("--router", default="least-loaded", choices=["least-loaded", "round-robin", "picker"],
                    help="request router (default: %(default)s)")
     p.add_argument("--with-oracle", action="store_true", help="also compute the oracle's GPU-hours (slower)")
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed trace lines instead of failing")

@@ -115,6 +115,9 @@ class FleetSim:
         self._itl_ms = tables.itl_ms
         self._inv_max_kv = 1.0 / tables.max_kv_tokens
         self.router = router or LeastLoadedRouter()
+        self.event_t_s = 0.0  # time of the event being handled (routers that need a clock read it)
+        if hasattr(self.router, "bind"):
+            self.router.bind(self)
         self.trace = trace
         # Flat typed arrays (8 bytes a request, no per-item objects): a day of ServeGen
         # traffic is millions of requests.
@@ -225,6 +228,7 @@ class FleetSim:
         if target < 0:
             raise ValueError(f"set_target: {pool} target must be >= 0, got {target}")
         t = self.now_s if t_s is None else t_s
+        self.event_t_s = t
         live = self.live_workers(pool)
         if target == len(live):
             return
@@ -445,12 +449,14 @@ class FleetSim:
                 st = self.stats
                 st.arrivals += 1
                 st.isl_sum += self.isl[i]
+                self.event_t_s = t_arr
                 self._route_prefill(i, t_arr)
                 i += 1
                 continue
             if t_ev > t_end:
                 break
             t, _, kind, a, b = pop(events)
+            self.event_t_s = t
             if kind == _DECODE_SEG:
                 self._on_decode_segment(a, b, t)
             elif kind == _KV_DONE:

@@ -103,10 +103,16 @@ class LeastLoadedRouter:
         return best
 
 
-def make_router(name: str, *, topology: TopologyMode = "prefer") -> Router:
-    """A router by name: 'round-robin' or 'least-loaded'."""
+def make_router(name: str, *, topology: TopologyMode = "prefer", profile=None, slo=None, seed: int = 0) -> Router:
+    """A router by name: 'round-robin', 'least-loaded' or 'picker' (the routing service's, needs profile and slo)."""
+    if name == "picker":
+        if profile is None or slo is None:
+            raise ValueError("router 'picker' needs the engine profile and the SLO targets")
+        from sim.picker_router import PickerRouter
+
+        return PickerRouter(profile, slo=slo, seed=seed)
     if name == "round-robin":
         return RoundRobinRouter(topology="ignore" if topology == "prefer" else topology)
     if name == "least-loaded":
         return LeastLoadedRouter(topology=topology)
-    raise ValueError(f"router: unknown name {name!r}; expected round-robin or least-loaded")
+    raise ValueError(f"router: unknown name {name!r}; expected round-robin, least-loaded or picker")

@@ -19,6 +19,7 @@ from sim.engine import SimConfig
 from sim.lookup import ProfileTables
 from sim.policies import check_policy_name, default_planner_config, make_policy
 from sim.replay import ReplayResult, Scenario, replay
+from sim.routing import make_router
 from sim.report import summarize
 from sim.servegen import load_servegen, synthesize_servegen
 from sim.traces import Trace, detect_format, detect_tick_s, jitter_within_ticks, load_trace, multiply_load
@@ -39,7 +40,9 @@ class WhatIfScenario(BaseModel):
     load_multiplier: float = Field(1.0, gt=0, le=1000, description="superpose this many jittered copies of the trace")
     jitter_s: float = Field(1.0, ge=0, description="random shift of each copied request (load multiplier), s")
     seed: int = Field(0, ge=0, description="seed for load multiplication, tick jitter and ServeGen synthesis")
-    router: str = Field("least-loaded", description="least-loaded or round-robin")
+    router: str = Field(
+        "least-loaded", description="least-loaded, round-robin, or picker (the routing service's SLO-aware picker)"
+    )
     with_oracle: bool = Field(False, description="also compute the oracle's GPU-hours for comparison")
     skip_malformed: bool = Field(False, description="skip malformed trace lines (counted) instead of failing")
     servegen_start_s: float = Field(86_400.0, ge=0, description="ServeGen: where in the archive to start, s")
@@ -57,8 +60,8 @@ class WhatIfScenario(BaseModel):
     @field_validator("router")
     @classmethod
     def _known_router(cls, v: str) -> str:
-        if v not in ("least-loaded", "round-robin"):
-            raise ValueError(f"router must be least-loaded or round-robin, got {v!r}")
+        if v not in ("least-loaded", "round-robin", "picker"):
+            raise ValueError(f"router must be least-loaded, round-robin or picker, got {v!r}")
         return v
 
     def slo(self) -> SloTarget:
@@ -125,6 +128,9 @@ def run_what_if(
             )
         }
     )
+    router = make_router(sc.router, profile=profile, slo=sc.slo(), seed=sc.seed)
+    if sc.router == "picker" and (sc.policy == "oracle" or sc.with_oracle):
+        raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
     oracle_gpu_hours = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)
@@ -134,7 +140,7 @@ def run_what_if(
             oracle_gpu_hours = result.gpu_hours
         else:
             policy = make_policy(sc.policy, cfg=cfg, profile=profile)
-            result = replay(trace, tables, policy, scenario=scenario, progress=progress)
+            result = replay(trace, tables, policy, scenario=scenario, router=router, progress=progress)
             if sc.with_oracle:
                 oracle_gpu_hours = oracle_plan(
                     trace, tables, scenario=scenario, max_replicas=sc.max_replicas

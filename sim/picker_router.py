@@ -1,0 +1,128 @@
+"""The routing service's picker, in-process, as the simulator's router.
+
+`PickerRouter` keeps a `routing.registry.EndpointRegistry` in step with the
+simulated fleet (one endpoint per ready worker, with its topology domains) and,
+before every pick, hands it each candidate's current engine metrics as a scrape
+would (KV usage, waiting and running requests). The picker then chooses with its
+latency model (the profile estimate unless a trained model is given), SLO
+headroom and topology rules, exactly as the HTTP service would.
+
+Every simulated request is marked critical, so the picker never sheds: the
+simulator serves everything it is given (a shed request would be an SLA miss the
+planner cannot see). Topology levels are "zone" and "rack", from the workers'
+"zone/rack" domains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.config import SloTarget
+from routing.config import PickerConfig
+from routing.picker import Picker, RouteRequest
+from routing.predictor import LatencyPredictor, ProfileEstimator
+from routing.registry import Endpoint, EndpointRegistry
+from sim.fleet import DecodeWorker, PrefillWorker, zone_of
+
+LEVELS = ("zone", "rack")
+
+
+def _domains(domain: str) -> dict[str, str]:
+    zone = zone_of(domain)
+    rack = domain.split("/", 1)[1] if "/" in domain else ""
+    return {"zone": zone, "rack": f"{zone}/{rack}"} if rack else {"zone": zone}
+
+
+class PickerRouter:
+    """Router protocol adapter around routing.picker.Picker."""
+
+    name = "picker"
+
+    def __init__(
+        self,
+        profile,
+        *,
+        slo: SloTarget,
+        config: PickerConfig | None = None,
+        predictor=None,
+        seed: int = 0,
+    ):
+        """profile: planner.profile.EngineProfile (the estimate and KV capacity).
+        predictor: a routing.predictor.LatencyPredictor; default: the profile estimate."""
+        self.slo = slo
+        self.config = config or PickerConfig.model_validate({"topology": {"levels": list(LEVELS)}})
+        self.max_kv_tokens = float(profile.decode.max_kv_tokens)
+        self.registry = EndpointRegistry(default_max_kv_tokens=int(self.max_kv_tokens), levels=self.config.topology.levels)
+        self.picker = Picker(
+            self.config, predictor or LatencyPredictor(estimate=ProfileEstimator(profile)), rng=np.random.default_rng(seed)
+        )
+        self.sim = None
+        self._registered: dict[str, object] = {}
+        self.picks = 0
+
+    def bind(self, sim) -> None:
+        """Called by FleetSim: the router reads the simulated clock and the workers from it."""
+        self.sim = sim
+
+    # -- registry sync ----------------------------------------------------
+
+    def _sync(self, workers) -> None:
+        role = "prefill" if isinstance(workers[0], PrefillWorker) else "decode"
+        live = {w.name: w for w in workers}
+        for name, w in list(self._registered.items()):
+            if name not in live and isinstance(w, PrefillWorker) == (role == "prefill"):
+                self.registry.deregister(name)
+                del self._registered[name]
+        for name, w in live.items():
+            if name not in self._registered:
+                self.registry.register(Endpoint(id=name, role=role, domains=_domains(w.domain)))
+                self._registered[name] = w
+
+    def _observe(self, workers, now_s: float) -> None:
+        cap = self.max_kv_tokens
+        for w in workers:
+            if isinstance(w, PrefillWorker):
+                kv = min(w.queued_tokens / cap, 1.0)
+                waiting, running = float(len(w.queue)), float(len(w.batch))
+            else:
+                kv = min(w.kv_tokens_at(now_s) / cap, 1.0)
+                waiting, running = float(len(w.pending) + w.incoming), float(w.n)
+            self.registry.observe_metrics(
+                w.name, now_s=now_s, kv_usage_frac=kv, waiting_requests=waiting, running_requests=running
+            )
+
+    def _request(self, rid: int, isl_tokens: int) -> RouteRequest:
+        return RouteRequest(
+            request_id=str(rid),
+            input_tokens=int(isl_tokens),
+            ttft_slo_ms=self.slo.ttft_ms,
+            tpot_slo_ms=self.slo.itl_ms,
+            critical=True,
+        )
+
+    # -- Router protocol --------------------------------------------------
+
+    def pick_prefill(self, rid: int, isl_tokens: int, workers: list[PrefillWorker]) -> PrefillWorker:
+        now = self.sim.event_t_s
+        self._sync(workers)
+        if self.sim.decode_serving:
+            self._sync(self.sim.decode_serving)
+        self._observe(workers, now)
+        result = self.picker.pick_prefill(self._request(rid, isl_tokens), self.registry, now)
+        self.picks += 1
+        return self._registered[result.prefill.endpoint_id]
+
+    def pick_decode(
+        self, rid: int, isl_tokens: int, osl_tokens: int, source: PrefillWorker, workers: list[DecodeWorker]
+    ) -> DecodeWorker | None:
+        now = self.sim.event_t_s
+        self._sync(workers)
+        if source.name not in self._registered:  # a draining prefill worker still hands over its KV
+            self.registry.register(Endpoint(id=source.name, role="prefill", domains=_domains(source.domain)))
+            self._registered[source.name] = source
+        self._observe(workers, now)
+        result = self.picker.pick_decode(self._request(rid, isl_tokens), self.registry, now, prefill_id=source.name)
+        self.picks += 1
+        if result.decode is None:
+            return None
+        return self._registered[result.decode.endpoint_id]
