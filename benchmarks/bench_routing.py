@@ -235,6 +235,7 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
                     client.post("/v1/models", json=document).raise_for_status()
                 model = client.get("/v1/models").json()["active"]
             out = Path(tmp) / "loadgen.json"
+            cpu0, load0 = _cpu_seconds(server.pid), os.getloadavg()[0]
             gen = subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), "--loadgen", "--url", url, "--http-rps", str(rps),
                  "--http-seconds", str(seconds), "--out", str(out)],
@@ -243,12 +244,28 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
             if gen.returncode != 0:
                 raise RuntimeError(f"load generator failed: {gen.stderr[-2000:]}")
             result = json.loads(out.read_text())
+            server_cpu_s = _cpu_seconds(server.pid) - cpu0
             health = httpx.get(f"{url}/healthz", timeout=5).json()
         finally:
             server.terminate()
             server.wait(timeout=30)
-    result.update({"endpoints": endpoints, "model": model, "requests_in_flight_at_end": health["requests_in_flight"]})
+    calls = result["route_requests"] + result["completed_calls"]
+    result.update({
+        "endpoints": endpoints,
+        "model": model,
+        "requests_in_flight_at_end": health["requests_in_flight"],
+        "server_cpu_s": round(server_cpu_s, 2),
+        "server_cpu_ms_per_call": round(server_cpu_s / calls * 1e3, 3) if calls else None,
+        "load_avg_1m_before": round(load0, 2),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+    })
     return result
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, s (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def loadgen(url: str, rps: float, seconds: float, out: str) -> None:
@@ -442,7 +459,10 @@ def markdown(result: dict) -> str:
                   f"| offered / achieved | {h['target_rps']:g} / {h['achieved_rps']:g} req/s for {h['seconds']:g} s |",
                   f"| p50 / p99 / max (from scheduled send) | {h['p50_ms']} / {h['p99_ms']} / {h['max_ms']} ms |",
                   f"| p50 / p99 (from actual send) | {h['p50_from_send_ms']} / {h['p99_from_send_ms']} ms |",
-                  f"| statuses | {h['statuses']} |", f"| errors | {h['errors']} |"]
+                  f"| statuses | {h['statuses']} |", f"| errors | {h['errors']} |",
+                  f"| server CPU per call (route or completed) | {h['server_cpu_ms_per_call']} ms |",
+                  f"| machine load average (1 min) before / after | {h['load_avg_1m_before']} / "
+                  f"{h['load_avg_1m_after']} on {result['machine']['cpus']} CPUs |"]
     return "\n".join(lines)
 
 
