@@ -166,7 +166,8 @@ def best_static(trace, tables, scenario, plan, target: float, *, max_runs: int =
 
 
 def bench_control(
-    quick: bool, policies: list[str], only: list[str] | None = None, *, oracle_rounds: int = 3, static_runs: int = 8
+    quick: bool, policies: list[str], only: list[str] | None = None, *, oracle_rounds: int = 3, static_runs: int = 8,
+    with_oracle: bool = True,
 ) -> dict:
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
@@ -196,6 +197,10 @@ def bench_control(
                 planner_att = rows[-1]["slo_attainment"]
             print(f"  {name:22s} {100 * rows[-1]['slo_attainment']:6.2f}%  {rows[-1]['gpu_hours']:7.2f} GPU-h  "
                   f"({r.wall_s:.1f} s)", flush=True)
+        if not with_oracle:
+            out.append(dict(trace=label, requests=len(trace), duration_h=trace.duration_s / 3600, rows=rows,
+                            bench_wall_s=time.perf_counter() - t0))
+            continue
         plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=16, refine_rounds=oracle_rounds,
                            progress=lambda m: print(f"    {m}", flush=True))
         rows.append(_row("oracle", plan.result))
@@ -242,6 +247,8 @@ def _control_table(traces: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for t in traces:
         for r in t["rows"]:
+            if "gpu_hours_vs_oracle" not in r:
+                r = dict(r, gpu_hours_vs_oracle=float("nan"))
             if "gpu_hours" not in r:
                 lines.append(f"| {t['trace']} | {r['policy']} | {r.get('note', '')} | | | | | |")
                 continue
@@ -259,6 +266,7 @@ def main() -> int:
     ap.add_argument("--control-only", action="store_true")
     ap.add_argument("--traces", default=None, help="comma list of trace label prefixes to run (default: all)")
     ap.add_argument("--out", default=None, help="control JSON file name in benchmarks/results")
+    ap.add_argument("--no-oracle", action="store_true", help="policies only (no oracle, no best static)")
     ap.add_argument("--oracle-rounds", type=int, default=3, help="oracle verify-and-repair rounds")
     ap.add_argument("--static-runs", type=int, default=8, help="most static fleets tried for the best static")
     ap.add_argument("--repeats", type=int, default=2, help="speed runs per configuration (best is reported)")
@@ -274,7 +282,7 @@ def main() -> int:
     if not args.speed_only:
         control = bench_control(
             args.quick, args.policies.split(","), args.traces.split(",") if args.traces else None,
-            oracle_rounds=args.oracle_rounds, static_runs=args.static_runs,
+            oracle_rounds=args.oracle_rounds, static_runs=args.static_runs, with_oracle=not args.no_oracle,
         )
         name = args.out or ("sim_control_quick.json" if args.quick else "sim_control.json")
         (RESULTS / name).write_text(json.dumps(control, indent=2) + "\n")
