@@ -1,0 +1,186 @@
+"""Latency predictor quality and training time: the retrain core on simulator samples from real traces.
+
+For each scenario the simulated prefill/decode fleet (measured Dynamo H200
+Llama-3.1-8B profile, planner policy in the loop, least-loaded routing)
+replays a real trace; every finished request's lifecycle calls go through a
+real in-process routing service (`sim.samples.record_samples`), whose registry
+computes the features and whose sample store records the samples, exactly as
+over HTTP. The newest `--max-samples` samples (the store's default capacity)
+then go through the retrain core as the flow runs it: drop bad samples,
+time-ordered split (70% train, 10% calibration, newest 20% held out), fit,
+export to the safe format, and score the exported document on the held-out
+samples, next to the router's profile estimate (same H200 profile).
+
+Scenarios: Azure LLM conversation trace 2023 x4 (58 min) and x8 (first
+30 min), Mooncake FAST'25 x4 (17 min; 3-s ticks jittered).
+Training time: `fit_all` (4 models) on the newest 100k samples of the first
+scenario, median of --repeats runs, with the 1-minute load average around it
+(the machine is shared).
+
+Writes benchmarks/results/retrain.json and prints a markdown table.
+Run: .venv/bin/python benchmarks/bench_retrain.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from connectors.profiles import load_profile_dir  # noqa: E402
+from routing.predictor import ProfileEstimator  # noqa: E402
+from routing.training import (  # noqa: E402
+    TrainingConfig,
+    evaluate_all,
+    fit_all,
+    gate,
+    prepare_samples,
+    splits_for,
+    to_document,
+)
+from sim.samples import record_samples, simulate_routed  # noqa: E402
+from sim.traces import time_window  # noqa: E402
+from sim.whatif import WhatIfScenario, load_scenario_trace  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+PROFILE_DIR = DATA / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
+OUT = ROOT / "benchmarks" / "results" / "retrain.json"
+SCENARIOS = [
+    {"name": "azure_conv x4", "trace": "azure2023_conv.csv.gz", "load_multiplier": 4.0, "window_s": None},
+    {"name": "azure_conv x8 (30 min)", "trace": "azure2023_conv.csv.gz", "load_multiplier": 8.0, "window_s": 1800.0},
+    {"name": "mooncake x4", "trace": "mooncake_fast25_synthetic_trace.jsonl.gz", "load_multiplier": 4.0,
+     "window_s": None},
+]
+TARGETS = {"mape_max": 0.05, "p90_coverage": [0.88, 0.92], "training_s_max_100k": 10.0}
+
+
+def samples_for(sc: dict, *, quick: bool) -> tuple[list[dict], dict]:
+    what_if = WhatIfScenario(trace=str(DATA / "traces" / sc["trace"]), profile_dir=str(PROFILE_DIR),
+                             load_multiplier=sc["load_multiplier"], seed=0)
+    trace = load_scenario_trace(what_if)
+    window = 300.0 if quick else sc["window_s"]
+    if window is not None:
+        trace = time_window(trace, 0.0, window)
+    t0 = time.perf_counter()
+    routed = simulate_routed(trace, profile_dir=str(PROFILE_DIR))
+    t1 = time.perf_counter()
+    samples = record_samples(routed, profile_dir=str(PROFILE_DIR))
+    t2 = time.perf_counter()
+    info = {"requests": len(routed), "trace_duration_s": round(trace.duration_s, 1),
+            "simulate_s": round(t1 - t0, 1), "record_s": round(t2 - t1, 1), "samples_recorded": len(samples)}
+    return samples, info
+
+
+def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max_samples: int) -> dict:
+    used = samples[-max_samples:]
+    prepared = prepare_samples(used, cfg)
+    t0 = time.perf_counter()
+    models = fit_all(prepared, cfg)
+    fit_s = time.perf_counter() - t0
+    doc = to_document(models, version="bench", metrics={})
+    ev = evaluate_all(prepared, cfg, candidate_document=doc, current_document=None, estimate=estimate)
+    decision = gate(ev.candidate, estimate=ev.estimate, current=None, current_version=None, force=False, cfg=cfg)
+    splits = splits_for(prepared, cfg)
+    out = {"samples_used": len(used), "fit_s": round(fit_s, 2), "document_bytes": len(json.dumps(doc)),
+           "gate": decision.code}
+    for t in ("ttft", "tpot"):
+        c, e = ev.candidate[t], ev.estimate[t]
+        n_tr, n_cal, n_hold = splits[t].sizes()
+        out[t] = {
+            "train": n_tr, "calibration": n_cal, "holdout": n_hold,
+            "dropped": {k: v for k, v in prepared.by_target[t].dropped.items() if v},
+            "mape": round(c["mape"], 5), "p90_coverage": round(c["p90_coverage"], 4),
+            "p90_loss": round(c["p90_loss"], 5), "estimate_mape": round(e["mape"], 5),
+            "estimate_p90_loss": round(e["p90_loss"], 5), "iterations": models[t].iterations,
+            "p90_calibration_factor": round(float(__import__("math").exp(models[t].p90_log_offset)), 4),
+            "buckets": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in b.items()}
+                        for b in c["buckets"] if b["n"]],
+        }
+    return out
+
+
+def training_time(samples: list[dict], cfg: TrainingConfig, *, n: int, repeats: int) -> dict:
+    prepared = prepare_samples(samples[-n:], cfg)
+    load_before = os.getloadavg()[0]
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fit_all(prepared, cfg)
+        runs.append(time.perf_counter() - t0)
+    return {"samples": min(n, len(samples)), "runs_s": [round(r, 2) for r in runs],
+            "median_s": round(statistics.median(runs), 2), "n_threads": cfg.n_threads,
+            "loadavg_1m_before": round(load_before, 2), "loadavg_1m_after": round(os.getloadavg()[0], 2)}
+
+
+def table(result: dict) -> str:
+    lines = ["| scenario | requests | samples used | TTFT MAPE | TTFT p90 cov. | TPOT MAPE | TPOT p90 cov. "
+             "| estimate MAPE TTFT / TPOT | fit s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in result["scenarios"]:
+        lines.append(
+            f"| {s['name']} | {s['requests']} | {s['samples_used']} | {s['ttft']['mape']:.2%} "
+            f"| {s['ttft']['p90_coverage']:.1%} | {s['tpot']['mape']:.2%} | {s['tpot']['p90_coverage']:.1%} "
+            f"| {s['ttft']['estimate_mape']:.1%} / {s['tpot']['estimate_mape']:.1%} | {s['fit_s']:.1f} |")
+    tt = result["training_time"]
+    lines.append("")
+    lines.append(f"Training time for {tt['samples']} samples (4 models, {tt['n_threads']} thread): median "
+                 f"{tt['median_s']:.1f} s of {tt['runs_s']} (load average {tt['loadavg_1m_before']} before, "
+                 f"{tt['loadavg_1m_after']} after, {result['machine']['cpu_count']} cores).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-samples", type=int, default=100_000, help="newest samples used (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3, help="training-time runs (default: %(default)s)")
+    ap.add_argument("--quick", action="store_true", help="5-minute windows, no JSON written (smoke run)")
+    args = ap.parse_args(argv)
+    for p in (PROFILE_DIR, *(DATA / "traces" / s["trace"] for s in SCENARIOS)):
+        if not p.exists():
+            print(f"{p}: benchmark data not found (../shared/data beside the project)", file=sys.stderr)
+            return 2
+    cfg = TrainingConfig()
+    estimate = ProfileEstimator(load_profile_dir(PROFILE_DIR))
+    load_start = os.getloadavg()[0]
+    scenarios, first_samples = [], None
+    for sc in SCENARIOS:
+        samples, info = samples_for(sc, quick=args.quick)
+        first_samples = first_samples if first_samples is not None else samples
+        res = {"name": sc["name"], "trace": sc["trace"], "load_multiplier": sc["load_multiplier"],
+               "window_s": sc["window_s"], **info, **evaluate_scenario(samples, cfg, estimate,
+                                                                      max_samples=args.max_samples)}
+        scenarios.append(res)
+        print(f"{sc['name']}: {info['requests']} requests, TTFT MAPE {res['ttft']['mape']:.2%}, "
+              f"TPOT MAPE {res['tpot']['mape']:.2%}", flush=True)
+    result = {
+        "what": "retrain core on simulator samples recorded by a real in-process routing service: held-out "
+                "(newest 20%) MAPE and p90 coverage of the exported model vs the profile estimate; training time",
+        "inputs": {"profile": "profiles/dynamo/profiler/H200_TP1P_TP1D (fleet and router estimate)",
+                   "policy": "planner (default config, SLA 200 ms TTFT / 10 ms ITL), least-loaded routing",
+                   "features": "lifecycle-call estimates (no scraped engine metrics)"},
+        "config": cfg.model_dump(),
+        "machine": {"python": platform.python_version(), "cpu": platform.machine(), "cpu_count": os.cpu_count(),
+                    "loadavg_1m_start": round(load_start, 2)},
+        "targets": TARGETS,
+        "scenarios": scenarios,
+        "training_time": training_time(first_samples, cfg, n=args.max_samples, repeats=args.repeats),
+    }
+    result["machine"]["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    print(table(result))
+    if not args.quick:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
