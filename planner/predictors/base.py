@@ -20,6 +20,7 @@ Fitted attributes every predictor sets:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -215,16 +216,25 @@ class PredictorBase:
         return clean_forecast(mean + off * k, fallback=self.last_value_)
 
 
+@functools.lru_cache(maxsize=1)
+def _thread_pools():
+    """The BLAS/OpenMP pools in this process, found once (scanning takes ~10 ms)."""
+    import scipy.linalg  # noqa: F401  (load their runtimes before the scan)
+    import sklearn.ensemble  # noqa: F401
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 def single_threaded():
-    """Context: BLAS/OpenMP pools limited to one thread while a small model fits.
+    """Context: BLAS/OpenMP pools limited to one thread while a small model runs.
 
-    These fits work on matrices of a few hundred rows, where extra threads only
+    These models work on a few hundred rows, where extra threads only
     contend: on the shared 2-core machine one auto_arima on 30 points took
-    130 s with OpenBLAS's default threads and 2.9 s with one.
+    130 s with OpenBLAS's default threads and 2.9 s with one, and a boosted
+    model's one-row predict 0.4 s instead of milliseconds.
     """
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1)
+    return _thread_pools().limit(limits=1)
 
 
 def check_horizon(horizon: int, who: str) -> int:

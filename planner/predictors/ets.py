@@ -1,9 +1,10 @@
 """Exponential smoothing (statsmodels Holt-Winters): level, optional damped trend, daily season.
 
-With less than `min_seasons` seasons of history this is simple exponential
-smoothing (an EWMA whose weight is fitted), which beats last value on noisy
-series; once enough history exists an additive daily season is added so the
-forecast follows the daily cycle. `log1p` makes the season multiplicative.
+By default this is simple exponential smoothing (an EWMA whose weight is
+fitted), which beats last value on noisy series. With `season_s` set (e.g.
+86400) an additive season is added once the history spans `min_seasons`
+seasons, so the forecast follows the daily cycle; `log1p` makes it
+multiplicative.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ class ExponentialSmoothingPredictor(PredictorBase):
     """Holt-Winters exponential smoothing with parameters fitted by least squares.
 
     trend: None (level only) or "add" (additive, damped when damped_trend).
-    season_s: season length, seconds; the season is used once the history
-        spans min_seasons seasons (0 disables it).
+    season_s: season length, seconds (86400: daily); the season is used once
+        the history spans min_seasons seasons. Default 0: no season (the
+        seasonal variant lost to the plain one on every benchmark series).
     log1p: fit on log1p(y), so the season and errors scale with the level.
+    fit_window: without a season, only the most recent this many points are fitted.
     min_points: finite points needed; fewer -> last value.
     refit_every: with warm_start, re-optimise the smoothing parameters after
         this many new points; in between the last parameters are reused and
@@ -35,9 +38,10 @@ class ExponentialSmoothingPredictor(PredictorBase):
         *,
         trend: str | None = None,
         damped_trend: bool = True,
-        season_s: float = 86400.0,
+        season_s: float = 0.0,
         min_seasons: float = 2.0,
         log1p: bool = False,
+        fit_window: int = 288,
         min_points: int = 5,
         refit_every: int = 24,
         residual_window: int = 200,
@@ -48,6 +52,7 @@ class ExponentialSmoothingPredictor(PredictorBase):
         self.season_s = season_s
         self.min_seasons = min_seasons
         self.log1p = log1p
+        self.fit_window = fit_window
         self.min_points = min_points
         self.refit_every = refit_every
         self.residual_window = residual_window
@@ -79,6 +84,10 @@ class ExponentialSmoothingPredictor(PredictorBase):
             self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
             return self
         first = int(np.flatnonzero(np.isfinite(v))[0])
+        if not self.season_s:
+            # A level-only model forgets old points geometrically; the recent
+            # fit_window points determine it (and cost far less to filter).
+            first = max(first, v.size - int(self.fit_window))
         w = fill_gaps(v[first:])
         z = np.log1p(w) if self.log1p else w
         period = int(round(self.season_s / self.interval_s_)) if self.season_s else 0

@@ -134,14 +134,13 @@ class GradientBoostingPredictor(PredictorBase):
         self.period_ = int(round(DAY_S / self.interval_s_))
         z = np.log1p(v)
         zf = _ffill(z)
-        X = lag_features(zf, t, period=self.period_)
         target = z - np.concatenate([[np.nan], zf[:-1]])
         usable = np.isfinite(target)
         usable[:2] = False
         model, fitted_at, holdout_pred, fitted_points = prev
-        due = self._stale(fitted_at, fitted_points, self.refit_every)
         cols = getattr(self, "cols_", None)
-        if not reuse or model is None or due:
+        if not reuse or model is None or self._stale(fitted_at, fitted_points, self.refit_every):
+            X = lag_features(zf, t, period=self.period_)
             hold = min(int(self.holdout), max(0, int(usable.sum()) - self.min_points // 2))
             cut = v.size - hold
             # Features with no value yet (e.g. "same time yesterday" on a
@@ -155,14 +154,24 @@ class GradientBoostingPredictor(PredictorBase):
             model = self._new_model().fit(X[usable][:, cols], target[usable])
             fitted_at, fitted_points = t[-1], n_ok
         self.cols_ = cols
-        # Between refits, points after the fit are out of sample for the current model too.
-        recent = t > fitted_at
+        # Between refits, points after the fit are out of sample for the
+        # current model too; their features need only a short lookback.
         ins = np.full(v.size, np.nan)
-        if np.any(recent):
-            ins[recent] = np.expm1(zf[np.flatnonzero(recent) - 1] + model.predict(X[recent][:, cols]))
+        r0 = int(np.searchsorted(t, fitted_at, side="right"))
+        lo = max(0, r0 - (self.period_ + 30))
+        # One features pass for the points since the fit plus the next interval.
+        Xr = lag_features(
+            np.concatenate([zf[lo:], [np.nan]]),
+            np.concatenate([t[lo:], [t[-1] + self.interval_s_]]),
+            period=self.period_,
+        )[r0 - lo :, cols]
+        if r0 < v.size:
+            ins[r0:] = np.expm1(zf[r0 - 1 : -1] + model.predict(Xr[:-1]))
+        self._x_next = Xr[-1:]
         for i, ts in enumerate(t.tolist()):
             if ts in holdout_pred:
                 ins[i] = holdout_pred[ts]
+        self._forecasts = {}
         self.model_ = model
         self.fitted_at_s_ = fitted_at
         self.fitted_points_ = fitted_points
@@ -177,14 +186,23 @@ class GradientBoostingPredictor(PredictorBase):
         h = check_horizon(horizon, type(self).__name__)
         if self.model_ is None:
             return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+        if h not in self._forecasts:  # fitted state is fixed until the next fit
+            with single_threaded():
+                self._forecasts[h] = self._predict(h)
+        return self._forecasts[h].copy()
+
+    def _predict(self, h: int) -> np.ndarray:
         z, t = self._z, self._t
         out = []
-        for _ in range(h):
+        for k in range(h):
             t_next = t[-1] + self.interval_s_
-            tail = min(z.size, self.period_ + 30)
-            zz = np.concatenate([z[-tail:], [np.nan]])
-            tt = np.concatenate([t[-tail:], [t_next]])
-            x = lag_features(zz, tt, period=self.period_)[-1:, self.cols_]
+            if k == 0:
+                x = self._x_next
+            else:
+                tail = min(z.size, self.period_ + 30)
+                zz = np.concatenate([z[-tail:], [np.nan]])
+                tt = np.concatenate([t[-tail:], [t_next]])
+                x = lag_features(zz, tt, period=self.period_)[-1:, self.cols_]
             nxt = z[-1] + float(self.model_.predict(x)[0])
             out.append(np.expm1(nxt))
             z = np.concatenate([z, [nxt]])
