@@ -273,8 +273,9 @@ class Picker:
     ) -> _Stage:
         view = reg.view(idx, now_s=now_s)
         hit = self._hits(request, reg, idx)
+        # TTFT columns are a prefix of TPOT's: one matrix serves both targets.
         x = feature_matrix(
-            "tpot",
+            "ttft" if stage == "prefill" else "tpot",
             input_tokens=float(request.input_tokens),
             prefix_cache_hit_frac=hit,
             kv_usage_frac=view.kv_usage_frac,
@@ -288,7 +289,9 @@ class Picker:
         n = idx.size
         inf = np.full(n, np.inf)
         pred_ttft = pred_tpot = None
-        if stage in ("prefill", "aggregated"):
+        if stage == "prefill":
+            pred_ttft = model.predict("ttft", x)
+        elif stage == "aggregated":
             pred_ttft = model.predict("ttft", np.ascontiguousarray(x[:, :_N_TTFT]))
         if stage in ("decode", "aggregated"):
             pred_tpot = model.predict("tpot", x)
