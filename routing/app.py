@@ -323,13 +323,6 @@ class HealthOut(BaseModel):
 # -- errors -------------------------------------------------------------------
 
 
-class _FieldProblem(Exception):
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
 def _error(status: int, code: str, message: str, fields: list[dict] | None = None, headers=None) -> JSONResponse:
     return JSONResponse(
         status_code=status, content={"error": code, "message": message, "fields": fields or []}, headers=headers
@@ -500,10 +493,6 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
     async def _refused(request: Request, exc: _Refused):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return _error(exc.status, exc.code, exc.message, headers=headers)
-
-    @app.exception_handler(_FieldProblem)
-    async def _field(request: Request, exc: _FieldProblem):
-        return _error(422, "invalid_request", str(exc), [{"field": exc.field, "message": exc.message}])
 
     # -- data plane --------------------------------------------------------
 
