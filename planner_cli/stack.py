@@ -72,6 +72,8 @@ class StackOptions:
     time_scale: float = 1.0
     speed: float = 1.0
     startup_s: float = 20.0
+    prefill_latency_scale: float = 1.0
+    decode_latency_scale: float = 1.0
     scrape_interval_s: float = 2.0
     prefect_port: int = 4200
     prometheus_port: int = 9090
@@ -321,6 +323,8 @@ def _write_fleet_config(opts: StackOptions, state_dir: Path, planner_cfg) -> Pat
         "speed": opts.speed,
         "profile_dir": p.profile.dir or str(DEFAULT_PROFILE),
         "startup_s": opts.startup_s,
+        "prefill_latency_scale": opts.prefill_latency_scale,
+        "decode_latency_scale": opts.decode_latency_scale,
         "port": opts.fleet_port,
         "model": p.model_id,
         "namespace": p.namespace,
@@ -660,6 +664,10 @@ def add_parser(subparsers) -> None:
                    help="simulated seconds per wall second; the planner then sees SPEED x the rate (default: 1)")
     u.add_argument("--startup-s", type=float, default=d.startup_s,
                    help="a new worker serves this long after it is added, simulated s (default: %(default)s)")
+    u.add_argument("--prefill-latency-scale", type=float, default=d.prefill_latency_scale,
+                   help="simulated engines prefill this many times slower than profiled (default: %(default)s)")
+    u.add_argument("--decode-latency-scale", type=float, default=d.decode_latency_scale,
+                   help="simulated decode steps take this many times the profile's (default: %(default)s)")
     u.add_argument("--scrape-interval-s", type=float, default=d.scrape_interval_s)
     for name in ("prefect", "prometheus", "etcd", "etcd-peer", "router", "fleet"):
         attr = f"{name.replace('-', '_')}_port"
@@ -700,7 +708,8 @@ def _run_up(args: argparse.Namespace) -> int:
         stabilization_s=args.stabilization_s, retrain_interval_s=args.retrain_interval_s, trace=args.trace,
         trace_start_s=args.trace_start_s, trace_duration_s=args.trace_duration_s, shape=shape,
         load_multiplier=args.load_multiplier, time_scale=args.time_scale, speed=args.speed,
-        startup_s=args.startup_s, scrape_interval_s=args.scrape_interval_s,
+        startup_s=args.startup_s, prefill_latency_scale=args.prefill_latency_scale,
+        decode_latency_scale=args.decode_latency_scale, scrape_interval_s=args.scrape_interval_s,
         prefect_port=args.prefect_port, prometheus_port=args.prometheus_port, etcd_port=args.etcd_port,
         etcd_peer_port=args.etcd_peer_port, router_port=args.router_port, fleet_port=args.fleet_port,
     )

@@ -93,6 +93,10 @@ class LiveConfig(_Strict):
     speed: float = Field(1.0, gt=0, le=1000, description="simulated seconds per wall second")
     profile_dir: str = Field(description="Dynamo profiler folder the simulated engines follow")
     startup_s: float = Field(60.0, ge=0, description="a new worker serves this long after it is added, simulated s")
+    prefill_latency_scale: float = Field(
+        1.0, gt=0, le=10, description="engines take this many times the profile's prefill time (drift from profiling)")
+    decode_latency_scale: float = Field(
+        1.0, gt=0, le=10, description="engines take this many times the profile's decode step time")
     initial_prefill: int = Field(1, ge=1, description="prefill workers before any decision")
     initial_decode: int = Field(1, ge=1, description="decode workers before any decision")
     host: str = Field("127.0.0.1", description="address of /metrics and /status")
@@ -171,6 +175,35 @@ def shaped_trace(source: Trace, segments: list[TraceSegment], *, start_s: float,
         isl_tokens=np.concatenate(isl),
         osl_tokens=np.concatenate(osl),
     )
+
+
+class DriftedTables(ProfileTables):
+    """The profile's lookups, with engines slower (scale > 1) or faster than profiled.
+
+    Production rarely matches the profiling run (other hardware revision, driver,
+    interference); this is the drift the planner's correction factors and the
+    retrained latency predictor exist for, made explicit.
+    """
+
+    def __init__(self, profile, *, prefill_scale: float, decode_scale: float):
+        super().__init__(profile)
+        self.prefill_scale = prefill_scale
+        self.decode_scale = decode_scale
+
+    def prefill_ms(self, tokens: int) -> float:
+        return super().prefill_ms(tokens) * self.prefill_scale
+
+    def itl_ms(self, kv_frac: float, context_tokens: float) -> float:
+        return super().itl_ms(kv_frac, context_tokens) * self.decode_scale
+
+
+def make_tables(cfg: LiveConfig) -> ProfileTables:
+    from connectors.profiles import load_profile_dir
+
+    profile = load_profile_dir(cfg.profile_dir)
+    if cfg.prefill_latency_scale == 1.0 and cfg.decode_latency_scale == 1.0:
+        return ProfileTables(profile)
+    return DriftedTables(profile, prefill_scale=cfg.prefill_latency_scale, decode_scale=cfg.decode_latency_scale)
 
 
 # -- the routing service over HTTP ---------------------------------------------
@@ -773,12 +806,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per router call otherwise
-    from connectors.profiles import load_profile_dir
-
     try:
         cfg = load_config(args.config)
         trace = build_trace(cfg)
-        tables = ProfileTables(load_profile_dir(cfg.profile_dir))
+        tables = make_tables(cfg)
     except (ValueError, OSError) as exc:
         print(f"sim.live: {exc}", file=sys.stderr)
         return 2

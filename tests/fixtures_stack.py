@@ -72,7 +72,11 @@ class RunningStack:
     # -- Prefect ---------------------------------------------------------------
 
     def deployment_id(self, name: str) -> str:
-        return self.prefect("GET", f"/deployments/name/sla-planner/{name}")["id"]
+        """The id of the prefect.yaml deployment called `name` (whatever its flow is called)."""
+        found = self.prefect("POST", "/deployments/filter", {"deployments": {"name": {"any_": [name]}}})
+        if len(found) != 1:
+            raise LookupError(f"expected one deployment named {name!r}, found {[d['name'] for d in found]}")
+        return found[0]["id"]
 
     def flow_runs(self, deployment: str = "planner") -> list[dict]:
         return self.prefect("POST", "/flow_runs/filter", {
