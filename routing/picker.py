@@ -287,7 +287,6 @@ class Picker:
             tokens_generated=0.0,
         )
         n = idx.size
-        inf = np.full(n, np.inf)
         pred_ttft = pred_tpot = None
         if stage == "prefill":
             pred_ttft = model.predict("ttft", x)
@@ -305,20 +304,18 @@ class Picker:
                 depth = shared_depth(reg.domain_codes(np.array([prefill_slot]))[0], reg.domain_codes(idx))
                 table = cost_table_ms(topo.qos, reg.levels, kv_bytes=request.input_tokens * topo.kv_bytes_per_token)
                 cost = table[depth]
-            strict_ttft = np.full(n, req_ttft)
-            h_ttft = strict_ttft - prefill_ttft_ms - cost
+            strict_ttft = req_ttft
+            h_ttft = (req_ttft - prefill_ttft_ms) - cost
         else:
             strict_ttft = np.minimum(req_ttft, view.min_ttft_slo_ms)
             h_ttft = strict_ttft - pred_ttft
         if stage == "prefill":
-            strict_tpot, h_tpot = inf, inf
+            strict_tpot, h_tpot = np.inf, np.full(n, np.inf)
         else:
             strict_tpot = np.minimum(req_tpot, view.min_tpot_slo_ms)
             h_tpot = strict_tpot - pred_tpot
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            # Relative headroom, clipped so absurd SLOs (1e-300 ms) stay finite.
-            r_ttft = np.maximum(np.minimum(np.where(np.isfinite(strict_ttft), h_ttft / strict_ttft, 1.0), 1.0), -1e9)
-            r_tpot = np.maximum(np.minimum(np.where(np.isfinite(strict_tpot), h_tpot / strict_tpot, 1.0), 1.0), -1e9)
+        r_ttft = _relative(h_ttft, strict_ttft)
+        r_tpot = _relative(h_tpot, strict_tpot)
         a = self.config.slo.ttft_weight_frac
         osl = request.expected_output_tokens or self.config.slo.expected_output_tokens
         if stage == "prefill":
@@ -329,7 +326,8 @@ class Picker:
             score = pred_ttft + pred_tpot * osl
         return _Stage(
             reg=reg, idx=idx, view=view, hit=hit, pred_ttft=pred_ttft, pred_tpot=pred_tpot, h_ttft=h_ttft, h_tpot=h_tpot,
-            blended=a * r_ttft + (1 - a) * r_tpot, binding=np.minimum(r_ttft, r_tpot), cost=cost, depth=depth,
+            blended=np.broadcast_to(a * r_ttft + (1 - a) * r_tpot, (n,)),
+            binding=np.broadcast_to(np.minimum(r_ttft, r_tpot), (n,)), cost=cost, depth=depth,
             score=score,
         )
 
@@ -462,6 +460,27 @@ def dispatch_record(request: RouteRequest, result: PickResult, *, now_s: float) 
         predicted_tpot_ms=result.decode.predicted_tpot_ms if result.decode else None,
         model_version=result.model_version,
     )
+
+
+def _relative(h: np.ndarray, strict) -> np.ndarray | float:
+    """Headroom / SLO, clipped to [-1e9, 1]; 1 where no SLO constrains (strict = inf).
+
+    strict: a scalar or an array aligned with h (ms). The 1e-9 ms floor keeps
+    absurd SLOs (1e-300 ms) from overflowing.
+    """
+    if np.ndim(strict) == 0:
+        if not np.isfinite(strict):
+            return 1.0
+        r = h / max(float(strict), 1e-9)
+    else:
+        finite = np.isfinite(strict)
+        if finite.all():
+            r = h / np.maximum(strict, 1e-9)
+        elif not finite.any():
+            return 1.0
+        else:
+            r = np.where(finite, h / np.where(finite, np.maximum(strict, 1e-9), 1.0), 1.0)
+    return np.minimum(np.maximum(r, -1e9), 1.0)
 
 
 def _argmin_random(values: np.ndarray, u: float) -> int:
