@@ -62,14 +62,17 @@ def retrain_flow(
 ) -> dict:
     """Train, evaluate and (if the gate allows) publish the TTFT/TPOT predictor.
 
-    router_url: the routing service's base URL; its admin token is read from $token_env.
-    profile_dir: the profile folder the routing service's estimate uses (the gate's floor).
-    training: hyperparameters, sample minimums and gate thresholds (defaults: TrainingConfig()).
-    force: publish even when not better than the current model (never when worse than the estimate).
-    rollback / rollback_to_version: reactivate the previous / that version instead of training.
-    max_samples: train on at most the newest this many samples.
-    version: the new model's version id (default: UTC time of the run + flow-run id).
-    now_s: the run's clock, Unix seconds (default: now).
+    Args:
+        router_url: the routing service's base URL; its admin token is read from $token_env.
+        profile_dir: the profile folder the routing service's estimate uses (the gate's floor).
+        token_env: environment variable holding the routing service's admin bearer token.
+        training: hyperparameters, sample minimums and gate margins (default: TrainingConfig()).
+        force: publish even when not better than the current model (never when worse than the estimate).
+        rollback: reactivate the previously active version instead of training.
+        rollback_to_version: reactivate this retained version instead of training.
+        max_samples: train on at most the newest this many samples (>= 1).
+        version: the new model's version id (default: UTC time of the run + flow-run id).
+        now_s: the run's clock, Unix seconds (default: now).
     """
     logger = get_run_logger()
     now = time.time() if now_s is None else now_s
@@ -80,6 +83,8 @@ def retrain_flow(
         return {"decision": "rollback", "active": result["active"], "estimate": result["estimate"]}
     if profile_dir is None:
         raise ValueError("retrain flow: profile_dir is required (the routing service's profile: the gate's floor)")
+    if max_samples < 1:
+        raise ValueError(f"retrain flow: max_samples must be >= 1, got {max_samples}")
     cfg = training or TrainingConfig()
     version = version or _default_version(now)
 
@@ -106,7 +111,8 @@ def retrain_flow(
         current_version=current_version, estimate=ProfileEstimator(profile), force=force,
     )
     logger.info("decision %s: %s", decision.code, decision.reason)
-    card = model_card(context, prepared, cfg, decision, evaluation=evaluation, models=models)
+    png = predicted_vs_observed_png(evaluation)
+    card = model_card(context, prepared, cfg, decision, evaluation=evaluation, models=models, png=png)
     published = None
     if decision.publish:
         try:
@@ -115,7 +121,7 @@ def retrain_flow(
             failed = GateDecision(False, "publish_failed",
                                   f"{decision.reason}; publishing failed: {exc}. The served model is unchanged "
                                   f"({current_version or 'profile estimate'}).")
-            _card(model_card(context, prepared, cfg, failed, evaluation=evaluation, models=models), version)
+            _card(model_card(context, prepared, cfg, failed, evaluation=evaluation, models=models, png=png), version)
             raise
         logger.info("published %s (active: %s)", published["version"], published["active"])
     _card(card, version)
@@ -163,8 +169,9 @@ def model_card(
     *,
     evaluation: Evaluation | None = None,
     models: dict | None = None,
+    png: bytes | None = None,
 ) -> str:
-    """The run's model card (Markdown, plot inlined as a data: URI so the Prefect UI shows it)."""
+    """The run's model card (Markdown; the PNG plot inlined as a data: URI so the Prefect UI shows it)."""
     verdict = {"publish": "PUBLISHED", "publish_forced": "PUBLISHED (forced)", "skipped": "SKIPPED",
                "publish_failed": "PUBLISH FAILED"}.get(decision.code, "REFUSED")
     lines = [
@@ -201,8 +208,7 @@ def model_card(
             lines.append(f"| {t} | mean | {m.iterations['mean']} | {m.fit_s:.2f} | |")
             lines.append(f"| {t} | p90 | {m.iterations['p90']} | | x{np.exp(m.p90_log_offset):.3f} |")
         lines += ["", "Config: `" + cfg.model_dump_json() + "`"]
-    if evaluation is not None:
-        png = predicted_vs_observed_png(evaluation)
+    if png is not None:
         lines += ["", "## Predicted vs observed (held out)", "",
                   f"![predicted vs observed](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"]
     return "\n".join(lines) + "\n"
@@ -243,7 +249,7 @@ def _bucket_section(ev: Evaluation) -> list[str]:
     return lines
 
 
-def predicted_vs_observed_png(ev: Evaluation, *, max_points: int = 2000, seed: int = 0) -> bytes:
+def predicted_vs_observed_png(ev: Evaluation, *, max_points: int = 1500, seed: int = 0) -> bytes:
     """PNG: per target, predicted (candidate mean and p90, estimate) vs observed latency, log-log."""
     import matplotlib
 

@@ -48,7 +48,7 @@ def fetch_samples(router_url: str, *, token_env: str, max_samples: int) -> list[
             samples.extend(page["samples"])
             if len(samples) > 2 * max_samples:
                 del samples[: len(samples) - max_samples]
-    return samples[-max_samples:] if max_samples else samples
+    return samples[-max_samples:]
 
 
 @task(**network_task)

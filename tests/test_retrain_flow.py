@@ -37,7 +37,9 @@ pytestmark = [pytest.mark.integration]
 
 # 80 s of the Azure conversation trace x2 from minute 5: ~720 requests.
 SIM = dict(window_s=80.0, start_s=300.0, load_multiplier=2.0)
-TRAINING = TrainingConfig(min_train_samples=300, min_holdout_samples=80, max_iter=150)
+TRAINING = TrainingConfig(min_train_samples=300, min_holdout_samples=80, max_iter=80, n_iter_no_change=10)
+# Quick to fit, still far better than the estimate: for the runs that force a publish.
+FAST = TRAINING.model_copy(update={"max_iter": 25, "learning_rate": 0.3})
 # A crippled learner: two-leaf trees, few rounds. Still a model, clearly worse than TRAINING's.
 WEAK = TRAINING.model_copy(update={"max_leaf_nodes": 2, "max_iter": 8, "learning_rate": 0.3})
 PROBE = {"input_tokens": 3000, "prefix_cache_hit_frac": 0.0}
@@ -121,14 +123,21 @@ def test_absurd_latencies_dropped_and_counted(first_run):
     assert sum(result["dropped"]["tpot"].values()) == 0
 
 
-def test_model_card_artifact(first_run):
+def model_cards() -> list[str]:
+    """Every model card artifact's Markdown, oldest first."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
-    _, result, _ = first_run
     with get_client(sync_client=True) as client:
-        cards = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[ARTIFACT_KEY])))
-    card = next(a.data for a in cards if result["version"] in a.data)
+        cards = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[ARTIFACT_KEY])),
+                                      sort=ArtifactSort.CREATED_DESC)
+    return [a.data for a in reversed(cards)]
+
+
+def test_model_card_artifact(first_run):
+    _, result, _ = first_run
+    card = next(c for c in model_cards() if result["version"] in c)
     assert f"# Latency model {result['version']}: PUBLISHED" in card
     for needle in ("## Samples", "absurd_latency 2", "## Held-out comparison", "| ttft | candidate |",
                    "| ttft | profile estimate |", "## Per load bucket", "waiting_requests = 0", "running_requests",
@@ -159,11 +168,13 @@ def test_routing_down_at_publish_retries_then_fails_visibly(router, first_run, m
     monkeypatch.setattr(retrain_mod, "publish_model", publish_model.with_options(retry_delay_seconds=[0.1] * 3))
     with FaultProxy(router.url) as proxy:
         proxy.mode = "drop_request"
-        state = run(proxy.url, force=True, return_state=True)
+        state = run(proxy.url, force=True, training=FAST, return_state=True)
     assert state.is_failed()
     assert "publishing model" in state.message or "publishing model" in str(state.result(raise_on_failure=False))
     assert proxy.publish_attempts == 1 + len(NETWORK_RETRY_DELAYS_S)
     assert active(router) == served and predict(router) == before
+    failed_cards = [c for c in model_cards() if ": PUBLISH FAILED" in c]
+    assert failed_cards and f"The served model is unchanged ({served})" in failed_cards[-1]
 
 
 def test_lost_publish_answer_is_retried_then_rolled_back(router, first_run, monkeypatch):
@@ -171,13 +182,21 @@ def test_lost_publish_answer_is_retried_then_rolled_back(router, first_run, monk
     monkeypatch.setattr(retrain_mod, "publish_model", publish_model.with_options(retry_delay_seconds=[0.1] * 3))
     with FaultProxy(router.url) as proxy:
         proxy.mode, proxy.faults = "drop_response", 1  # the router accepts it; the answer is lost once
-        result = run(proxy.url, force=True)
+        result = run(proxy.url, force=True, training=FAST)
     assert result["decision"] == "publish_forced" and result["published"], result
     assert proxy.publish_attempts == 2  # the retry met 409 and found its own document there
     assert active(router) == result["version"] != served
     back = retrain_flow(router_url=router.url, token_env=TOKEN_ENV, rollback=True)
     assert back["decision"] == "rollback" and back["active"] == served
     assert active(router) == served
+
+
+def test_missing_token_fails_at_once_naming_the_variable(router, first_run):
+    state = retrain_flow(router_url=router.url, profile_dir=str(ROUTER_PROFILE), token_env="RETRAIN_TEST_UNSET_TOKEN",
+                         return_state=True)
+    assert state.is_failed()
+    with pytest.raises(ValueError, match="environment variable RETRAIN_TEST_UNSET_TOKEN is not set"):
+        state.result()
 
 
 def test_samples_over_http_equal_the_in_process_recording(router):
