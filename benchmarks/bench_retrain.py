@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -100,7 +101,7 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
             "mape": round(c["mape"], 5), "p90_coverage": round(c["p90_coverage"], 4),
             "p90_loss": round(c["p90_loss"], 5), "estimate_mape": round(e["mape"], 5),
             "estimate_p90_loss": round(e["p90_loss"], 5), "iterations": models[t].iterations,
-            "p90_calibration_factor": round(float(__import__("math").exp(models[t].p90_log_offset)), 4),
+            "p90_calibration_factor": round(math.exp(models[t].p90_log_offset), 4),
             "buckets": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in b.items()}
                         for b in c["buckets"] if b["n"]],
         }

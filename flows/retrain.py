@@ -205,7 +205,7 @@ def model_card(
                   "|---|---|---|---|---|"]
         for t in TARGETS:
             m = models[t]
-            lines.append(f"| {t} | mean | {m.iterations['mean']} | {m.fit_s:.2f} | |")
+            lines.append(f"| {t} | point | {m.iterations['mean']} | {m.fit_s:.2f} | |")
             lines.append(f"| {t} | p90 | {m.iterations['p90']} | | x{np.exp(m.p90_log_offset):.3f} |")
         lines += ["", "Config: `" + cfg.model_dump_json() + "`"]
     if png is not None:
@@ -250,7 +250,7 @@ def _bucket_section(ev: Evaluation) -> list[str]:
 
 
 def predicted_vs_observed_png(ev: Evaluation, *, max_points: int = 1500, seed: int = 0) -> bytes:
-    """PNG: per target, predicted (candidate mean and p90, estimate) vs observed latency, log-log."""
+    """PNG: per target, predicted (candidate point and p90, estimate) vs observed latency, log-log."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,7 +267,7 @@ def predicted_vs_observed_png(ev: Evaluation, *, max_points: int = 1500, seed: i
             ax.scatter(y[idx], est[idx], s=4, alpha=0.3, color="0.6", label="profile estimate")
             if p90 is not None:
                 ax.scatter(y[idx], p90[idx], s=4, alpha=0.3, color="tab:orange", label="candidate p90")
-            ax.scatter(y[idx], mean[idx], s=4, alpha=0.5, color="tab:blue", label="candidate mean")
+            ax.scatter(y[idx], mean[idx], s=4, alpha=0.5, color="tab:blue", label="candidate point (median)")
             if y.size:
                 positive = np.concatenate([y, mean, est])
                 positive = positive[positive > 0]
