@@ -422,3 +422,60 @@ def test_mooncake_trace_primes_a_predictor(shared_data):
 def test_prime_history_needs_the_same_interval():
     with pytest.raises(ValueError, match="warm-start interval 30.0 s differs from live interval 60.0 s"):
         prime_history(history([1.0], interval_s=30.0), history([1.0]))
+
+
+# ---------------------------------------------------------------- ARIMA, Prophet, boosted trees
+
+
+def daily_wave(n: int, step_s: float, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Load with a daily cycle (1000 +/- 400) and small noise, at real Unix times."""
+    t = 1.7e9 + step_s * np.arange(1, n + 1)
+    rng = np.random.default_rng(seed)
+    return t, 1000 + 400 * np.sin(2 * np.pi * t / 86400) + rng.normal(0, 20, n)
+
+
+def test_arima_uses_fourier_terms_once_two_days_exist_and_keeps_its_order():
+    t, y = daily_wave(110, 1800.0)  # 30-min bins: 110 points = 2.3 days
+    p = make_predictor("arima", warm_start=True, max_p=1, max_q=1, select_window=110, reselect_every=48)
+    p.fit(t[:100], y[:100])
+    assert p.harmonics_ == 3  # 100 x 30 min = 2.08 days >= 2
+    order, selected_at = p.order_, p.selected_at_s_
+    p.fit(t[:101], y[:101])  # one new point: no new order search
+    assert (p.order_, p.selected_at_s_) == (order, selected_at)
+    # the daily cycle is forecast: next half hour within 10% of the noiseless wave
+    f = p.predict(1)[0]
+    truth = 1000 + 400 * np.sin(2 * np.pi * (t[100] + 1800) / 86400)
+    assert f == pytest.approx(truth, rel=0.1)
+
+
+def test_arima_short_history_has_no_fourier_terms():
+    t, y = daily_wave(40, 600.0)  # 6.7 hours
+    p = make_predictor("arima", max_p=1, max_q=1).fit(t, y)
+    assert p.harmonics_ == 0
+
+
+def test_prophet_uses_real_timestamps_and_daily_seasonality():
+    t, y = daily_wave(3 * 144, 600.0)  # 3 days of 10-min bins
+    p = make_predictor("prophet").fit(t[:-6], y[:-6])
+    assert p.spec_ == (True, False)  # daily on (>= 2 days), weekly off (< 14 days)
+    f = p.predict(6)
+    truth = 1000 + 400 * np.sin(2 * np.pi * t[-6:] / 86400)
+    assert np.max(np.abs(f - truth)) < 60  # noise sd 20
+
+
+def test_prophet_warm_start_reuses_the_fit_between_refits():
+    t, y = daily_wave(300, 600.0)
+    p = make_predictor("prophet", warm_start=True, refit_every=6).fit(t[:200], y[:200])
+    model = p.model_
+    p.fit(t[:203], y[:203])
+    assert p.model_ is model  # 3 new points < 6: cached Prophet fit, new residual correction
+    p.fit(t[:206], y[:206])
+    assert p.model_ is not model
+
+
+def test_gbm_scores_itself_out_of_sample():
+    t, y = daily_wave(400, 600.0)
+    p = make_predictor("gbm", holdout=50).fit(t, y)
+    # only the held-out tail has one-step forecasts; earlier points were training data
+    assert np.isnan(p.insample_[:349]).all() and np.isfinite(p.insample_[350:]).all()
+    assert abs(p.predict(1)[0] - (1000 + 400 * np.sin(2 * np.pi * (t[-1] + 600) / 86400))) < 150

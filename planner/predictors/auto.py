@@ -8,9 +8,11 @@ scored points never flatter a candidate. A candidate replaces last value only wh
 better by more than `margin_frac` *and* the advantage is consistent: the
 mean of d = |last-value error| - |candidate error| is at least `min_t`
 standard errors above zero (a one-sided Diebold-Mariano-style check) over at
-least `min_scored` points. Among the eligible, the lowest error wins. So on a
-series where nothing is reliably better, `auto` is last value, and it never
-switches on the strength of a few lucky points.
+least `min_scored` points. Among the eligible, the lowest error wins, and it
+is blended with last value in proportion to the evidence (full trust at
+`full_t` standard errors), so `auto` does not flip back and forth on a
+borderline advantage. On a series where nothing is reliably better, `auto`
+is last value; it never switches on the strength of a few lucky points.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ class AutoPredictor(PredictorBase):
     candidates: registry names tried ("a,b" or a tuple); "constant" is always included.
     score_window: most recent points the candidates are scored on.
     margin_frac: a candidate's MAE must be below (1 - margin_frac) x last value's.
-    min_t: required t-statistic of its advantage over last value.
+    min_t: t-statistic of its advantage over last value above which a
+        candidate starts to be trusted.
+    full_t: t-statistic at which it is trusted fully; in between, "blend"
+        mixes it with last value in proportion (t - min_t) / (full_t - min_t).
     min_scored: fewest scored points before any candidate may replace last value.
     combine: "best" (one candidate) or "weighted" (inverse squared MAE weights
         over the eligible candidates).
@@ -50,8 +55,8 @@ class AutoPredictor(PredictorBase):
         candidates: tuple[str, ...] | str = DEFAULT_CANDIDATES,
         score_window: int = 48,
         margin_frac: float = 0.02,
-        min_t: float = 0.0,
-        full_t: float = 2.0,
+        min_t: float = 1.0,
+        full_t: float = 3.0,
         min_scored: int = 8,
         combine: str = "blend",
         candidate_params: dict | None = None,
