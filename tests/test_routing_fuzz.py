@@ -46,24 +46,46 @@ def base_url():
 
 
 FUZZ = settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+# Model documents are large to generate and to validate: fewer examples, and
+# no coverage phase (its boundary cases of every nested field cost seconds).
+FUZZ_MODELS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+publish = schemathesis.openapi.from_dict(APP.openapi()).include(path="/v1/models", method="POST")
+publish.config.phases.update(phases=["examples", "fuzzing"])
+everything_else = schema.exclude(path="/v1/models", method="POST")
 
 
-def _excluded(case) -> list:
-    # A model document is also checked beyond its JSON schema (equal-length
-    # node arrays, child indices forming a tree, finite predictions), so a
-    # schema-valid random document is rightly refused with a 422.
+def _call(case, base_url, *, token: bool) -> None:
+    excluded = []
     if case.operation.path == "/v1/models" and case.operation.method.upper() == "POST":
-        return [schemathesis.checks.positive_data_acceptance]
-    return []
+        # A model document is also checked beyond its JSON schema (equal-length
+        # node arrays, child indices forming a tree, finite predictions), so a
+        # schema-valid random document is rightly refused with a 422.
+        excluded.append(schemathesis.checks.positive_data_acceptance)
+    if token:
+        case.call_and_validate(base_url=base_url, headers=AUTH, excluded_checks=excluded)
+    else:
+        case.call_and_validate(base_url=base_url, excluded_checks=[schemathesis.checks.ignored_auth, *excluded])
 
 
-@schema.parametrize()
+@everything_else.parametrize()
 @FUZZ
 def test_api_without_token(case, base_url):
-    case.call_and_validate(base_url=base_url, excluded_checks=[schemathesis.checks.ignored_auth, *_excluded(case)])
+    _call(case, base_url, token=False)
 
 
-@schema.parametrize()
+@everything_else.parametrize()
 @FUZZ
 def test_api_with_token(case, base_url):
-    case.call_and_validate(base_url=base_url, headers=AUTH, excluded_checks=_excluded(case))
+    _call(case, base_url, token=True)
+
+
+@publish.parametrize()
+@FUZZ_MODELS
+def test_publish_without_token(case, base_url):
+    _call(case, base_url, token=False)
+
+
+@publish.parametrize()
+@FUZZ_MODELS
+def test_publish_with_token(case, base_url):
+    _call(case, base_url, token=True)
