@@ -8,12 +8,14 @@
    (measured Dynamo H200 Llama-3.1-8B profile) and a published
    HistGradientBoosting model (300 trees of <= 31 leaves per target, mean and
    p90, as the retrain flow's defaults allow at most; trained here on samples
-   the router recorded). Only the pick is timed (not dispatch bookkeeping).
+   the router recorded). Requests are critical, so none is shed and every pick
+   runs both stages. Only the pick is timed (not dispatch bookkeeping).
    Wall-clock percentiles include preemption by other processes on this shared
    machine; the thread-CPU-time percentiles show the picker's own cost.
 2. HTTP: `sla-planner router` in its own process (uvicorn, one worker) with
    100 endpoints and the published model; a separate load-generator process
-   sends POST /v1/route open-loop at a fixed rate (keep-alive connections)
+   sends POST /v1/route (critical requests: routed, never shed) open-loop at
+   a fixed rate (keep-alive connections)
    and, for every routed request, a `completed` lifecycle call 0.2-1.5 s later
    (so load stays in steady state: about 2 calls per request). Route latency
    is measured from the scheduled send time (no coordinated omission) and
@@ -75,7 +77,7 @@ def make_registry(n: int, profile):
     return reg
 
 
-def request_stream(seed: int):
+def request_stream(seed: int, *, critical: bool = False):
     from routing.picker import RouteRequest
 
     rng = np.random.default_rng(seed)
@@ -83,7 +85,8 @@ def request_stream(seed: int):
     while True:
         isl = int(min(rng.lognormal(7.0, 0.8), 16000))
         yield RouteRequest(request_id=f"r{k}", input_tokens=isl, ttft_slo_ms=SLO["ttft_ms"],
-                           tpot_slo_ms=SLO["tpot_ms"], prefix_cache_hit_frac=float(rng.uniform(0, 0.5)))
+                           tpot_slo_ms=SLO["tpot_ms"], prefix_cache_hit_frac=float(rng.uniform(0, 0.5)),
+                           critical=critical)
         k += 1
 
 
@@ -158,10 +161,13 @@ def bench_picks(profile, *, sizes, picks: int, document: dict | None, seed: int)
     for n in sizes:
         reg = make_registry(n, profile)
         picker = Picker(PickerConfig.model_validate(PICKER), predictor, rng=seed)
-        stream = request_stream(seed)
+        # Critical requests are never shed, so every pick runs both stages
+        # (a shed request stops after the prefill stage and is cheaper).
+        stream = request_stream(seed, critical=True)
         in_flight: list[str] = []
         wall, cpu = [], []
         outcomes = {"routed": 0, "shed": 0}
+        tiers: list[str] = []
         warmup = 200
         gc.collect()
         for k in range(picks + warmup):
@@ -174,6 +180,7 @@ def bench_picks(profile, *, sizes, picks: int, document: dict | None, seed: int)
                 wall.append(t1 - t0)
                 cpu.append(c1 - c0)
                 outcomes[result.outcome] += 1
+                tiers.append(result.tier)
             if result.routed:
                 reg.dispatched(dispatch_record(req, result, now_s=now))
                 in_flight.append(req.request_id)
@@ -189,6 +196,7 @@ def bench_picks(profile, *, sizes, picks: int, document: dict | None, seed: int)
             "cpu_p50_ms": round(float(np.percentile(c, 50)), 4),
             "cpu_p99_ms": round(float(np.percentile(c, 99)), 4),
             "routed_frac": round(outcomes["routed"] / len(wall), 4),
+            "tiers": {t: tiers.count(t) for t in sorted(set(tiers))},
         })
         print(f"  pick n={n:5d} {rows[-1]['model']}: p50 {rows[-1]['p50_ms']:.3f} ms, p99 {rows[-1]['p99_ms']:.3f} ms "
               f"(cpu p99 {rows[-1]['cpu_p99_ms']:.3f} ms)", flush=True)
@@ -335,7 +343,8 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
         t = time.perf_counter()
         try:
             status, text = await call("POST", "/v1/route", {
-                "request_id": f"lg-{i}", "input_tokens": isl, "slo": SLO, "prefix_cache_hit_frac": 0.2})
+                "request_id": f"lg-{i}", "input_tokens": isl, "slo": SLO, "prefix_cache_hit_frac": 0.2,
+                "critical": True})
         except Exception as exc:  # noqa: BLE001
             errors.append(f"route: {type(exc).__name__}: {exc}")
             return
