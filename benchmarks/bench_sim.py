@@ -259,6 +259,31 @@ def _control_table(traces: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def merge(parts: list[str]) -> dict:
+    """Combine control-quality result files (same traces, same seeds) into one table.
+
+    Rows of a trace from every part are put together; the oracle of whichever part
+    computed it gives every row its GPU-hours ratio.
+    """
+    merged: dict[str, dict] = {}
+    meta = None
+    for name in parts:
+        doc = json.loads((RESULTS / name).read_text())
+        meta = meta or {k: v for k, v in doc.items() if k not in ("traces", "markdown")}
+        for t in doc["traces"]:
+            slot = merged.setdefault(t["trace"], {k: v for k, v in t.items() if k != "rows"} | {"rows": []})
+            if "oracle_attainment" in t:
+                slot.update({k: v for k, v in t.items() if k != "rows"})
+            slot["rows"].extend(t["rows"])
+    for t in merged.values():
+        oracle = next((r for r in t["rows"] if r.get("policy") == "oracle"), None)
+        for r in t["rows"]:
+            if oracle is not None and "gpu_hours" in r:
+                r["gpu_hours_vs_oracle"] = r["gpu_hours"] / oracle["gpu_hours"]
+    traces = list(merged.values())
+    return dict(meta or {}, parts=parts, traces=traces, markdown=_control_table(traces))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip the ServeGen day")
@@ -266,6 +291,7 @@ def main() -> int:
     ap.add_argument("--control-only", action="store_true")
     ap.add_argument("--traces", default=None, help="comma list of trace label prefixes to run (default: all)")
     ap.add_argument("--out", default=None, help="control JSON file name in benchmarks/results")
+    ap.add_argument("--merge", default=None, help="comma list of control JSON files to combine into sim_control.json")
     ap.add_argument("--no-oracle", action="store_true", help="policies only (no oracle, no best static)")
     ap.add_argument("--oracle-rounds", type=int, default=3, help="oracle verify-and-repair rounds")
     ap.add_argument("--static-runs", type=int, default=8, help="most static fleets tried for the best static")
@@ -275,6 +301,11 @@ def main() -> int:
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        doc = merge(args.merge.split(","))
+        (RESULTS / "sim_control.json").write_text(json.dumps(doc, indent=2) + "\n")
+        print(doc["markdown"])
+        return 0
     if not args.control_only:
         speed = bench_speed(args.repeats)
         (RESULTS / "sim_speed.json").write_text(json.dumps(speed, indent=2) + "\n")
