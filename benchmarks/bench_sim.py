@@ -152,7 +152,7 @@ def best_static(trace, tables, scenario, plan, target: float, *, max_runs: int =
             cands.append((p + d, -est, p, d))
     cands.sort()
     tried = []
-    for gpus, neg_est, p, d in cands:
+    for _gpus, neg_est, p, d in cands:
         if -neg_est < target - 0.01:
             continue
         r = replay(trace, tables, StaticPolicy(p, d), scenario=scenario)

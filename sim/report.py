@@ -20,7 +20,7 @@ def _percentiles(values: np.ndarray) -> dict[str, float | None]:
     v = values[np.isfinite(values)]
     if not len(v):
         return {f"p{p}": None for p in PERCENTILES}
-    return {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES))}
+    return {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES), strict=True)}
 
 
 def summarize(result: ReplayResult, *, oracle_gpu_hours: float | None = None, extra: dict | None = None) -> dict:

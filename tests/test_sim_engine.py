@@ -9,7 +9,7 @@ import pytest
 
 from connectors.profiles import load_profile_dir
 from sim.engine import FleetSim, SimConfig
-from sim.fleet import FREE_TRANSFER, TransferModel
+from sim.fleet import FREE_TRANSFER
 from sim.lookup import ProfileTables
 from sim.routing import LeastLoadedRouter, RoundRobinRouter
 from sim.traces import Trace
