@@ -262,8 +262,8 @@ def _control_table(traces: list[dict]) -> str:
 def merge(parts: list[str]) -> dict:
     """Combine control-quality result files (same traces, same seeds) into one table.
 
-    Rows of a trace from every part are put together; the oracle of whichever part
-    computed it gives every row its GPU-hours ratio.
+    Rows of a trace from every part are put together, a later part's row replacing an
+    earlier one of the same policy; the oracle gives every row its GPU-hours ratio.
     """
     merged: dict[str, dict] = {}
     meta = None
@@ -274,7 +274,8 @@ def merge(parts: list[str]) -> dict:
             slot = merged.setdefault(t["trace"], {k: v for k, v in t.items() if k != "rows"} | {"rows": []})
             if "oracle_attainment" in t:
                 slot.update({k: v for k, v in t.items() if k != "rows"})
-            slot["rows"].extend(t["rows"])
+            names = {r.get("policy") for r in t["rows"]}
+            slot["rows"] = [r for r in slot["rows"] if r.get("policy") not in names] + t["rows"]
     for t in merged.values():
         oracle = next((r for r in t["rows"] if r.get("policy") == "oracle"), None)
         for r in t["rows"]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import warnings
 
+from connectors.base import recommendation_of
 from planner.config import PlannerConfig, ProfileConfig
 from planner.pipeline import plan_interval
 from planner.predict import predictor_names
@@ -61,14 +62,12 @@ class PlannerPolicy:
         self.last_plan = plan
         d = plan.decision
         reason = "; ".join(f"{r.code.value}: {r.message}" for r in d.reasons)
+        # Every run's recommendation is stored, applied or not, as the connectors do.
+        rec_p, rec_d = recommendation_of(d)
         if not d.apply:
-            return PolicyOutput(None, None, reason)
+            return PolicyOutput(None, None, reason, recommended_prefill=rec_p, recommended_decode=rec_d)
         return PolicyOutput(
-            d.prefill_replicas,
-            d.decode_replicas,
-            reason,
-            recommended_prefill=d.recommended_prefill_replicas,
-            recommended_decode=d.recommended_decode_replicas,
+            d.prefill_replicas, d.decode_replicas, reason, recommended_prefill=rec_p, recommended_decode=rec_d
         )
 
 

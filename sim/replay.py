@@ -131,11 +131,13 @@ class _DecisionLog:
         self.records: list[DecisionRecord] = []
         self.recommended: list[tuple[float, int, int]] = []
 
-    def add(self, t_s: float, out: PolicyOutput, prefill: int, decode: int) -> None:
+    def add(self, t_s: float, prefill: int, decode: int) -> None:
+        """A decision that changed the targets."""
         self.records.append(DecisionRecord(len(self.records) + 1, t_s, prefill, decode, done=False))
-        rp = out.recommended_prefill if out.recommended_prefill is not None else prefill
-        rd = out.recommended_decode if out.recommended_decode is not None else decode
-        self.recommended.append((t_s, rp, rd))
+
+    def recommend(self, t_s: float, prefill: int, decode: int) -> None:
+        """Every run's recommendation (applied or not), for the stabilization window."""
+        self.recommended.append((t_s, prefill, decode))
 
     def fleet_state(self, sim: FleetSim, now_s: float) -> FleetState:
         p_live, d_live = len(sim.live_workers("prefill")), len(sim.live_workers("decode"))
@@ -215,6 +217,8 @@ def replay(
             out = policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
             policy_wall += time.perf_counter() - p0
             reason = out.reason
+            if out.recommended_prefill is not None and out.recommended_decode is not None:
+                log.recommend(t, out.recommended_prefill, out.recommended_decode)
             if out.prefill_replicas is not None or out.decode_replicas is not None:
                 p = out.prefill_replicas if out.prefill_replicas is not None else fleet.prefill.current_replicas
                 d = out.decode_replicas if out.decode_replicas is not None else fleet.decode.current_replicas
@@ -223,7 +227,7 @@ def replay(
                 if (p, d) != (fleet.prefill.current_replicas, fleet.decode.current_replicas):
                     sim.set_target("prefill", p, t)
                     sim.set_target("decode", d, t)
-                    log.add(t, out, p, d)
+                    log.add(t, p, d)
         _record(tl, t, obs, sim, reason)
         if progress is not None:
             progress(sim.next_arrival, n_total)
