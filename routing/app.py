@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -67,6 +68,12 @@ def _is_int(annotation) -> bool:
     return any(_is_int(a) for a in typing.get_args(annotation))
 
 
+@functools.cache
+def _int_fields(cls) -> tuple[str, ...]:
+    """Names of a body model's integer fields (computed once per class: this runs per request)."""
+    return tuple(name for name, info in cls.model_fields.items() if _is_int(info.annotation))
+
+
 class _Body(BaseModel):
     # strict: no silent coercion (false -> 0.0, "12" -> 12); ints still pass as floats.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
@@ -75,9 +82,9 @@ class _Body(BaseModel):
     @classmethod
     def _integers_are_integers(cls, data):
         if isinstance(data, dict):
-            for name, info in cls.model_fields.items():
+            for name in _int_fields(cls):
                 value = data.get(name)
-                if isinstance(value, (bool, str)) and _is_int(info.annotation):
+                if isinstance(value, (bool, str)):
                     raise ValueError(f"{name}: Input should be an integer, got {value!r}")
         return data
 

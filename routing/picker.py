@@ -326,8 +326,8 @@ class Picker:
             score = pred_ttft + pred_tpot * osl
         return _Stage(
             reg=reg, idx=idx, view=view, hit=hit, pred_ttft=pred_ttft, pred_tpot=pred_tpot, h_ttft=h_ttft, h_tpot=h_tpot,
-            blended=np.broadcast_to(a * r_ttft + (1 - a) * r_tpot, (n,)),
-            binding=np.broadcast_to(np.minimum(r_ttft, r_tpot), (n,)), cost=cost, depth=depth,
+            blended=_per_endpoint(a * r_ttft + (1 - a) * r_tpot, n),
+            binding=_per_endpoint(np.minimum(r_ttft, r_tpot), n), cost=cost, depth=depth,
             score=score,
         )
 
@@ -460,6 +460,10 @@ def dispatch_record(request: RouteRequest, result: PickResult, *, now_s: float) 
         predicted_tpot_ms=result.decode.predicted_tpot_ms if result.decode else None,
         model_version=result.model_version,
     )
+
+
+def _per_endpoint(x, n: int) -> np.ndarray:
+    return np.full(n, float(x)) if np.ndim(x) == 0 else x
 
 
 def _relative(h: np.ndarray, strict) -> np.ndarray | float:

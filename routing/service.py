@@ -72,6 +72,15 @@ class ServiceMetrics:
         self.samples_evicted = Gauge(
             "router_samples_evicted", "Training samples evicted since start (store is bounded)", registry=registry
         )
+        self._request_children: dict[tuple[str, str, str], object] = {}
+
+    def count_request(self, outcome: str, mode: str, tier: str) -> None:
+        # labels() costs a lock and a dict build per call; keep the children.
+        key = (outcome, mode, tier)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(*key)
+        child.inc()
 
 
 class RoutingService:
@@ -143,12 +152,12 @@ class RoutingService:
             try:
                 result = self.picker.pick(request, self.registry, now_s)
             except Exception:
-                self.metrics.requests.labels("error", "-", "-").inc()
+                self.metrics.count_request("error", "-", "-")
                 raise
             if result.routed:
                 self.registry.dispatched(dispatch_record(request, result, now_s=now_s))
             self.metrics.pick_seconds.observe(time.perf_counter() - t0)
-            self.metrics.requests.labels(result.outcome, result.mode, result.tier).inc()
+            self.metrics.count_request(result.outcome, result.mode, result.tier)
             if result.topology_fallback:
                 self.metrics.topology_fallback.inc()
                 log.warning("request %s: %s", request.request_id, result.reason)
