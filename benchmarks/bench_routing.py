@@ -411,6 +411,9 @@ def main() -> int:
     ap.add_argument("--http-rps", type=float, default=500.0)
     ap.add_argument("--http-seconds", type=float, default=60.0)
     ap.add_argument("--http-endpoints", type=int, default=100)
+    ap.add_argument("--http-lower-rates", default="100,250",
+                    help="also run these rates (req/s) for --http-lower-seconds each (default: %(default)s; '' for none)")
+    ap.add_argument("--http-lower-seconds", type=float, default=20.0)
     ap.add_argument("--train-requests", type=int, default=12000, help="requests routed to collect training samples")
     ap.add_argument("--max-iter", type=int, default=300, help="boosting iterations of the published model")
     ap.add_argument("--skip-http", action="store_true")
@@ -433,12 +436,19 @@ def main() -> int:
     for doc in (None, document):
         picks += bench_picks(profile, sizes=(10, 100, 1000), picks=args.picks, document=doc, seed=0)
     http = None
+    lower: list[dict] = []
     if not args.skip_http:
         print(f"HTTP: {args.http_rps:g} req/s for {args.http_seconds:g} s ...", flush=True)
         http = bench_http(rps=args.http_rps, seconds=args.http_seconds, endpoints=args.http_endpoints,
                           document=document)
         print(f"  route p50 {http['p50_ms']} ms, p99 {http['p99_ms']} ms, errors {http['errors']}, "
               f"statuses {http['statuses']}", flush=True)
+        for rate in [float(r) for r in args.http_lower_rates.split(",") if r.strip()]:
+            print(f"HTTP: {rate:g} req/s for {args.http_lower_seconds:g} s ...", flush=True)
+            lower.append(bench_http(rps=rate, seconds=args.http_lower_seconds, endpoints=args.http_endpoints,
+                                    document=document))
+            print(f"  route p50 {lower[-1]['p50_ms']} ms, p99 {lower[-1]['p99_ms']} ms, errors {lower[-1]['errors']}",
+                  flush=True)
     result = {
         "benchmark": "routing",
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
@@ -448,6 +458,7 @@ def main() -> int:
                      "max_leaf_nodes": 31},
         "pick": picks,
         "http_route": http,
+        "http_route_lower_rates": lower,
         "targets": {"pick_p99_ms_at_100": 1.0, "http_p99_ms": 10.0, "http_errors": 0},
         "pending": "SLO attainment with SLO-aware + topology routing vs round-robin and least-loaded on a real "
                    "trace needs the fleet simulator: not measured yet",
@@ -472,6 +483,13 @@ def markdown(result: dict) -> str:
                   f"| server CPU per call (route or completed) | {h['server_cpu_ms_per_call']} ms |",
                   f"| machine load average (1 min) before / after | {h['load_avg_1m_before']} / "
                   f"{h['load_avg_1m_after']} on {result['machine']['cpus']} CPUs |"]
+    lower = result.get("http_route_lower_rates") or []
+    if lower:
+        lines += ["", "| offered req/s (s) | achieved | p50 (ms) | p99 (ms) | errors | server CPU/call (ms) | load avg |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in [*lower, h]:
+            lines.append(f"| {r['target_rps']:g} ({r['seconds']:g}) | {r['achieved_rps']:g} | {r['p50_ms']} | "
+                         f"{r['p99_ms']} | {r['errors']} | {r['server_cpu_ms_per_call']} | {r['load_avg_1m_before']} |")
     return "\n".join(lines)
 
 
