@@ -15,9 +15,9 @@
 2. HTTP: `sla-planner router` in its own process (uvicorn, one worker) with
    100 endpoints and the published model; a separate load-generator process
    sends POST /v1/route (critical requests: routed, never shed) open-loop at
-   a fixed rate (keep-alive connections)
-   and, for every routed request, a `completed` lifecycle call 0.2-1.5 s later
-   (so load stays in steady state: about 2 calls per request). Route latency
+   a fixed rate (keep-alive connections) and, for every routed request, a
+   `completed` event 0.2-1.5 s later, batched every 50 ms into
+   POST /v1/requests/events as a gateway would (load stays in steady state). Route latency
    is measured from the scheduled send time (no coordinated omission) and
    from the actual send.
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
 import os
 import platform
@@ -257,7 +258,7 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
         finally:
             server.terminate()
             server.wait(timeout=30)
-    calls = result["route_requests"] + result["completed_calls"]
+    calls = result["route_requests"] + result["events_calls"]
     result.update({
         "endpoints": endpoints,
         "model": model,
@@ -316,6 +317,7 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
         pool.put_nowait(_Conn(host, int(port)))
     rng = np.random.default_rng(1)
     lat_sched, lat_send, completed_lat = [], [], []
+    completed_events = [0]
     statuses: dict[str, int] = {}
     errors: list[str] = []
     pending: set[asyncio.Task] = set()
@@ -327,17 +329,33 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
         finally:
             pool.put_nowait(conn)
 
-    async def complete(rid: str, delay_s: float) -> None:
-        await asyncio.sleep(delay_s)
-        t = time.perf_counter()
-        try:
-            status, text = await call("POST", f"/v1/requests/{rid}/completed",
-                                      {"output_tokens": 100, "observed_ttft_ms": 120.0, "observed_tpot_ms": 9.0})
-            completed_lat.append(time.perf_counter() - t)
-            if status != 200:
-                errors.append(f"completed {status}: {text[:200]!r}")
-        except Exception as exc:  # noqa: BLE001 - every failure is counted
-            errors.append(f"completed: {type(exc).__name__}: {exc}")
+    due: list[tuple[float, str]] = []  # heap of (completion time, request id)
+    stop = asyncio.Event()
+
+    async def flush_completions() -> None:
+        # As a gateway batches its telemetry: one events call per 50 ms.
+        while not (stop.is_set() and not due):
+            await asyncio.sleep(0.05)
+            now = time.perf_counter()
+            batch = []
+            while due and due[0][0] <= now and len(batch) < 1000:
+                batch.append(heapq.heappop(due)[1])
+            if not batch:
+                continue
+            t = time.perf_counter()
+            try:
+                status, text = await call("POST", "/v1/requests/events", {"events": [
+                    {"event": "completed", "request_id": rid, "output_tokens": 100,
+                     "observed_ttft_ms": 120.0, "observed_tpot_ms": 9.0} for rid in batch]})
+                completed_lat.append(time.perf_counter() - t)
+                completed_events[0] += len(batch)
+                if status != 200:
+                    errors.append(f"events {status}: {text[:200]!r}")
+                else:
+                    bad = [r for r in json.loads(text)["results"] if r["status"] != 200]
+                    errors.extend(f"completed {r['status']}: {r['error']}" for r in bad[:5])
+            except Exception as exc:  # noqa: BLE001 - every failure is counted
+                errors.append(f"events: {type(exc).__name__}: {exc}")
 
     async def one(i: int, scheduled: float, isl: int) -> None:
         t = time.perf_counter()
@@ -354,12 +372,11 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
             lat_send.append(done - t)
             statuses[str(status)] = statuses.get(str(status), 0) + 1
         if status == 200:
-            task = asyncio.create_task(complete(f"lg-{i}", float(rng.uniform(0.2, 1.5))))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
+            heapq.heappush(due, (time.perf_counter() + float(rng.uniform(0.2, 1.5)), f"lg-{i}"))
         elif status != 429:
             errors.append(f"route {status}: {text[:200]!r}")
 
+    flusher = asyncio.create_task(flush_completions())
     # Warm the connections and the server's code paths first (not counted).
     await asyncio.gather(*(one(-k - 1, time.perf_counter(), 1000) for k in range(64)))
     n = int(rps * seconds)
@@ -378,6 +395,8 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
     elapsed = time.perf_counter() - start
     while pending:
         await asyncio.gather(*list(pending))
+    stop.set()
+    await flusher
     sched = np.array(lat_sched) * 1e3
     sent = np.array(lat_send) * 1e3
     comp = np.array(completed_lat) * 1e3
@@ -398,8 +417,9 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
         "max_ms": round(float(sched.max()), 3) if sched.size else None,
         "p50_from_send_ms": pct(sent, 50),
         "p99_from_send_ms": pct(sent, 99),
-        "completed_calls": int(comp.size),
-        "completed_p99_ms": pct(comp, 99),
+        "completed_events": completed_events[0],
+        "events_calls": int(comp.size),
+        "events_call_p99_ms": pct(comp, 99),
         "generator_max_lag_ms": round(max_lag * 1e3, 3),
         "client": "asyncio streams, HTTP/1.1 keep-alive, 32 connections",
     }))
@@ -480,7 +500,7 @@ def markdown(result: dict) -> str:
                   f"| p50 / p99 / max (from scheduled send) | {h['p50_ms']} / {h['p99_ms']} / {h['max_ms']} ms |",
                   f"| p50 / p99 (from actual send) | {h['p50_from_send_ms']} / {h['p99_from_send_ms']} ms |",
                   f"| statuses | {h['statuses']} |", f"| errors | {h['errors']} |",
-                  f"| server CPU per call (route or completed) | {h['server_cpu_ms_per_call']} ms |",
+                  f"| server CPU per HTTP call (route, or a batch of completions) | {h['server_cpu_ms_per_call']} ms |",
                   f"| machine load average (1 min) before / after | {h['load_avg_1m_before']} / "
                   f"{h['load_avg_1m_after']} on {result['machine']['cpus']} CPUs |"]
     lower = result.get("http_route_lower_rates") or []

@@ -228,6 +228,41 @@ class EventOut(BaseModel):
     samples_recorded: int
 
 
+class _InBatch(_Body):
+    request_id: str = Field(min_length=1, max_length=253)
+
+
+class FirstTokenEvent(FirstTokenBody, _InBatch):
+    event: Literal["first_token"]
+
+
+class ProgressEvent(ProgressBody, _InBatch):
+    event: Literal["progress"]
+
+
+class CompletedEvent(CompletedBody, _InBatch):
+    event: Literal["completed"]
+
+
+class EventBatch(_Body):
+    """Lifecycle events in one call, applied in order (a gateway batching its telemetry)."""
+
+    events: list[Annotated[FirstTokenEvent | ProgressEvent | CompletedEvent, Field(discriminator="event")]] = Field(
+        min_length=1, max_length=1000
+    )
+
+
+class EventResult(BaseModel):
+    request_id: str
+    status: int = Field(description="what the single-event call would answer: 200, 404 or 422")
+    samples_recorded: int
+    error: str | None = None
+
+
+class EventBatchOut(BaseModel):
+    results: list[EventResult]
+
+
 class EndpointBody(_Body):
     role: Literal["prefill", "decode", "aggregated"]
     url: str | None = Field(None, max_length=2048, pattern=r"^https?://\S+$")
@@ -551,6 +586,11 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
     async def progress(body: ProgressBody, request_id: str = Path(max_length=253)):
         return _json(event_response(svc, request_id, "progress", body))
 
+    @app.post("/v1/requests/events", response_model=EventBatchOut, responses=_responses(413, 422),
+              tags=["lifecycle"], summary="Several lifecycle events in one call (per-event status in the answer)")
+    async def events(body: EventBatch):
+        return _json(batch_response(svc, body))
+
     @app.post("/v1/requests/{request_id}/completed", response_model=EventOut, responses=_responses(404, 413, 422),
               tags=["lifecycle"], summary="The request finished")
     async def completed(body: CompletedBody, request_id: str = Path(max_length=253)):
@@ -685,6 +725,8 @@ def _fast_path(svc: RoutingService, *, route_model: type[BaseModel]):
             return None
         if path == "/v1/route":
             model, request_id, kind = route_model, None, None
+        elif path == "/v1/requests/events":
+            model, request_id, kind = EventBatch, None, "batch"
         else:
             m = _EVENT_PATH.match(path)
             if m is None:
@@ -700,6 +742,8 @@ def _fast_path(svc: RoutingService, *, route_model: type[BaseModel]):
             return _invalid(exc.errors(), prefix=("body",))
         if kind is None:
             return route_response(svc, parsed)
+        if kind == "batch":
+            return batch_response(svc, parsed)
         return event_response(svc, request_id, kind, parsed)
 
     return handle
@@ -738,6 +782,17 @@ def event_response(svc: RoutingService, request_id: str, kind: str, body) -> tup
     except (RegistryError, ValueError) as exc:
         return _err(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
     return 200, {"request_id": request_id, "samples_recorded": n}, None
+
+
+def batch_response(svc: RoutingService, body: EventBatch) -> tuple[int, dict, None]:
+    """(200, per-event results) for a batch of lifecycle events, applied in order."""
+    results = []
+    for ev in body.events:
+        status, content, _ = event_response(svc, ev.request_id, ev.event, ev)
+        results.append({"request_id": ev.request_id, "status": status,
+                        "samples_recorded": content.get("samples_recorded", 0),
+                        "error": None if status == 200 else content["message"]})
+    return 200, {"results": results}, None
 
 
 def _invalid(errors, *, prefix: tuple) -> tuple[int, dict, None]:

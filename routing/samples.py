@@ -23,12 +23,15 @@ import bisect
 import math
 import threading
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from routing.features import FEATURES, RAW_FIELDS, TARGETS
+import numpy as np
+
+from routing.features import FEATURES, RAW_FIELDS, ROLE_CODE, ROLES, TARGETS
 from routing.registry import Sample
 
 WAITING_EDGES = (1, 2, 4, 8)  # waiting-queue buckets: 0, 1, 2-3, 4-7, 8+
+_TARGET_CODE = {t: i for i, t in enumerate(TARGETS)}
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,13 @@ def load_bucket(sample: Sample, *, kv_buckets: int) -> tuple[str, str, int, int]
 
 
 class SampleStore:
-    """Samples by sequence number, bounded with per-bucket eviction (thread-safe)."""
+    """Samples by sequence number, bounded with per-bucket eviction (thread-safe).
+
+    Storage is columnar (numpy arrays and string lists, one slot per sample):
+    a full store of 100k samples is a handful of Python objects, so the
+    garbage collector never walks it (as dicts it cost ~100 ms per full
+    collection, straight into the service's tail latency).
+    """
 
     def __init__(self, *, capacity: int, kv_buckets: int = 10):
         if capacity < 1:
@@ -58,7 +67,15 @@ class SampleStore:
         self.kv_buckets = kv_buckets
         self._lock = threading.Lock()
         self._next_seq = 1
-        self._samples: dict[int, tuple[Sample, tuple]] = {}
+        # Per slot: the raw features, then observed, predicted (NaN: none), recorded_at_s.
+        self._num = np.zeros((capacity, len(RAW_FIELDS) + 3))
+        self._target = np.zeros(capacity, dtype=np.int8)
+        self._role = np.zeros(capacity, dtype=np.int8)
+        self._request_id: list[str | None] = [None] * capacity
+        self._endpoint_id: list[str | None] = [None] * capacity
+        self._version: list[str | None] = [None] * capacity
+        self._free = list(range(capacity - 1, -1, -1))
+        self._slot: dict[int, int] = {}  # seq -> slot of live samples
         self._order: list[int] = []  # seqs ascending, may hold evicted ones
         self._dead = 0
         self._buckets: dict[tuple, deque[int]] = {}
@@ -68,23 +85,36 @@ class SampleStore:
         self.evicted_total = 0
 
     def __len__(self) -> int:
-        return len(self._samples)
+        return len(self._slot)
 
     def add(self, sample: Sample) -> int:
         """Store a sample (evicting if full); returns its sequence number."""
+        row = []
         for name in RAW_FIELDS:
             v = sample.features.get(name)
             if v is None or not math.isfinite(v) or v < 0:
                 raise ValueError(f"sample {sample.request_id}: feature {name} must be finite and >= 0, got {v}")
+            row.append(v)
         if not (math.isfinite(sample.observed_ms) and sample.observed_ms >= 0):
             raise ValueError(f"sample {sample.request_id}: observed_ms must be finite and >= 0, got {sample.observed_ms}")
+        if sample.target not in _TARGET_CODE or sample.role not in ROLE_CODE:
+            raise ValueError(f"sample {sample.request_id}: unknown target {sample.target!r} or role {sample.role!r}")
+        predicted = sample.predicted_ms if sample.predicted_ms is not None else math.nan
+        row += [sample.observed_ms, predicted, sample.recorded_at_s]
         key = load_bucket(sample, kv_buckets=self.kv_buckets)
         with self._lock:
-            if len(self._samples) >= self.capacity:
+            if not self._free:
                 self._evict_one()
+            slot = self._free.pop()
             seq = self._next_seq
             self._next_seq += 1
-            self._samples[seq] = (sample, key)
+            self._num[slot] = row
+            self._target[slot] = _TARGET_CODE[sample.target]
+            self._role[slot] = ROLE_CODE[sample.role]
+            self._request_id[slot] = sample.request_id
+            self._endpoint_id[slot] = sample.endpoint_id
+            self._version[slot] = sample.model_version
+            self._slot[seq] = slot
             self._order.append(seq)
             bucket = self._buckets.setdefault(key, deque())
             self._resize(key, len(bucket), len(bucket) + 1)
@@ -98,6 +128,7 @@ class SampleStore:
             raise ValueError(f"limit must be >= 1, got {limit}")
         if target is not None and target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+        want = None if target is None else _TARGET_CODE[target]
         with self._lock:
             out: list[dict] = []
             pos = bisect.bisect_right(self._order, after_seq)
@@ -105,15 +136,15 @@ class SampleStore:
             while pos < len(self._order) and len(out) < limit:
                 seq = self._order[pos]
                 pos += 1
-                entry = self._samples.get(seq)
-                if entry is None:
+                slot = self._slot.get(seq)
+                if slot is None:
                     continue
                 last = seq
-                if target is None or entry[0].target == target:
-                    out.append(_as_dict(seq, entry[0]))
+                if want is None or self._target[slot] == want:
+                    out.append(self._as_dict(seq, slot))
             has_more = False
             for seq in reversed(self._order):
-                if seq in self._samples:
+                if seq in self._slot:
                     has_more = seq > last
                     break
             return SamplePage(out, last, has_more)
@@ -121,7 +152,7 @@ class SampleStore:
     def stats(self) -> dict:
         with self._lock:
             return {
-                "stored": len(self._samples),
+                "stored": len(self._slot),
                 "capacity": self.capacity,
                 "added_total": self.added_total,
                 "evicted_total": self.evicted_total,
@@ -135,16 +166,35 @@ class SampleStore:
 
     # -- internals ---------------------------------------------------------
 
+    def _as_dict(self, seq: int, slot: int) -> dict:
+        num = self._num[slot].tolist()
+        n = len(RAW_FIELDS)
+        predicted = num[n + 1]
+        return {
+            "seq": seq,
+            "target": TARGETS[self._target[slot]],
+            "request_id": self._request_id[slot],
+            "endpoint_id": self._endpoint_id[slot],
+            "role": ROLES[self._role[slot]],
+            "features": dict(zip(RAW_FIELDS, num[:n])),
+            "observed_ms": num[n],
+            "predicted_ms": None if predicted != predicted else predicted,
+            "model_version": self._version[slot],
+            "recorded_at_s": num[n + 2],
+        }
+
     def _evict_one(self) -> None:
         key = next(iter(self._by_size[self._max_size]))
         bucket = self._buckets[key]
         self._resize(key, len(bucket), len(bucket) - 1)
         seq = bucket.popleft()
-        del self._samples[seq]
+        slot = self._slot.pop(seq)
+        self._request_id[slot] = self._endpoint_id[slot] = self._version[slot] = None
+        self._free.append(slot)
         self.evicted_total += 1
         self._dead += 1
-        if self._dead > len(self._samples):
-            self._order = [s for s in self._order if s in self._samples]
+        if self._dead > len(self._slot):
+            self._order = [s for s in self._order if s in self._slot]
             self._dead = 0
 
     def _resize(self, key: tuple, old: int, new: int) -> None:
@@ -158,12 +208,6 @@ class SampleStore:
         if new:
             self._by_size.setdefault(new, set()).add(key)
             self._max_size = max(self._max_size, new)
-
-
-def _as_dict(seq: int, sample: Sample) -> dict:
-    d = asdict(sample)
-    d["seq"] = seq
-    return d
 
 
 FEATURE_NAMES = {t: list(FEATURES[t]) for t in TARGETS}

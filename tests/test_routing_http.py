@@ -383,3 +383,20 @@ def test_model_swaps_under_traffic_drop_nothing():
         assert statuses and set(statuses) == {200}
         assert {None, "swap-0", "swap-1"} <= set(seen) <= {None, "swap-0", "swap-1"}
         assert seen[-1] == "swap-0"
+
+
+def test_lifecycle_events_in_one_batch(api):
+    client, _ = api
+    ids = [route(client, request_id=f"batch-{k}", critical=True).json()["request_id"] for k in range(2)]
+    resp = client.post("/v1/requests/events", json={"events": [
+        {"event": "first_token", "request_id": ids[0], "observed_ttft_ms": 70.0},
+        {"event": "completed", "request_id": ids[0], "output_tokens": 20, "observed_tpot_ms": 8.0},
+        {"event": "completed", "request_id": ids[1], "output_tokens": 1},
+        {"event": "completed", "request_id": "never-routed", "output_tokens": 1},
+    ]})
+    assert resp.status_code == 200
+    results = resp.json()["results"]
+    assert [(r["status"], r["samples_recorded"]) for r in results] == [(200, 1), (200, 1), (200, 0), (404, 0)]
+    assert "unknown request 'never-routed'" in results[3]["error"]
+    bad = client.post("/v1/requests/events", json={"events": [{"event": "finished", "request_id": "x"}]})
+    assert bad.status_code == 422 and bad.json()["fields"][0]["field"].startswith("body.events.0")
