@@ -71,6 +71,17 @@ class ProphetPredictor(PredictorBase):
         self.residual_window = residual_window
         self.warm_start = warm_start
 
+    def _new_model(self, spec: tuple[bool, bool]):
+        from prophet import Prophet
+
+        return Prophet(
+            daily_seasonality=spec[0],
+            weekly_seasonality=spec[1],
+            yearly_seasonality=False,
+            changepoint_prior_scale=self.changepoint_prior_scale,
+            uncertainty_samples=0,
+        )
+
     def _yhat(self, t: np.ndarray) -> np.ndarray:
         import pandas as pd
 
@@ -84,7 +95,6 @@ class ProphetPredictor(PredictorBase):
 
     def _fit(self, t_s, y) -> "ProphetPredictor":
         import pandas as pd
-        from prophet import Prophet
 
         if not (isinstance(self.min_points, int) and self.min_points >= 3):
             raise ValueError(f"ProphetPredictor: min_points must be an integer >= 3, got {self.min_points!r}")
@@ -107,13 +117,7 @@ class ProphetPredictor(PredictorBase):
             self.model_ = prev_model
             self.fitted_at_s_, self.fitted_points_ = prev_at, prev_points
         else:
-            model = Prophet(
-                daily_seasonality=spec[0],
-                weekly_seasonality=spec[1],
-                yearly_seasonality=False,
-                changepoint_prior_scale=self.changepoint_prior_scale,
-                uncertainty_samples=0,
-            )
+            model = self._new_model(spec)
             frame = pd.DataFrame({"ds": pd.to_datetime(t[ok], unit="s"), "y": v[ok]})
             init = _stan_init(prev_model) if prev_model is not None and prev_spec == spec else None
             try:
@@ -122,13 +126,7 @@ class ProphetPredictor(PredictorBase):
                 if init is None:
                     raise
                 # The previous optimum may not fit the new changepoint grid; start cold.
-                model = Prophet(
-                    daily_seasonality=spec[0],
-                    weekly_seasonality=spec[1],
-                    yearly_seasonality=False,
-                    changepoint_prior_scale=self.changepoint_prior_scale,
-                    uncertainty_samples=0,
-                ).fit(frame)
+                model = self._new_model(spec).fit(frame)
             self.model_ = model
             self.fitted_at_s_, self.fitted_points_ = t[-1], n_ok
         self.spec_ = spec
