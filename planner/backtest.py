@@ -157,7 +157,6 @@ def rolling_origin(
     idx, fc, up, base = [], [], [], []
     elapsed = 0.0
     origins = 0
-    last_seen = np.nan
     finite_before = np.concatenate([[0], np.cumsum(np.isfinite(v))])
     for i in range(start, n - horizon + 1, every):
         target = i + horizon - 1
@@ -171,11 +170,10 @@ def rolling_origin(
         elapsed += time.perf_counter() - t0
         origins += 1
         seen = v[lo:i][np.isfinite(v[lo:i])]
-        last_seen = float(seen[-1])
         idx.append(target)
         fc.append(f)
         up.append(q)
-        base.append(last_seen)
+        base.append(float(seen[-1]))  # last value, the MASE yardstick
     if not idx:
         raise ValueError(f"backtest {name}: no origin had both history and a finite target")
     target_index = np.asarray(idx)

@@ -150,7 +150,7 @@ class GradientBoostingPredictor(PredictorBase):
             if hold > 0:
                 early = self._new_model().fit(X[:cut][usable[:cut]][:, cols], target[:cut][usable[:cut]])
                 pred = np.expm1(zf[cut - 1 : -1] + early.predict(X[cut:, cols]))
-                holdout_pred = dict(zip(t[cut:].tolist(), pred.tolist()))
+                holdout_pred = dict(zip(t[cut:].tolist(), pred.tolist(), strict=True))
             model = self._new_model().fit(X[usable][:, cols], target[usable])
             fitted_at, fitted_points = t[-1], n_ok
         self.cols_ = cols
