@@ -49,6 +49,13 @@ ETCD_BIN = "/usr/bin/etcd"
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 # Start order; `down` stops them all at once.
 COMPONENTS = ("prefect-server", "etcd", "router", "fleet", "prometheus", "prefect-worker")
+# Flow runs send a heartbeat this often (Prefect's minimum is 30 s); one silent for
+# ZOMBIE_AFTER_S after its Running event or a heartbeat lost its process and is marked Crashed.
+HEARTBEAT_S = 30
+ZOMBIE_AFTER_S = 90.0
+# The flow engine renews a running deployment run's concurrency slot lease for this long;
+# a run killed with its worker holds the planner's single slot until it lapses.
+SLOT_LEASE_S = 300.0
 
 
 class StackError(RuntimeError):
@@ -143,6 +150,8 @@ def up(opts: StackOptions, *, log=print) -> dict:
             _wait_healthy(state_dir, state, name, timeout_s=opts.start_timeout_s)
             log(f"  {name:<15} up   {comps[name].health_url}")
         _deploy(opts, state_dir, state, log=log)
+        _create_zombie_automation(opts)
+        log(f"  {'automation':<15} flow runs silent for {ZOMBIE_AFTER_S:g} s are marked Crashed")
         _launch(state_dir, state, comps["prefect-worker"])
         _launch(state_dir, state, comps["fleet"])
         _wait_healthy(state_dir, state, "fleet", timeout_s=opts.start_timeout_s)
@@ -454,9 +463,8 @@ def _prefect_env(opts: StackOptions, state_dir: Path) -> dict[str, str]:
         "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": str(max(2, min(30, int(opts.interval_s // 3)))),
         "PREFECT_WORKER_QUERY_SECONDS": "2",
         "PREFECT_WORKER_PREFETCH_SECONDS": "5",
-        # A flow run killed with its worker frees the deployment's concurrency slot after this
-        # lease (30 s is Prefect's minimum) instead of the default 300 s; live runs renew it.
-        "PREFECT_SERVER_CONCURRENCY_INITIAL_DEPLOYMENT_LEASE_DURATION": "30",
+        # Heartbeats let the zombie automation mark a run whose process died as Crashed.
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),
     }
 
 
@@ -481,6 +489,55 @@ def _deploy(opts: StackOptions, state_dir: Path, state: dict, *, log) -> None:
 
     names = [d["name"] for d in yaml.safe_load(prefect_file.read_text()).get("deployments", [])]
     log(f"  {'deployments':<15} {', '.join(names)} on work pool {pool}")
+
+
+def _create_zombie_automation(opts: StackOptions) -> None:
+    """Prefect's zombie-run recipe for self-hosted servers: a run that goes silent is Crashed.
+
+    Without it a run whose worker died stays Running in the UI forever. Unlike
+    the recipe, the silence is also counted from the Running event: a run
+    killed before its first heartbeat would otherwise never be caught. Prefect
+    3.9's triggers hold the state events of scheduler-created runs for up to 15
+    minutes (their Scheduled state emits no event, and later events say they
+    follow it), so such a run is marked Crashed that late; one whose heartbeat
+    arrived, ZOMBIE_AFTER_S after it. A heartbeat that overtakes its run's held
+    Completed event makes the action fire on a finished run, where it fails
+    harmlessly ("already in terminal state").
+    """
+    from datetime import timedelta
+
+    from prefect.automations import AutomationCore
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    automation = AutomationCore(
+        name="sla-planner: crash silent flow runs",
+        description=f"a flow run with no heartbeat for {ZOMBIE_AFTER_S:g} s lost its process: mark it Crashed",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.Running", "prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
+                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=ZOMBIE_AFTER_S),
+        ),
+        actions=[ChangeFlowRunState(
+            state=StateType.CRASHED,
+            message=f"no heartbeat for {ZOMBIE_AFTER_S:g} s: the flow run's process is gone (worker killed?)",
+        )],
+    )
+    req = urllib.request.Request(f"{opts.urls()['prefect_api']}/automations/", method="POST",
+                                 data=json.dumps(automation.model_dump(mode="json")).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+    except urllib.error.HTTPError as exc:
+        raise StackError(f"creating the zombie-run automation: HTTP {exc.code}: {exc.read()[:500]!r}") from None
 
 
 # -- processes ------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Faults during a live run of the whole stack: Prometheus down, etcd restarted,
-the planner's worker killed mid-run, the routing service restarted.
+the routing service restarted, the planner's worker killed mid-run.
 
-One stack serves the four tests (in file order), replaying real Azure requests
+One stack serves the four tests (in file order: those that need traffic first), replaying real Azure requests
 as a square wave (40 s as recorded, 40 s with five copies superposed, six
 times), so the planner keeps deciding: every fault lands on a fleet that is
-scaling. After each fault the test checks what a user would: the planner held
+scaling. The engines run 20% slower than profiled, so the retrain flow has
+something to learn and publishes (see test_e2e). After each fault the test checks what a user would: the planner held
 and said why, then resumed; no decision id was lost, reused or left
 unconfirmed; the fleet lost no request.
 """
@@ -30,7 +31,7 @@ SHAPE = ((40.0, 1.0), (40.0, 5.0)) * 6
 def stack(tmp_path_factory):
     with local_stack(
         tmp_path_factory.mktemp("faults"), interval_s=INTERVAL_S, shape=SHAPE, trace_start_s=600.0,
-        startup_s=10.0, stabilization_s=30.0,
+        startup_s=10.0, stabilization_s=30.0, prefill_latency_scale=1.2, decode_latency_scale=1.2,
     ) as s:
         s.wait_for(lambda: any(r["state_type"] == "COMPLETED" for r in s.flow_runs()), timeout_s=120,
                    what="a first completed planner run")
@@ -114,39 +115,6 @@ def test_etcd_restart_loses_or_duplicates_no_decision(stack):
     _assert_decisions_consistent(stack)
 
 
-def test_worker_killed_mid_run_next_scheduled_run_is_correct(stack):
-    def running():
-        return [r for r in stack.runs_in("RUNNING")]
-    victim = stack.wait_for(running, timeout_s=120, what="a planner run in progress", poll_s=0.2)[0]
-    killed_s = time.time()
-    # The machine running the worker dies: the worker and the flow run it started go together.
-    flow_run_pids = [p for p in stack_cli.marked_processes(stack.state["marker"])
-                     if f"PREFECT__FLOW_RUN_ID={victim['id']}".encode() in _environ(p)]
-    stack.stop("prefect-worker", sig=signal.SIGKILL, grace_s=0.0)
-    for pid in flow_run_pids:
-        stack_cli._signal_pid(pid, signal.SIGKILL)
-    stack.start("prefect-worker")
-
-    def completed_after_kill():
-        return [r for r in stack.runs_in("COMPLETED") if _unix(r["start_time"]) > killed_s]
-    # The killed run holds the deployment's concurrency slot until its 30 s lease lapses.
-    nxt = stack.wait_for(completed_after_kill, timeout_s=180,
-                         what="a scheduled planner run completed after the worker was killed")[0]
-    assert nxt["auto_scheduled"]
-    table = stack.decision_table(nxt["id"])
-    assert table is not None, "the run after the kill has no decision artifact"
-    # It started from the fleet etcd held (stateless runs rebuild everything).
-    known = [d for d in stack.decisions() if d.decided_at_s < _unix(nxt["start_time"])]
-    if known:
-        current_prefill = int(table["prefill replicas"].split("→")[0])
-        current_decode = int(table["decode replicas"].split("→")[0])
-        assert (current_prefill, current_decode) == (known[-1].prefill, known[-1].decode), (table, known[-1])
-    victim_state = next(r for r in stack.flow_runs() if r["id"] == victim["id"])
-    if victim_state["state_type"] == "COMPLETED":
-        pytest.fail(f"the killed run {victim['name']} reports COMPLETED; it was killed at {killed_s:.0f}")
-    _assert_decisions_consistent(stack)
-
-
 def test_router_restart_keeps_serving_the_published_model(stack):
     version = _publish_model(stack)
     stack.wait_for(lambda: stack.fleet()["router"]["model_versions"].get(version, 0) > 0, timeout_s=30,
@@ -164,6 +132,44 @@ def test_router_restart_keeps_serving_the_published_model(stack):
     fleet = stack.fleet()
     ready = fleet["workers"]["prefill"]["ready"] + fleet["workers"]["decode"]["ready"]
     assert len(registered) == ready, (registered, fleet["workers"])
+
+
+def test_worker_killed_mid_run_next_scheduled_run_is_correct(stack):
+    def running():
+        return [r for r in stack.runs_in("RUNNING")]
+    victim = stack.wait_for(running, timeout_s=120, what="a planner run in progress", poll_s=0.2)[0]
+    killed_s = time.time()
+    # The machine running the worker dies: the worker and the flow run it started go together.
+    flow_run_pids = [p for p in stack_cli.marked_processes(stack.state["marker"])
+                     if f"PREFECT__FLOW_RUN_ID={victim['id']}".encode() in _environ(p)]
+    stack.stop("prefect-worker", sig=signal.SIGKILL, grace_s=0.0)
+    for pid in flow_run_pids:
+        stack_cli._signal_pid(pid, signal.SIGKILL)
+    stack.start("prefect-worker")
+
+    def completed_after_kill():
+        return [r for r in stack.runs_in("COMPLETED") if _unix(r["start_time"]) > killed_s]
+    # The killed run holds the deployment's single concurrency slot until its lease lapses
+    # (the flow engine renews it for SLOT_LEASE_S); meanwhile scheduled runs wait, and the
+    # planner holds at the last decision it applied.
+    nxt = stack.wait_for(completed_after_kill, timeout_s=stack_cli.SLOT_LEASE_S + 150,
+                         what="a scheduled planner run completed after the worker was killed", poll_s=3.0)[0]
+    assert nxt["auto_scheduled"]
+    table = stack.decision_table(nxt["id"])
+    assert table is not None, "the run after the kill has no decision artifact"
+    # It started from the fleet etcd held (stateless runs rebuild everything).
+    known = [d for d in stack.decisions() if d.decided_at_s < _unix(nxt["start_time"])]
+    if known:
+        current_prefill = int(table["prefill replicas"].split("→")[0])
+        current_decode = int(table["decode replicas"].split("→")[0])
+        assert (current_prefill, current_decode) == (known[-1].prefill, known[-1].decode), (table, known[-1])
+    # The zombie automation marks it Crashed, but Prefect may hold its Running event up to
+    # 15 minutes first (see planner_cli.stack._create_zombie_automation): no wait for that here.
+    victim_state = stack.prefect("GET", f"/flow_runs/{victim['id']}")
+    assert victim_state["state_type"] in ("RUNNING", "CRASHED"), (
+        f"the killed run {victim['name']} is {victim_state['state_type']}")
+    assert stack.decision_table(victim["id"]) is None, "the killed run left a decision artifact"
+    _assert_decisions_consistent(stack)
 
 
 def test_no_request_lost_through_the_faults(stack):
