@@ -175,33 +175,33 @@ def down(state_dir: str, *, log=print, grace_s: float = 10.0) -> list[int]:
         log(f"no stack state in {state_path}: nothing to stop")
         return []
     groups = [c["pid"] for c in state["components"].values() if c.get("pid")]
+    marker = state["marker"]
     stopped = set()
     for pgid in groups:
-        stopped.update(_group_members(pgid))
-        _signal_group(pgid, signal.SIGTERM)
-    marker = state["marker"]
+        stopped.update(_members(pgid, marker))
+        _signal_group(pgid, signal.SIGTERM, marker=marker)
     deadline = time.monotonic() + grace_s
     resent = False
-    while time.monotonic() < deadline and (any(_group_members(g) for g in groups) or marked_processes(marker)):
+    while time.monotonic() < deadline and marked_processes(marker):
         _reap(groups)
         time.sleep(0.1)
         if not resent and time.monotonic() > deadline - grace_s + 1.0:
             # A process worker shuts down on the second SIGTERM (it ignores the first).
             for pgid in groups:
-                _signal_group(pgid, signal.SIGTERM)
+                _signal_group(pgid, signal.SIGTERM, marker=marker)
             resent = True
-    # A process worker ignores its first SIGTERM, and flow runs live in their own session.
+    # Flow runs a worker started live in their own session: found by the marker alone.
     for pgid in groups:
-        _signal_group(pgid, signal.SIGKILL)
+        _signal_group(pgid, signal.SIGKILL, marker=marker)
     for pid in marked_processes(marker):
         stopped.add(pid)
         _signal_pid(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and (any(_group_members(g) for g in groups) or marked_processes(marker)):
+    while time.monotonic() < deadline and marked_processes(marker):
         _reap(groups)
         time.sleep(0.05)
     _reap(groups)
-    left = sorted(set(marked_processes(marker)) | {p for g in groups for p in _group_members(g)})
+    left = marked_processes(marker)
     for comp in state["components"].values():
         comp["pid"] = None
     _write_state(state_path, state)
@@ -221,7 +221,7 @@ def status(state_dir: str) -> list[dict]:
         if comp is None:
             out.append({"name": name, "pid": None, "running": False, "healthy": False, "url": None})
             continue
-        running = bool(comp.get("pid") and _group_members(comp["pid"]))
+        running = bool(comp.get("pid") and _members(comp["pid"], state["marker"]))
         url = comp.get("health_url")
         healthy = running and (url is None or _http_ok(url))
         out.append({"name": name, "pid": comp.get("pid"), "running": running, "healthy": healthy, "url": url})
@@ -236,13 +236,17 @@ def stop_component(state_dir: str, name: str, *, grace_s: float = 10.0, sig: int
     pgid = comp.get("pid")
     if not pgid:
         return
-    _signal_group(pgid, sig)
+    marker = state["marker"]
+    _signal_group(pgid, sig, marker=marker)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_members(pgid):
+    while time.monotonic() < deadline and _members(pgid, marker):
         _reap([pgid])
         time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
-    while _group_members(pgid):
+    _signal_group(pgid, signal.SIGKILL, marker=marker)
+    deadline = time.monotonic() + 10.0
+    while _members(pgid, marker):
+        if time.monotonic() > deadline:
+            raise StackError(f"{name}: processes {_members(pgid, marker)} survived SIGKILL")
         _reap([pgid])
         time.sleep(0.05)
     comp["pid"] = None
@@ -255,7 +259,7 @@ def start_component(state_dir: str, name: str, *, timeout_s: float = 120.0) -> N
     state = _read_state(state_path)
     data = dict(state["components"][name])
     comp = Component(**{k: v for k, v in data.items() if k in {f.name for f in fields(Component)}})
-    if comp.pid and _group_members(comp.pid):
+    if comp.pid and _members(comp.pid, state["marker"]):
         raise StackError(f"{name} is already running (pid {comp.pid})")
     _launch(state_path, state, comp)
     if comp.health_url:
@@ -265,18 +269,9 @@ def start_component(state_dir: str, name: str, *, timeout_s: float = 120.0) -> N
 def marked_processes(marker: str) -> list[int]:
     """Pids of live processes whose environment carries this stack's marker."""
     needle = f"{MARKER_ENV}={marker}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if needle in env.split(b"\0") and not _is_zombie(int(entry)):
-            found.append(int(entry))
-    return found
+    return [int(e) for e in os.listdir("/proc")
+            if e.isdigit() and int(e) != os.getpid() and needle in _environ(int(e)).split(b"\0")
+            and not _is_zombie(int(e))]
 
 
 def read_token(state_dir: str) -> str:
@@ -480,8 +475,8 @@ def _deploy(opts: StackOptions, state_dir: Path, state: dict, *, log) -> None:
     ):
         done = subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=opts.start_timeout_s)
-        (state_dir / "logs" / "prefect-cli.log").open("a").write(
-            f"$ {' '.join(argv[1:])}\n{done.stdout}\n{done.stderr}\n")
+        with (state_dir / "logs" / "prefect-cli.log").open("a") as out:
+            out.write(f"$ {' '.join(argv[1:])}\n{done.stdout}\n{done.stderr}\n")
         if done.returncode != 0:
             raise StackError(f"`prefect {' '.join(argv[1:])}` failed ({done.returncode}):\n"
                              f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
@@ -564,7 +559,7 @@ def _wait_healthy(state_dir: Path, state: dict, name: str, *, timeout_s: float) 
     comp = state["components"][name]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _group_members(comp["pid"]) or _exited(comp["pid"]):
+        if _exited(comp["pid"]):
             raise StackError(f"{name} exited before it answered at {comp['health_url']}{_log_tail(comp)}")
         if _http_ok(comp["health_url"]):
             return
@@ -624,11 +619,29 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def _members(pgid: int, marker: str) -> list[int]:
+    """Live members of process group pgid that carry this stack's marker (a recorded
+    pgid may since have been reused by someone else's processes)."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    return [pid for pid in _group_members(pgid) if needle in _environ(pid).split(b"\0")]
+
+
+def _signal_group(pgid: int, sig: int, *, marker: str) -> None:
+    """Signal a process group, but only while it holds processes of this stack."""
+    if not _members(pgid, marker):
+        return
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _signal_pid(pid: int, sig: int) -> None:
@@ -639,7 +652,7 @@ def _signal_pid(pid: int, sig: int) -> None:
 
 
 def _live_pids(state: dict) -> list[int]:
-    return [p for c in state["components"].values() if c.get("pid") for p in _group_members(c["pid"])]
+    return [p for c in state["components"].values() if c.get("pid") for p in _members(c["pid"], state["marker"])]
 
 
 def _http_ok(url: str) -> bool:

@@ -17,6 +17,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
+# Optional: headless Chromium for scripts/screenshot_ui.py (SLA_PLANNER_SCREENSHOTS=1 bash scripts/setup.sh).
+if [ "${SLA_PLANNER_SCREENSHOTS:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "setup: installing Debian package chromium (screenshots)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
 # Debian starts these as services on install; the tests start their own on free ports.
 for svc in prometheus etcd; do
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop "$svc" >/dev/null 2>&1 || true; fi
