@@ -282,25 +282,15 @@ def bin_trace(trace: Trace, *, bin_s: float, start_s: float = 0.0, end_s: float 
     bin_s: bin width, seconds. Bins cover [start_s, end_s) (end_s defaults to just past the
     last arrival); t_s holds bin end times. Empty bins have mean lengths NaN.
     """
-    if not bin_s > 0:
-        raise ValueError(f"bin_trace: bin_s must be > 0, got {bin_s}")
-    end = trace.duration_s + 1e-9 if end_s is None else end_s
-    n_bins = max(1, int(math.ceil((end - start_s) / bin_s - 1e-9)))
-    mask = (trace.arrival_s >= start_s) & (trace.arrival_s < start_s + n_bins * bin_s)
-    idx = ((trace.arrival_s[mask] - start_s) // bin_s).astype(np.int64)
-    counts = np.bincount(idx, minlength=n_bins).astype(np.float64)
-    isl_sum = np.bincount(idx, weights=trace.isl_tokens[mask], minlength=n_bins)
-    osl_sum = np.bincount(idx, weights=trace.osl_tokens[mask], minlength=n_bins)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        isl_mean = np.where(counts > 0, isl_sum / counts, np.nan)
-        osl_mean = np.where(counts > 0, osl_sum / counts, np.nan)
-    t_end = start_s + bin_s * np.arange(1, n_bins + 1)
-    return LoadHistory(
-        t_s=tuple(t_end.tolist()),
-        num_requests=tuple(counts.tolist()),
-        avg_isl_tokens=tuple(isl_mean.tolist()),
-        avg_osl_tokens=tuple(osl_mean.tolist()),
-        interval_s=float(bin_s),
+    from planner.predict import bin_requests  # the planner core's binning: one definition
+
+    return bin_requests(
+        trace.arrival_s,
+        trace.isl_tokens,
+        trace.osl_tokens,
+        bin_s=bin_s,
+        start_s=start_s,
+        end_s=trace.duration_s + 1e-9 if end_s is None else end_s,
     )
 
 
