@@ -55,6 +55,9 @@ def planner_flow(
     # Fleet first, then metrics: load that arrives in between is counted against
     # the older replica numbers, so any error leans toward more replicas.
     fleet = read_fleet(connector, now_s=now)
+    # Fitted predictor state is reused only for the live series of this model;
+    # a what-if's scaled load or a given observation never touches it.
+    cache_namespace = f"{cfg.namespace}/{cfg.model_id}" if observation is None and overrides is None else None
     if observation is None:
         observation = collect_metrics(
             run_cfg.metrics,
@@ -65,7 +68,7 @@ def planner_flow(
     obs = apply_what_if(observation, overrides)
 
     corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
-    forecast = predict_load(obs, cfg=cfg.predictor)
+    forecast = predict_load(obs, cfg=cfg.predictor, cache_namespace=cache_namespace)
     sizing = interpolate_replicas(forecast, corrections=corrections, profile=profile, cfg=cfg)
     saturation = analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now)
     decision = decide_targets(

@@ -83,6 +83,11 @@ class PredictorConfig(_Strict):
         default_factory=dict,
         description="per-predictor hyperparameters keyed by predictor name, e.g. {kalman: {min_points: 8}}",
     )
+    cache_dir: str | None = Field(
+        None,
+        description="private directory where fitted predictor state is kept between runs (speed only: "
+        "a lost cache means a slower, not a different, forecast); None: fit from scratch every run",
+    )
 
     @model_validator(mode="after")
     def _known_names(self) -> "PredictorConfig":

@@ -87,20 +87,53 @@ def _fit_one(
         return ConstantPredictor().fit(t_s, y), "constant"
     params = _params_for(cfg, name)
     if cache is None:
-        predictor = make_predictor(name, **params)
+        predictor = make_predictor(name, **params).fit(t_s, y)
     else:
-        key = ("forecast_next", quantity, name, repr(sorted(params.items())))
-        predictor = cache.get(key)
-        if predictor is None:
-            predictor = make_predictor(name, warm_start=True, **params)
-            cache[key] = predictor
-    predictor.fit(t_s, y)
+        key = cache_key(quantity, name, params)
+        predictor = _cached_fit(cache, key, quantity, name, params, t_s, y, notes)
     if predictor.fallback_reason_:
         notes.append(f"{quantity}: {name}: {predictor.fallback_reason_}")
     picked = getattr(predictor, "chosen_", None)
     if picked:
         notes.append(f"{quantity}: auto chose {picked}")
     return predictor, name
+
+
+def cache_key(quantity: str, name: str, params: Mapping[str, Any]) -> tuple[str, ...]:
+    """The cache key of one series' fitted predictor: plain strings, so any store can hold it."""
+    return ("forecast_next", quantity, name, repr(sorted(params.items())))
+
+
+def _cached_fit(cache: MutableMapping, key, quantity: str, name: str, params: dict, t_s, y, notes: list[str]):
+    """Refit the cached predictor (a fresh one on a miss) and store it back.
+
+    The cache is only an optimisation: an entry that is not a fitted
+    predictor of this kind, or whose refit fails, is dropped and the series
+    fitted from scratch; a failure of the fresh fit is the caller's error.
+    The entry is written back after the fit (a store that copies, such as a
+    directory of files, then holds the fitted state).
+    """
+    try:
+        cached = cache.get(key)
+    except Exception as exc:  # noqa: BLE001 (a broken store is a miss, never a failed forecast)
+        notes.append(f"{quantity}: predictor cache unreadable ({type(exc).__name__}): fitted from scratch")
+        cached = None
+    predictor = None
+    if cached is not None:
+        if type(cached) is not PREDICTORS[name] or not getattr(cached, "warm_start", False):
+            notes.append(f"{quantity}: cached {name} entry is a {type(cached).__name__}: fitted from scratch")
+        else:
+            try:
+                predictor = cached.fit(t_s, y)
+            except Exception as exc:  # noqa: BLE001 (the fresh fit below raises real input errors)
+                notes.append(f"{quantity}: cached {name} state unusable ({type(exc).__name__}: {exc}): fitted from scratch")
+    if predictor is None:
+        predictor = make_predictor(name, warm_start=True, **params).fit(t_s, y)
+    try:
+        cache[key] = predictor
+    except Exception as exc:  # noqa: BLE001 (failing to save only costs the next run time)
+        notes.append(f"{quantity}: predictor cache not written ({type(exc).__name__}: {exc})")
+    return predictor
 
 
 def forecast_next(

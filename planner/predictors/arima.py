@@ -55,6 +55,7 @@ class ArimaPredictor(PredictorBase):
         max_p: int = 2,
         max_q: int = 2,
         max_d: int = 1,
+        start_pq: int = 2,
         select_window: int = 288,
         reselect_every: int = 288,
         refit_every: int = 24,
@@ -68,6 +69,7 @@ class ArimaPredictor(PredictorBase):
         self.max_p = max_p
         self.max_q = max_q
         self.max_d = max_d
+        self.start_pq = start_pq
         self.select_window = select_window
         self.reselect_every = reselect_every
         self.refit_every = refit_every
@@ -92,12 +94,12 @@ class ArimaPredictor(PredictorBase):
             raise ValueError(f"ArimaPredictor: min_points must be an integer >= 5, got {self.min_points!r}")
         if not (isinstance(self.daily_harmonics, int) and self.daily_harmonics >= 0):
             raise ValueError(f"ArimaPredictor: daily_harmonics must be an integer >= 0, got {self.daily_harmonics!r}")
-        reuse = self._extends_previous(np.asarray(t_s, dtype=float))
+        reuse = self._extends_previous(t_s, y)
         prev = {
             k: getattr(self, k, None)
             for k in ("order_", "harmonics_", "selected_at_s_", "selected_points_", "params_", "refit_at_s_", "refit_points_")
         }
-        t, v = self._set_series(t_s, y)
+        t, v = self._set_series(t_s, y, align=reuse)
         n_ok = int(np.isfinite(v).sum())
         self.model_ = None
         if n_ok < self.min_points:
@@ -111,6 +113,7 @@ class ArimaPredictor(PredictorBase):
         self.harmonics_ = self.daily_harmonics if span_days >= self.min_seasons else 0
         X = self._exog(tt)
 
+        selected = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if (
@@ -125,8 +128,8 @@ class ArimaPredictor(PredictorBase):
                     X=None if X is None else X[-k:],
                     seasonal=False,
                     stepwise=True,
-                    start_p=min(2, self.max_p),
-                    start_q=min(2, self.max_q),
+                    start_p=min(self.start_pq, self.max_p),
+                    start_q=min(self.start_pq, self.max_q),
                     max_p=self.max_p,
                     max_q=self.max_q,
                     max_d=self.max_d,
@@ -137,11 +140,18 @@ class ArimaPredictor(PredictorBase):
                 self.order_ = tuple(int(x) for x in sel.order)
                 self.selected_at_s_, self.selected_points_ = t[-1], n_ok
                 prev["params_"] = None
+                # When the search saw the whole series, its winner is the fit
+                # below (refits always have an intercept, so only then).
+                selected = sel if k == z.size and sel.with_intercept is True else None
             else:
                 self.order_ = prev["order_"]
                 self.selected_at_s_, self.selected_points_ = prev["selected_at_s_"], prev["selected_points_"]
             model = pm.ARIMA(order=self.order_, suppress_warnings=True)
-            if prev["params_"] is not None and not self._stale(
+            if selected is not None:
+                model = selected
+                self.refit_at_s_, self.refit_points_ = t[-1], n_ok
+                self.params_ = np.asarray(model.params(), dtype=float)
+            elif prev["params_"] is not None and not self._stale(
                 prev["refit_at_s_"], prev["refit_points_"], self.refit_every
             ):
                 # Same order, fresh window: re-run the filter with the fitted coefficients.

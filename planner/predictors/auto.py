@@ -98,9 +98,9 @@ class AutoPredictor(PredictorBase):
         if not (isinstance(self.min_scored, int) and self.min_scored >= 2):
             raise ValueError(f"AutoPredictor: min_scored must be an integer >= 2, got {self.min_scored!r}")
         names = self._candidate_names()
-        reuse = self._extends_previous(np.asarray(t_s, dtype=float))
+        reuse = self._extends_previous(t_s, y)
         old = getattr(self, "models_", {}) if reuse else {}
-        t, v = self._set_series(t_s, y)
+        t, v = self._set_series(t_s, y, align=reuse)
         params = self.candidate_params or {}
         models = {}
         for name in names:
@@ -112,7 +112,7 @@ class AutoPredictor(PredictorBase):
         recent = slice(start, v.size)
         actual = v[recent]
         base_err = np.abs(actual - models["constant"].insample_[recent])
-        books = self._out_of_sample(t, v, models, start, reuse, make_predictor, params)
+        books = self._out_of_sample(t, v, models, start, reuse)
         self.scores_ = {}  # name -> (MAE ratio to last value, t-statistic, points)
         eligible = {}
         for name, model in models.items():
@@ -170,13 +170,14 @@ class AutoPredictor(PredictorBase):
         self.books_ = books
         return self
 
-    def _out_of_sample(self, t, v, models, start, reuse, make_predictor, params) -> dict:
+    def _out_of_sample(self, t, v, models, start, reuse) -> dict:
         """{candidate: {target time: one-step forecast made from data before it}} over the scoring window.
 
         Forecasts kept from earlier fits (warm start) are reused; any missing
-        ones are made now by refitting a separate instance of the candidate on
-        the data before each target, so a cold start scores on the same honest
-        basis, only slower.
+        ones (all of them on a cold start) come from the candidate's
+        `out_of_sample`, so a cold start scores on the same honest basis:
+        one filter pass for Kalman and exponential smoothing, the held-out
+        forecasts gradient boosting already made, a refit per point otherwise.
         """
         from_key = _key(t[start])
         old = getattr(self, "books_", {}) if reuse else {}
@@ -188,14 +189,13 @@ class AutoPredictor(PredictorBase):
             books[name] = book
             if model.fallback_reason_:
                 continue
-            missing = [i for i in range(start, v.size) if np.isfinite(v[i]) and _key(t[i]) not in book]
+            first = int(np.flatnonzero(np.isfinite(v))[0])
+            missing = [i for i in range(max(start, first + 1), v.size) if np.isfinite(v[i]) and _key(t[i]) not in book]
             if not missing:
                 continue
-            scorer = make_predictor(name, warm_start=True, **params.get(name, {}))
-            for i in missing:
-                if not np.any(np.isfinite(v[:i])):
-                    continue
-                book[_key(t[i])] = float(scorer.fit(t[:i], v[:i]).predict(1)[0])
+            for i, f in zip(missing, model.out_of_sample(missing), strict=True):
+                if np.isfinite(f):
+                    book[_key(t[i])] = float(f)
         return books
 
     def predict(self, horizon: int = 1) -> np.ndarray:

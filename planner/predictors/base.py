@@ -21,6 +21,7 @@ Fitted attributes every predictor sets:
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 
 import numpy as np
@@ -30,6 +31,13 @@ import numpy as np
 _GAP_TOL_FRAC = 0.1
 # Hard cap on points a gap may insert, so a bad timestamp can't allocate gigabytes.
 _MAX_GAP_POINTS = 100_000
+# Warm start: how far (fraction of a bin) a new series' grid may sit from the
+# previous one's (scheduled runs start a few seconds apart), how much their
+# overlap may differ (median relative difference), and how many of the newest
+# old points may have been revised since (late samples) and are not compared.
+_MAX_PHASE_FRAC = 0.25
+_MAX_OVERLAP_DIFF_FRAC = 0.05
+_REVISABLE_POINTS = 2
 
 
 def check_series(t_s, y, *, who: str) -> tuple[np.ndarray, np.ndarray]:
@@ -153,27 +161,60 @@ class PredictorBase:
         if not hasattr(self, "y_"):
             raise ValueError(f"{type(self).__name__}: call fit(t_s, y) before predict")
 
-    def _set_series(self, t_s, y) -> tuple[np.ndarray, np.ndarray]:
+    def _set_series(self, t_s, y, *, align: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Validate and store the series; align: snap it onto the previous fit's grid.
+
+        Aligning (only after `_extends_previous` said yes) moves the times by
+        less than `_MAX_PHASE_FRAC` of a bin, so warm state keyed by time (past
+        forecasts, fit times) keeps matching when runs start a few seconds
+        apart; the values are untouched.
+        """
         t, v = check_series(t_s, y, who=type(self).__name__)
+        if align:
+            shift = (t[0] - self.t_s_[0]) / self.interval_s_
+            t = t - (shift - round(shift)) * self.interval_s_
         self.t_s_, self.y_ = t, v
         self.interval_s_ = interval_of(t)
         self.last_value_ = last_finite(v)
         self.fallback_reason_ = None
         return t, v
 
-    def _extends_previous(self, t: np.ndarray) -> bool:
-        """True when a warm start may reuse state: the new series continues the old one."""
+    def _extends_previous(self, t_s, y) -> bool:
+        """True when a warm start may reuse state: the new series continues the old one.
+
+        That is: warm_start is on, the bin width is the same, the grid is the
+        same up to `_MAX_PHASE_FRAC` of a bin (a run that starts a few seconds
+        later reads the same intervals), it does not go back in time, and where
+        the two series overlap they agree: the median relative difference of
+        the values both have is at most `_MAX_OVERLAP_DIFF_FRAC`, ignoring the
+        newest `_REVISABLE_POINTS` old points (late samples may still change
+        those). Anything else (another deployment's series, a what-if's scaled
+        load, rewritten history) is a cold fit, so reused state never answers
+        for a different series.
+        """
         if not getattr(self, "warm_start", False) or not hasattr(self, "t_s_"):
             return False
-        old = self.t_s_
-        step = self.interval_s_
-        # Same grid (same step and phase) and not going back in time.
-        return (
-            t.size > 1
-            and abs(interval_of(t) - step) <= 1e-6 * step
-            and t[-1] >= old[-1]
-            and abs(((t[0] - old[0]) / step) - round((t[0] - old[0]) / step)) < 1e-6
-        )
+        try:
+            t, v = check_series(t_s, y, who=type(self).__name__)
+        except ValueError:
+            return False  # the fit itself reports it
+        old_t, old_v, step = self.t_s_, self.y_, self.interval_s_
+        if t.size < 2 or abs(interval_of(t) - step) > 1e-6 * step or t[-1] < old_t[-1] - _MAX_PHASE_FRAC * step:
+            return False
+        shift = (t[0] - old_t[0]) / step
+        k0 = round(shift)
+        if abs(shift - k0) > _MAX_PHASE_FRAC:
+            return False
+        old_idx = np.arange(t.size) + k0
+        both = (old_idx >= 0) & (old_idx < old_v.size - _REVISABLE_POINTS)
+        a = v[both]
+        b = old_v[old_idx[both]]
+        ok = np.isfinite(a) & np.isfinite(b)
+        if not ok.any():
+            return True  # no overlap to disagree with (e.g. the planner was down for a while)
+        a, b = a[ok], b[ok]
+        rel = np.abs(a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1e-12)
+        return bool(np.median(rel) <= _MAX_OVERLAP_DIFF_FRAC)
 
     def _stale(self, fitted_at_s: float | None, fitted_points: int | None, every: int) -> bool:
         """Whether warm-started state is due for a refresh.
@@ -193,6 +234,33 @@ class PredictorBase:
         """Answer with the last value; its residuals are last value's, so quantiles stay honest."""
         self.fallback_reason_ = reason
         self.insample_ = previous_value(self.y_)
+
+    def clone(self, **overrides):
+        """A new, unfitted predictor with the same hyperparameters (scikit-learn's `clone`), some overridden."""
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        params = {p: getattr(self, p) for p in names}
+        params.update(overrides)
+        return type(self)(**params)
+
+    def out_of_sample(self, indices) -> np.ndarray:
+        """Genuine one-step forecasts for points of the fitted series, each from the points before it only.
+
+        indices: positions in the fitted (regularised) series, each >= 1.
+        Returns one forecast per index, never negative; NaN where there was
+        no finite point before it. This generic version refits a warm-started
+        copy on every prefix (periodic refreshes included, as the planner's
+        cache would have run it); predictors whose fitted state allows it
+        override it with one filter pass from a fit on the data before the
+        first index, which is what makes a cold `auto` affordable.
+        """
+        self._check_fitted()
+        t, v = self.t_s_, self.y_
+        scorer = self.clone(warm_start=True)
+        out = np.full(len(indices), np.nan)
+        for k, i in enumerate(int(i) for i in indices):
+            if np.any(np.isfinite(v[:i])):
+                out[k] = float(scorer.fit(t[:i], v[:i]).predict(1)[0])
+        return out
 
     def residuals(self) -> np.ndarray:
         """Recent one-step residuals y - insample (finite ones, newest last)."""

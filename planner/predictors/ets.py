@@ -63,21 +63,22 @@ class ExponentialSmoothingPredictor(PredictorBase):
         with single_threaded():
             return self._fit(t_s, y)
 
-    def _fit(self, t_s, y) -> "ExponentialSmoothingPredictor":
+    def _fit(self, t_s, y, fixed: dict | None = None) -> "ExponentialSmoothingPredictor":
+        """fixed: smoothing parameters to use as they are (no optimisation)."""
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
         if self.trend not in (None, "add"):
             raise ValueError(f"ExponentialSmoothingPredictor: trend must be None or 'add', got {self.trend!r}")
         if not (isinstance(self.min_points, int) and self.min_points >= 3):
             raise ValueError(f"ExponentialSmoothingPredictor: min_points must be an integer >= 3, got {self.min_points!r}")
-        reuse = self._extends_previous(np.asarray(t_s, dtype=float))
+        reuse = self._extends_previous(t_s, y)
         prev = (
             getattr(self, "params_", None),
             getattr(self, "spec_", None),
             getattr(self, "optimized_at_s_", None),
             getattr(self, "optimized_points_", None),
         )
-        t, v = self._set_series(t_s, y)
+        t, v = self._set_series(t_s, y, align=reuse)
         n_ok = int(np.isfinite(v).sum())
         self.spec_ = None
         if n_ok < self.min_points:
@@ -104,6 +105,8 @@ class ExponentialSmoothingPredictor(PredictorBase):
         )
         old_params, old_spec, optimized_at, optimized_points = prev
         due = self._stale(optimized_at, optimized_points, self.refit_every)
+        if fixed is not None:
+            old_params, old_spec, reuse, due = fixed, spec, True, False
         with warnings.catch_warnings():
             # Convergence chatter on flat or short series; the fit is still usable.
             warnings.simplefilter("ignore")
@@ -130,6 +133,35 @@ class ExponentialSmoothingPredictor(PredictorBase):
         self.insample_ = ins
         self.result_ = res
         return self
+
+    def out_of_sample(self, indices) -> np.ndarray:
+        """Genuine one-step forecasts for points of the fitted series (see PredictorBase).
+
+        One pass: the smoothing parameters are fitted on the points before
+        the first index only, then the model is run with them fixed over the
+        whole series; its fitted values from there on are one-step forecasts
+        from earlier points. (A warm-started run would also re-fit them every
+        `refit_every` points inside the window; the difference is noise.)
+        NaN where the run has no fitted value (before its window).
+        """
+        self._check_fitted()
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size == 0:
+            return np.empty(0)
+        t, v = self.t_s_, self.y_
+        start = int(idx.min())
+        with single_threaded():
+            early = self.clone(warm_start=False).fit(t[:start], v[:start])
+            if early.spec_ is None or early.spec_ != self.spec_:
+                return super().out_of_sample(indices)
+            run = self.clone(warm_start=False)._fit(t, v, fixed=early.params_)
+        out = np.maximum(run.insample_[idx], 0.0)
+        # The run interpolates over gaps, so a forecast right after one would
+        # have seen the point it forecasts: those few are made the slow way.
+        after_gap = ~np.isfinite(v[idx - 1])
+        if after_gap.any():
+            out[after_gap] = super().out_of_sample(idx[after_gap])
+        return out
 
     def predict(self, horizon: int = 1) -> np.ndarray:
         self._check_fitted()

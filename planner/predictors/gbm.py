@@ -23,6 +23,11 @@ from planner.predictors.base import PredictorBase, check_horizon, single_threade
 DAY_S = 86400.0
 
 
+def _keys(t_s: np.ndarray) -> list[float]:
+    """Dictionary keys for interval end times (robust to float noise)."""
+    return np.round(np.asarray(t_s, dtype=float), 3).tolist()
+
+
 def _ffill(z: np.ndarray) -> np.ndarray:
     out = z.copy()
     idx = np.where(np.isfinite(out), np.arange(out.size), 0)
@@ -115,14 +120,14 @@ class GradientBoostingPredictor(PredictorBase):
     def _fit(self, t_s, y) -> "GradientBoostingPredictor":
         if not (isinstance(self.min_points, int) and self.min_points >= 20):
             raise ValueError(f"GradientBoostingPredictor: min_points must be an integer >= 20, got {self.min_points!r}")
-        reuse = self._extends_previous(np.asarray(t_s, dtype=float))
+        reuse = self._extends_previous(t_s, y)
         prev = (
             getattr(self, "model_", None),
             getattr(self, "fitted_at_s_", None),
             getattr(self, "holdout_pred_", None),
             getattr(self, "fitted_points_", None),
         )
-        t, v = self._set_series(t_s, y)
+        t, v = self._set_series(t_s, y, align=reuse)
         n_ok = int(np.isfinite(v).sum())
         if n_ok < self.min_points:
             self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
@@ -150,14 +155,14 @@ class GradientBoostingPredictor(PredictorBase):
             if hold > 0:
                 early = self._new_model().fit(X[:cut][usable[:cut]][:, cols], target[:cut][usable[:cut]])
                 pred = np.expm1(zf[cut - 1 : -1] + early.predict(X[cut:, cols]))
-                holdout_pred = dict(zip(t[cut:].tolist(), pred.tolist(), strict=True))
+                holdout_pred = dict(zip(_keys(t[cut:]), pred.tolist(), strict=True))
             model = self._new_model().fit(X[usable][:, cols], target[usable])
             fitted_at, fitted_points = t[-1], n_ok
         self.cols_ = cols
         # Between refits, points after the fit are out of sample for the
         # current model too; their features need only a short lookback.
         ins = np.full(v.size, np.nan)
-        r0 = int(np.searchsorted(t, fitted_at, side="right"))
+        r0 = int(np.searchsorted(t, fitted_at + 0.5 * self.interval_s_))
         lo = max(0, r0 - (self.period_ + 30))
         # One features pass for the points since the fit plus the next interval.
         Xr = lag_features(
@@ -168,7 +173,7 @@ class GradientBoostingPredictor(PredictorBase):
         if r0 < v.size:
             ins[r0:] = np.expm1(zf[r0 - 1 : -1] + model.predict(Xr[:-1]))
         self._x_next = Xr[-1:]
-        for i, ts in enumerate(t.tolist()):
+        for i, ts in enumerate(_keys(t)):
             if ts in holdout_pred:
                 ins[i] = holdout_pred[ts]
         self._forecasts = {}
@@ -180,6 +185,25 @@ class GradientBoostingPredictor(PredictorBase):
         self._z = zf
         self._t = t
         return self
+
+    def out_of_sample(self, indices) -> np.ndarray:
+        """Genuine one-step forecasts for points of the fitted series (see PredictorBase).
+
+        Free where the fit already made them: the held-out points (a model
+        trained on earlier points only) and the points after the last refit.
+        Any other index is made by refitting on its prefix.
+        """
+        self._check_fitted()
+        idx = np.asarray(indices, dtype=np.int64)
+        out = np.full(idx.size, np.nan)
+        if self.model_ is None:
+            return super().out_of_sample(indices)
+        after_fit = self.t_s_[idx] > self.fitted_at_s_ + 0.5 * self.interval_s_
+        honest = np.array([k in self.holdout_pred_ for k in _keys(self.t_s_[idx])], dtype=bool) | after_fit
+        out[honest] = np.maximum(self.insample_[idx[honest]], 0.0)
+        if not honest.all():
+            out[~honest] = super().out_of_sample(idx[~honest])
+        return out
 
     def predict(self, horizon: int = 1) -> np.ndarray:
         self._check_fitted()

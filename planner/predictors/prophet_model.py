@@ -98,12 +98,12 @@ class ProphetPredictor(PredictorBase):
 
         if not (isinstance(self.min_points, int) and self.min_points >= 3):
             raise ValueError(f"ProphetPredictor: min_points must be an integer >= 3, got {self.min_points!r}")
-        reuse = self._extends_previous(np.asarray(t_s, dtype=float))
+        reuse = self._extends_previous(t_s, y)
         prev_model = getattr(self, "model_", None) if reuse else None
         prev_spec = getattr(self, "spec_", None)
         prev_at = getattr(self, "fitted_at_s_", None)
         prev_points = getattr(self, "fitted_points_", None)
-        t, v = self._set_series(t_s, y)
+        t, v = self._set_series(t_s, y, align=reuse)
         n_ok = int(np.isfinite(v).sum())
         if n_ok < self.min_points:
             self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
