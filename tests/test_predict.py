@@ -479,3 +479,125 @@ def test_gbm_scores_itself_out_of_sample():
     # only the held-out tail has one-step forecasts; earlier points were training data
     assert np.isnan(p.insample_[:349]).all() and np.isfinite(p.insample_[350:]).all()
     assert abs(p.predict(1)[0] - (1000 + 400 * np.sin(2 * np.pi * (t[-1] + 600) / 86400))) < 150
+
+
+# ---------------------------------------------------------------- cold path and warm-start safety
+
+
+def _noisy_walk(n: int, *, seed: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return 500.0 + np.cumsum(rng.normal(0.0, 10.0, n)) + rng.normal(0.0, 25.0, n)
+
+
+@pytest.mark.parametrize(
+    "gaps",
+    [pytest.param((), id="no gaps"), pytest.param((10, 11, 50), id="missing points 10, 11, 50: predict only")],
+)
+def test_kalman_grid_pass_equals_filterpy_for_every_candidate(gaps):
+    import itertools
+
+    from planner.predictors.kalman import LEVEL_RATIOS, SLOPE_RATIOS, _filter, grid_priors
+
+    v = _noisy_walk(120)
+    v[list(gaps)] = NAN
+    grid = list(itertools.product(LEVEL_RATIOS, SLOPE_RATIOS))
+    priors = grid_priors(v, 40.0, np.array([g[0] for g in grid]), np.array([g[1] for g in grid]))
+    for k, (ql, qs) in enumerate(grid):
+        expected, _, _ = _filter(v, 40.0, ql, qs)
+        np.testing.assert_allclose(priors[k], expected, rtol=1e-9, equal_nan=True, err_msg=f"ratios {ql}, {qs}")
+
+
+@pytest.mark.parametrize("name, params", [
+    pytest.param("kalman", {}, id="kalman: one filter pass"),
+    pytest.param("ets", {}, id="ets: one fixed-parameter run"),
+    pytest.param("gbm", {"min_points": 60, "holdout": 40}, id="gbm: its held-out forecasts"),
+])
+def test_out_of_sample_forecasts_never_see_their_target(name, params):
+    """Changing the point forecast (and everything after it) leaves the forecast unchanged."""
+    y = _noisy_walk(160)
+    t = minutes(160)
+    idx = list(range(130, 160))
+    base = make_predictor(name, **params).fit(t, y).out_of_sample(idx)
+    assert np.all(np.isfinite(base)) and np.all(base >= 0)
+    for i in (135, 150):
+        bumped = y.copy()
+        bumped[i:] += 400.0
+        again = make_predictor(name, **params).fit(t, bumped).out_of_sample(idx)
+        np.testing.assert_allclose(again[: i - 130 + 1], base[: i - 130 + 1], rtol=1e-9)
+        assert not np.allclose(again[i - 130 + 1 :], base[i - 130 + 1 :]), "later forecasts do see the bump"
+
+
+@pytest.mark.parametrize("name", ["kalman", "ets"])
+def test_one_pass_out_of_sample_matches_refitting_point_by_point_within_noise(name):
+    """The fast path scores like the slow one: mean |difference| < 10% of last value's MAE."""
+    from planner.predictors.base import PredictorBase
+
+    y = _noisy_walk(200)
+    t = minutes(200)
+    idx = list(range(152, 200))
+    p = make_predictor(name).fit(t, y)
+    fast = p.out_of_sample(idx)
+    slow = PredictorBase.out_of_sample(p, idx)
+    noise = np.mean(np.abs(np.diff(y[151:])))
+    assert np.mean(np.abs(fast - slow)) < 0.1 * noise
+
+
+@pytest.mark.parametrize("shift_s, scale, revise_last, reuse", [
+    pytest.param(0.0, 1.0, False, True, id="same grid, one more point: reuse"),
+    pytest.param(7.0, 1.0, False, True, id="7 s late on 60-s bins (< 15 s): reuse, snapped to the old grid"),
+    pytest.param(20.0, 1.0, False, False, id="20 s off (> a quarter bin): cold"),
+    pytest.param(0.0, 1.5, False, False, id="values x1.5 (what-if): cold"),
+    pytest.param(0.0, 1.0, True, True, id="newest old point revised by late samples: reuse"),
+])
+def test_warm_start_reuses_only_a_continuation_of_the_same_series(shift_s, scale, revise_last, reuse):
+    y = _noisy_walk(101)
+    p = KalmanPredictor(warm_start=True).fit(minutes(100), y[:100])
+    tuned_at = p.tuned_at_s_
+    new = scale * y.copy()
+    if revise_last:
+        new[99] *= 1.3
+    assert p._extends_previous(minutes(101) + shift_s, new) is reuse
+    p.fit(minutes(101) + shift_s, new)
+    assert bool(p.tuned_at_s_ == tuned_at) is reuse
+    if reuse:
+        np.testing.assert_allclose(p.t_s_, minutes(101), atol=1e-6)
+
+
+def test_auto_cold_start_scores_candidates_without_refitting_them_per_point(monkeypatch):
+    from planner.predictors.base import PredictorBase
+
+    def refit_per_point(self, indices):
+        raise AssertionError(f"{self.name} refitted point by point on a cold start")
+
+    monkeypatch.setattr(PredictorBase, "out_of_sample", refit_per_point)
+    y = _noisy_walk(288)
+    p = make_predictor("auto", candidates="ets,kalman,gbm").fit(minutes(288), y)
+    assert set(p.scores_) == {"ets", "kalman", "gbm"}
+    assert all(n == 48 for _, _, n in p.scores_.values()), "every candidate scored on the 48-point window"
+
+
+class _BrokenCache(dict):
+    def get(self, key, default=None):
+        raise OSError("disk on fire")
+
+
+def test_forecast_next_survives_a_bad_cache_entry():
+    y = _noisy_walk(40)
+    cfg = PredictorConfig(name="kalman")
+    cold = forecast_next(history(y), cfg)
+    wrong_type = {("forecast_next", "num_requests", "kalman", "[]"): "not a predictor"}
+    f = forecast_next(history(y), cfg, cache=wrong_type)
+    assert f.num_requests == cold.num_requests
+    assert any("cached kalman entry is a str: fitted from scratch" in n for n in f.notes)
+    assert isinstance(wrong_type[("forecast_next", "num_requests", "kalman", "[]")], KalmanPredictor)
+
+    broken_state = KalmanPredictor(warm_start=True).fit(minutes(40), y)
+    broken_state.cov_ = "garbage"  # a state the warm path cannot use
+    f = forecast_next(history(np.append(y, 510.0)), cfg,
+                      cache={("forecast_next", "num_requests", "kalman", "[]"): broken_state})
+    assert f.num_requests == forecast_next(history(np.append(y, 510.0)), cfg).num_requests
+    assert any("cached kalman state unusable" in n for n in f.notes)
+
+    f = forecast_next(history(y), cfg, cache=_BrokenCache())
+    assert f.num_requests == cold.num_requests
+    assert any("predictor cache unreadable (OSError)" in n for n in f.notes)

@@ -4,7 +4,13 @@ Dynamo's ARIMA picks its order once on the first few points and only updates
 afterwards, and a seasonal auto_arima (m=24) takes a minute per call. Here:
 - the order (p, d, q) is chosen by pmdarima's stepwise auto_arima on the most
   recent `select_window` points, and re-chosen only after `reselect_every`
-  new points (warm start); a cold fit always selects;
+  new points (warm start); a cold fit always selects. The search is most of a
+  cold fit's cost, so it is kept cheap without shrinking it: it starts from
+  (1, d, 1) rather than (2, d, 2) (fewer neighbours to visit), the noise
+  variance is concentrated out of the likelihood (one parameter fewer for
+  each candidate's optimiser), and the winner's fit is the model when the
+  search saw the whole series (no second fit). A smaller search space or
+  window was measured and lost accuracy (docs/predictors.md);
 - the daily cycle enters as Fourier regressors sin/cos(2 pi k t / 1 day) of the
   real timestamps (regression with ARIMA errors), once the history spans
   `min_seasons` days: cheap, and valid for any bin width;
@@ -38,6 +44,11 @@ class ArimaPredictor(PredictorBase):
     daily_harmonics: Fourier pairs for the daily cycle (0: none), used once the
         history spans min_seasons days.
     max_p, max_q: order search bounds; max_d: differencing bound.
+    start_pq: the stepwise search starts at (start_pq, d, start_pq).
+    concentrate_scale: concentrate the noise variance out of the likelihood
+        (faster fits, the same maximum); a window where no concentrated
+        candidate survives pmdarima's unit-root check is searched again
+        without it, and a window where nothing fits answers with last value.
     select_window: most recent points the order search sees.
     reselect_every / refit_every: with warm_start, new points after which the
         order is searched again / the coefficients are re-estimated.
@@ -55,7 +66,8 @@ class ArimaPredictor(PredictorBase):
         max_p: int = 2,
         max_q: int = 2,
         max_d: int = 1,
-        start_pq: int = 2,
+        start_pq: int = 1,
+        concentrate_scale: bool = True,
         select_window: int = 288,
         reselect_every: int = 288,
         refit_every: int = 24,
@@ -70,12 +82,38 @@ class ArimaPredictor(PredictorBase):
         self.max_q = max_q
         self.max_d = max_d
         self.start_pq = start_pq
+        self.concentrate_scale = concentrate_scale
         self.select_window = select_window
         self.reselect_every = reselect_every
         self.refit_every = refit_every
         self.min_points = min_points
         self.residual_window = residual_window
         self.warm_start = warm_start
+
+    def _search(self, z: np.ndarray, X: np.ndarray | None, *, concentrate: bool):
+        """pmdarima's stepwise order search on (z, X); ValueError when no candidate fits."""
+        import pmdarima as pm
+
+        return pm.auto_arima(
+            z,
+            X=X,
+            seasonal=False,
+            stepwise=True,
+            start_p=min(self.start_pq, self.max_p),
+            start_q=min(self.start_pq, self.max_q),
+            max_p=self.max_p,
+            max_q=self.max_q,
+            max_d=self.max_d,
+            information_criterion="aic",
+            suppress_warnings=True,
+            error_action="ignore",
+            sarimax_kwargs={"concentrate_scale": concentrate},
+        )
+
+    def _no_order(self) -> "ArimaPredictor":
+        self._fall_back("no ARIMA order fits this window: last value")
+        self.order_ = None
+        return self
 
     def _exog(self, t: np.ndarray) -> np.ndarray | None:
         if not self.harmonics_:
@@ -97,7 +135,10 @@ class ArimaPredictor(PredictorBase):
         reuse = self._extends_previous(t_s, y)
         prev = {
             k: getattr(self, k, None)
-            for k in ("order_", "harmonics_", "selected_at_s_", "selected_points_", "params_", "refit_at_s_", "refit_points_")
+            for k in (
+                "order_", "harmonics_", "concentrated_", "selected_at_s_", "selected_points_",
+                "params_", "refit_at_s_", "refit_points_",
+            )
         }
         t, v = self._set_series(t_s, y, align=reuse)
         n_ok = int(np.isfinite(v).sum())
@@ -123,20 +164,20 @@ class ArimaPredictor(PredictorBase):
                 or self._stale(prev["selected_at_s_"], prev["selected_points_"], self.reselect_every)
             ):
                 k = min(z.size, int(self.select_window))
-                sel = pm.auto_arima(
-                    z[-k:],
-                    X=None if X is None else X[-k:],
-                    seasonal=False,
-                    stepwise=True,
-                    start_p=min(self.start_pq, self.max_p),
-                    start_q=min(self.start_pq, self.max_q),
-                    max_p=self.max_p,
-                    max_q=self.max_q,
-                    max_d=self.max_d,
-                    information_criterion="aic",
-                    suppress_warnings=True,
-                    error_action="ignore",
-                )
+                try:
+                    sel = self._search(z[-k:], None if X is None else X[-k:], concentrate=self.concentrate_scale)
+                    self.concentrated_ = bool(self.concentrate_scale)
+                except ValueError:
+                    if not self.concentrate_scale:
+                        return self._no_order()
+                    # On a window the model fits almost exactly every concentrated
+                    # candidate can end at a unit root and be rejected; the full
+                    # likelihood stops short of it.
+                    try:
+                        sel = self._search(z[-k:], None if X is None else X[-k:], concentrate=False)
+                    except ValueError:
+                        return self._no_order()
+                    self.concentrated_ = False
                 self.order_ = tuple(int(x) for x in sel.order)
                 self.selected_at_s_, self.selected_points_ = t[-1], n_ok
                 prev["params_"] = None
@@ -145,8 +186,9 @@ class ArimaPredictor(PredictorBase):
                 selected = sel if k == z.size and sel.with_intercept is True else None
             else:
                 self.order_ = prev["order_"]
+                self.concentrated_ = bool(prev["concentrated_"])
                 self.selected_at_s_, self.selected_points_ = prev["selected_at_s_"], prev["selected_points_"]
-            model = pm.ARIMA(order=self.order_, suppress_warnings=True)
+            model = pm.ARIMA(order=self.order_, suppress_warnings=True, concentrate_scale=self.concentrated_)
             if selected is not None:
                 model = selected
                 self.refit_at_s_, self.refit_points_ = t[-1], n_ok
