@@ -9,30 +9,23 @@ Two modes (SizingConfig.mode):
     decode  = ceil(req * osl / interval
                    / best_decode_thpt_per_gpu(itl_target / decode_corr, isl + osl/2)
                    / gpus_per_decode_engine)
-* "sla" (default): prefill is an M/G/c queue sized so that the configured
-  percentile of TTFT (queueing delay + prefill time) stays within the target;
-  decode keeps `decode_headroom_frac` of throughput free for bursts and also
-  sizes on KV-cache capacity.
+* "sla" (default): the SLA is per request, so each pool is sized for a share of
+  requests meeting its target, with the latency models of planner.queueing:
+  prefill so that `ttft_quantile` of the requests whose own prefill fits in the
+  TTFT target meet it (M/G/c wait, prompt lengths spread around the forecast
+  mean); decode so that the `itl_quantile` ITL under the pool's KV fluctuation
+  meets the ITL target, and never above `decode_max_kv_usage_frac` of KV cache or
+  below throughput with `decode_headroom_frac` kept free.
 
-Prefill queueing model. Each prefill replica serves one prompt at a time (the
-profile's TTFT is single-request) with service time S = TTFT(isl) * correction,
-and the router feeds all replicas from one logical queue: M/G/c. The
-probability of waiting is Erlang C for c servers at offered load a = lambda*S;
-the waiting time is approximated Allen-Cunneen style by the M/M/c exponential
-tail with its rate divided by g = (ca^2 + cs^2)/2, where ca and cs are the
-coefficients of variation of inter-arrival and service times:
-    P(Wq > t) = C(c, a) * exp(-(c - a) * t / (g * S))
-so the p-quantile of the wait is g*S/(c - a) * ln(C/(1 - p)) (0 when C <= 1-p)
-and the mean is C*g*S/(c - a). g = 1 is M/M/c; cs = 0 is M/D/c (g = 1/2 with
-Poisson arrivals), whose Allen-Cunneen error is a few percent. Predicted
-TTFT_p = S + Wq_p, with S at the mean ISL. The fewest c with TTFT_p within the
-target and utilisation a/c within `prefill_max_utilization_frac` wins.
+Load: the mean forecast or its upper quantile (`size_on`). A count set now serves
+once new replicas are ready, `lead_intervals` intervals ahead, so the upper
+quantile is widened to that horizon.
 
 Unreachable targets: when the target is below the best latency the engine can
-do (single-request TTFT for prefill, ITL at one running request for decode),
-no replica count meets it. We then size for that best latency plus
-`unreachable_slack_frac`, report target_reachable = 0 in the numbers and say
-so in the message, instead of returning an unbounded count.
+do for every request (single-request TTFT for prefill, ITL at one running
+request for decode), no replica count meets it. We then size for that best
+latency plus `unreachable_slack_frac`, report target_reachable = 0 in the
+numbers and say so in the message, instead of returning an unbounded count.
 
 Every number behind a result is in PoolSizing.numbers (floats; flags are 0/1).
 A pool with no forecast load gets 0 replicas (min_replicas is the decide
@@ -44,112 +37,66 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import numpy as np
+
 from planner.config import SizingConfig, SloTarget
 from planner.profile import DecodeProfile, PrefillProfile
+from planner.queueing import (
+    MAX_REPLICAS_SEARCH,
+    arrival_peakedness,
+    ceil_replicas,
+    decode_itl_quantile,
+    erlang_c,
+    mean_wait_s,
+    prefill_service_points_ms,
+    replicas_for_itl_quantile,
+    replicas_for_ttft,
+    variability_factor,
+    wait_quantile_s,
+)
 from planner.types import Corrections, Forecast, PoolSizing
 
+# Re-exported: the correction step and older callers import the queue maths from here.
+__all__ = [
+    "MAX_REPLICAS_SEARCH",
+    "ceil_replicas",
+    "erlang_c",
+    "lead_intervals",
+    "mean_wait_s",
+    "size_decode",
+    "size_prefill",
+    "variability_factor",
+    "wait_quantile_s",
+]
+
 SizeOn = Literal["mean", "p90"]
-
-# Never search past this many replicas; far beyond any real pool.
-MAX_REPLICAS_SEARCH = 100_000
-
-
-def ceil_replicas(x: float) -> int:
-    """ceil(x) that ignores float noise below 1e-9 (40/10 -> 4, not 5)."""
-    return int(math.ceil(round(x, 9)))
-
-
-# -- queueing ----------------------------------------------------------------
-
-
-def erlang_c(servers: int, offered_load: float) -> float:
-    """Probability an arrival waits in M/M/c (Erlang C); 1.0 when offered_load >= servers.
-
-    offered_load: arrival rate * mean service time (erlangs).
-    """
-    if offered_load <= 0:
-        return 0.0
-    if offered_load >= servers:
-        return 1.0
-    b = 1.0  # Erlang B by its stable recursion
-    for k in range(1, servers + 1):
-        b = offered_load * b / (k + offered_load * b)
-    return servers * b / (servers - offered_load * (1.0 - b))
-
-
-def variability_factor(arrival_cv: float, service_cv: float) -> float:
-    """Allen-Cunneen factor g = (ca^2 + cs^2)/2 scaling M/M/c waits to G/G/c."""
-    return (arrival_cv**2 + service_cv**2) / 2.0
-
-
-def wait_quantile_s(
-    *, servers: int, arrival_rps: float, service_s: float, quantile: float, variability: float
-) -> float:
-    """Approximate `quantile` of the M/G/c queueing delay, seconds (inf if unstable)."""
-    a = arrival_rps * service_s
-    if a <= 0 or variability <= 0:
-        return 0.0
-    if a >= servers:
-        return math.inf
-    c_wait = erlang_c(servers, a)
-    if c_wait <= 1.0 - quantile:
-        return 0.0
-    return variability * service_s / (servers - a) * math.log(c_wait / (1.0 - quantile))
-
-
-def mean_wait_s(*, servers: int, arrival_rps: float, service_s: float, variability: float) -> float:
-    """Approximate mean M/G/c queueing delay, seconds (inf if unstable)."""
-    a = arrival_rps * service_s
-    if a <= 0 or variability <= 0:
-        return 0.0
-    if a >= servers:
-        return math.inf
-    return erlang_c(servers, a) * variability * service_s / (servers - a)
-
-
-def replicas_for_ttft(
-    *,
-    arrival_rps: float,
-    service_s: float,
-    ttft_target_s: float,
-    quantile: float,
-    variability: float,
-    max_utilization_frac: float,
-) -> tuple[int, dict[str, float]]:
-    """Fewest servers keeping the TTFT quantile within target and utilisation within the cap.
-
-    Needs service_s < ttft_target_s (else no count works; the caller handles it).
-    Returns the count and its queue numbers (utilisation, P(wait), waits in ms).
-    """
-    a = arrival_rps * service_s
-    c_min = max(1, ceil_replicas(a / max_utilization_frac))
-    b = 1.0
-    for c in range(1, MAX_REPLICAS_SEARCH + 1):
-        b = a * b / (c + a * b)  # Erlang B(c, a), incrementally
-        if c < c_min or a >= c:
-            continue
-        p_wait = c * b / (c - a * (1.0 - b))
-        scale = variability * service_s / (c - a)
-        wait_p = 0.0 if (variability <= 0 or p_wait <= 1.0 - quantile) else scale * math.log(p_wait / (1.0 - quantile))
-        if service_s + wait_p <= ttft_target_s:
-            return c, {
-                "utilization_frac": a / c,
-                "p_wait_frac": p_wait,
-                "mean_wait_ms": 1000.0 * p_wait * scale,
-                "wait_quantile_ms": 1000.0 * wait_p,
-                "ttft_quantile_ms": 1000.0 * (service_s + wait_p),
-            }
-    raise ValueError(
-        f"sizing: no replica count up to {MAX_REPLICAS_SEARCH} keeps TTFT within {ttft_target_s * 1000:g} ms "
-        f"at {arrival_rps:g} rps with {service_s * 1000:g} ms service"
-    )
-
 
 # -- inputs --------------------------------------------------------------------
 
 
-def _load(forecast: Forecast, size_on: SizeOn) -> tuple[float, str]:
-    """Requests to size for: the mean, or the p90 (never below the mean)."""
+def lead_intervals(*, startup_s: float, interval_s: float) -> int:
+    """Planner intervals until a replica added now serves: 1 + ceil(startup_s / interval_s).
+
+    A run at the end of interval k adds replicas that serve from (k+1) x interval
+    + startup_s, i.e. from interval k + 1 + ceil(startup/interval); the count a run
+    sets is the one that serves then, so that is the horizon to size for.
+    """
+    return 1 + max(0, math.ceil(startup_s / interval_s - 1e-9))
+
+
+def _horizon(cfg: SizingConfig, interval_s: float) -> int:
+    # The dynamo mode stays the seed formulas: next interval's forecast as is.
+    return lead_intervals(startup_s=cfg.replica_startup_s, interval_s=interval_s) if cfg.mode == "sla" else 1
+
+
+def _load(forecast: Forecast, size_on: SizeOn, *, horizon_intervals: int = 1) -> tuple[float, str]:
+    """Requests to size for: the mean, or the upper forecast at the horizon (never below the mean).
+
+    The forecast's upper quantile is one step ahead; a forecast `horizon_intervals`
+    steps ahead is as uncertain as the sum of that many one-step errors, so its
+    band widens by sqrt(horizon) (random-walk growth; the series the predictors
+    face behave so, see docs/predictors.md).
+    """
     for name in ("num_requests", "num_requests_p90", "avg_isl_tokens", "avg_osl_tokens"):
         v = getattr(forecast, name)
         if v is None or not math.isfinite(v) or v < 0:
@@ -157,7 +104,10 @@ def _load(forecast: Forecast, size_on: SizeOn) -> tuple[float, str]:
     if size_on == "mean":
         return forecast.num_requests, "mean"
     if size_on == "p90":
-        return max(forecast.num_requests, forecast.num_requests_p90), "p90"
+        band = max(0.0, forecast.num_requests_p90 - forecast.num_requests)
+        if horizon_intervals <= 1:
+            return forecast.num_requests + band, "p90"
+        return forecast.num_requests + band * math.sqrt(horizon_intervals), f"p90 {horizon_intervals} intervals ahead"
     raise ValueError(f"sizing: size_on must be 'mean' or 'p90', got {size_on!r}")
 
 
@@ -195,7 +145,7 @@ def size_prefill(
     size_on: size on the mean forecast or its p90.
     """
     _check_interval(interval_s)
-    requests, basis = _load(forecast, size_on)
+    requests, basis = _load(forecast, size_on, horizon_intervals=_horizon(cfg, interval_s))
     isl = forecast.avg_isl_tokens
     rps = requests / interval_s
     corr = _factor(corrections.prefill, corrections.enabled)
@@ -230,16 +180,26 @@ def size_prefill(
         )
         return PoolSizing("prefill", replicas, numbers, msg)
 
-    service_s = ttft_ms * corr / 1000.0
     target_s = slo.ttft_ms / 1000.0
-    reachable = service_s < target_s
-    effective_target_s = target_s if reachable else service_s * (1.0 + cfg.unreachable_slack_frac)
+    # Prompt lengths vary, so service times do: the requests that can meet the target
+    # at all are those whose own prefill fits in it, and each may wait only the rest.
+    service_points_s = prefill_service_points_ms(profile, isl_tokens=isl, isl_cv=cfg.isl_cv) * corr / 1000.0
+    service_s = float(np.mean(service_points_s))
+    fits = service_points_s < target_s
+    reachable_frac = float(np.mean(fits))
+    reachable = reachable_frac > 0
+    if reachable:
+        effective_target_s = target_s
+        slack_s = target_s - service_points_s[fits]
+    else:
+        effective_target_s = service_s * (1.0 + cfg.unreachable_slack_frac)
+        slack_s = np.array([effective_target_s - service_s])
     g = variability_factor(cfg.prefill_arrival_cv, cfg.prefill_service_cv)
     replicas, queue = replicas_for_ttft(
         arrival_rps=rps,
         service_s=service_s,
-        ttft_target_s=effective_target_s,
-        quantile=cfg.ttft_quantile,
+        slack_s=slack_s,
+        share=cfg.ttft_quantile,
         variability=g,
         max_utilization_frac=cfg.prefill_max_utilization_frac,
     )
@@ -250,6 +210,8 @@ def size_prefill(
         offered_load_erlangs=rps * service_s,
         variability_factor=g,
         ttft_quantile=cfg.ttft_quantile,
+        isl_cv=cfg.isl_cv,
+        reachable_frac=reachable_frac,
         target_reachable=float(reachable),
         effective_ttft_target_ms=effective_target_s * 1000.0,
         max_utilization_frac=cfg.prefill_max_utilization_frac,
@@ -261,10 +223,16 @@ def size_prefill(
             f"at ISL {isl:.0f}; sized {replicas} for {pct} TTFT {queue['ttft_quantile_ms']:.0f} ms "
             f"<= {effective_target_s * 1000:.0f} ms at {rps:.3g} rps"
         )
-    else:
+    elif len(slack_s) == 1 and reachable_frac == 1.0:
         msg = (
             f"{pct} TTFT {queue['ttft_quantile_ms']:.0f} ms <= {slo.ttft_ms:g} ms with {replicas} replicas "
             f"at {rps:.3g} rps ({basis}), ISL {isl:.0f}, utilisation {queue['utilization_frac']:.2f}"
+        )
+    else:
+        msg = (
+            f"TTFT <= {slo.ttft_ms:g} ms for {queue['ttft_met_frac']:.1%} of the {reachable_frac:.1%} of requests "
+            f"whose prefill fits in it (ISL {isl:.0f}, CV {cfg.isl_cv:g}) with {replicas} replicas at {rps:.3g} rps "
+            f"({basis}), utilisation {queue['utilization_frac']:.2f}"
         )
     return PoolSizing("prefill", replicas, numbers, msg)
 
@@ -287,7 +255,7 @@ def size_decode(
     interval_s: the forecast's interval, seconds. size_on: mean or p90 forecast.
     """
     _check_interval(interval_s)
-    requests, basis = _load(forecast, size_on)
+    requests, basis = _load(forecast, size_on, horizon_intervals=_horizon(cfg, interval_s))
     isl, osl = forecast.avg_isl_tokens, forecast.avg_osl_tokens
     rps = requests / interval_s
     corr = _factor(corrections.decode, corrections.enabled)
@@ -345,7 +313,31 @@ def size_decode(
     running = rps * osl * op.itl_ms * corr / 1000.0
     kv_tokens = running * context
     r_kv = kv_tokens / (profile.max_kv_tokens * cfg.decode_max_kv_usage_frac)
-    replicas = max(1, ceil_replicas(max(r_thpt, r_kv)))
+    r_floor = max(1, ceil_replicas(max(r_thpt, r_kv)))
+    # The SLA is per request, so the mean ITL on target is not enough: size for the
+    # ITL quantile under the pool's KV fluctuation (see replicas_for_itl_quantile).
+    # A target within the unreachable slack of the best ITL would need a near-idle
+    # pool to hold at a quantile, so the quantile rule never aims below that.
+    idle_itl = profile.itl_ms_at(profile.kv_range_frac(context_eval)[0], context_eval)
+    quantile_itl = max(effective_itl, idle_itl * (1.0 + cfg.unreachable_slack_frac))
+    r_q, q = replicas_for_itl_quantile(
+        profile,
+        rps=rps,
+        osl_tokens=osl,
+        context_tokens=context,
+        correction=corr,
+        itl_target_ms=quantile_itl * corr,
+        quantile=cfg.itl_quantile,
+        context_cv=cfg.decode_context_cv,
+        peakedness=arrival_peakedness(cfg.prefill_arrival_cv),
+    )
+    replicas = max(r_floor, r_q)
+    if replicas > r_q:
+        q = decode_itl_quantile(
+            profile, rps=rps, osl_tokens=osl, context_tokens=context, correction=corr, replicas=replicas,
+            quantile=cfg.itl_quantile, context_cv=cfg.decode_context_cv,
+            peakedness=arrival_peakedness(cfg.prefill_arrival_cv),
+        )
     per_replica_kv = kv_tokens / (replicas * profile.max_kv_tokens)
     pred_itl = profile.itl_ms_at(min(per_replica_kv, profile.kv_range_frac(context_eval)[1]), context_eval)
     numbers.update(
@@ -363,18 +355,32 @@ def size_decode(
         kv_tokens_needed=kv_tokens,
         max_kv_usage_frac=cfg.decode_max_kv_usage_frac,
         replicas_for_kv=r_kv,
+        replicas_for_itl_quantile=float(r_q),
+        itl_quantile=cfg.itl_quantile,
+        itl_quantile_target_ms=quantile_itl * corr,
+        mean_itl_ms=q["mean_itl_ms"],
+        itl_quantile_ms=q["itl_quantile_ms"],
+        mean_kv_usage_frac=q["mean_kv_usage_frac"],
+        kv_usage_quantile_frac=q["kv_usage_quantile_frac"],
         utilization_frac=out_tps / (replicas * per_replica_tps),
         predicted_kv_usage_frac=per_replica_kv,
         predicted_itl_ms=pred_itl * corr,
     )
-    bound = "KV capacity" if r_kv > r_thpt else "throughput"
+    # The first rule that alone asks for this many replicas names the bound.
+    bound = next(
+        name for n, name in ((ceil_replicas(r_thpt), "throughput"), (ceil_replicas(r_kv), "KV capacity"),
+                             (r_q, "ITL quantile"))
+        if n >= replicas
+    )
     head = (
         f"ITL target {slo.itl_ms:g} ms unreachable: best {best_itl * corr:.3g} ms at context {context:.0f} "
         f"(profile {best_itl:.3g} ms x correction {corr:.2f}); " if not reachable else ""
     )
+    pct = f"p{cfg.itl_quantile * 100:g}"
     msg = (
         f"{head}{replicas} replicas ({bound}-bound) for {out_tps:.4g} output tokens/s at {rps:.3g} rps ({basis}): "
-        f"{op.throughput_per_gpu:.4g} tokens/s/GPU at ITL {op.itl_ms:.3g} ms, {cfg.decode_headroom_frac:.0%} headroom, "
-        f"predicted ITL {pred_itl * corr:.3g} ms, KV {per_replica_kv:.0%}"
+        f"{pct} ITL {q['itl_quantile_ms']:.3g} ms (mean {q['mean_itl_ms']:.3g} ms), "
+        f"KV {q['mean_kv_usage_frac']:.0%} mean, {q['kv_usage_quantile_frac']:.0%} {pct}; "
+        f"{op.throughput_per_gpu:.4g} tokens/s/GPU at ITL {op.itl_ms:.3g} ms, {cfg.decode_headroom_frac:.0%} headroom"
     )
     return PoolSizing("decode", replicas, numbers, msg)

@@ -10,15 +10,18 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.profiles import load_profile_dir
 from planner.config import SizingConfig, SloTarget
+from planner.queueing import decode_itl_quantile, replicas_for_itl_quantile, replicas_for_ttft
 from planner.sizing import (
     ceil_replicas,
     erlang_c,
+    lead_intervals,
     mean_wait_s,
     size_decode,
     size_prefill,
@@ -29,7 +32,15 @@ from planner.types import Corrections, Forecast
 from tests.fixtures_profile import linear_decode, linear_prefill
 
 DYNAMO = SizingConfig(mode="dynamo")
-SLA = SizingConfig()  # p95, Poisson arrivals, service CV 1 (g = 1: M/M/c), 90% util cap, 15% decode headroom
+SLA = SizingConfig()  # defaults: 99% of reachable requests, p99 ITL, prompt/context CV 1, g = 1, no extra headroom
+# One prompt length (isl_cv 0), the p95 TTFT and a decode sized on throughput with 15% headroom (the ITL
+# quantile at .51 is about the mean ITL: it binds only where the mean ITL itself would miss): the
+# single-class arithmetic the tables below work out by hand. isl_cv 0 reduces the per-request criterion
+# to "S + Wq_p95 <= target" exactly.
+# No startup lead either: the p90 is the next interval's.
+CLASSIC = SizingConfig(
+    ttft_quantile=0.95, isl_cv=0.0, itl_quantile=0.51, decode_headroom_frac=0.15, replica_startup_s=0.0
+)
 
 
 def fc(requests: float, *, isl: float = 1000.0, osl: float = 200.0, p90: float | None = None) -> Forecast:
@@ -39,14 +50,14 @@ def fc(requests: float, *, isl: float = 1000.0, osl: float = 200.0, p90: float |
     )
 
 
-def prefill(forecast, *, cfg=SLA, corr=1.0, ttft_ms=200.0, size_on="mean", enabled=True):
+def prefill(forecast, *, cfg=CLASSIC, corr=1.0, ttft_ms=200.0, size_on="mean", enabled=True):
     return size_prefill(
         forecast, corrections=Corrections(prefill=corr, enabled=enabled), profile=linear_prefill(),
         slo=SloTarget(ttft_ms=ttft_ms, itl_ms=25.0), cfg=cfg, interval_s=60.0, size_on=size_on,
     )
 
 
-def decode(forecast, *, cfg=SLA, corr=1.0, itl_ms=25.0, size_on="mean", max_kv_tokens=1_000_000):
+def decode(forecast, *, cfg=CLASSIC, corr=1.0, itl_ms=25.0, size_on="mean", max_kv_tokens=1_000_000):
     return size_decode(
         forecast, corrections=Corrections(decode=corr), profile=linear_decode(max_kv_tokens=max_kv_tokens),
         slo=SloTarget(ttft_ms=200.0, itl_ms=itl_ms), cfg=cfg, interval_s=60.0, size_on=size_on,
@@ -184,7 +195,7 @@ def test_sla_prefill_correction_hand_value():
 
 def test_sla_prefill_deterministic_service_needs_fewer_replicas():
     """M/D/c (service cv 0, g = .5): 5 rps, target 500: c=1 wait p95 = .5*460.5 = 230 ms -> 330 ms: 1 (M/M/c: 2)."""
-    s = prefill(fc(300), ttft_ms=500.0, cfg=SizingConfig(prefill_service_cv=0.0))
+    s = prefill(fc(300), ttft_ms=500.0, cfg=CLASSIC.model_copy(update={"prefill_service_cv": 0.0}))
     assert s.replicas == 1
     assert s.numbers["ttft_quantile_ms"] == pytest.approx(100 + 0.5 * 460.517, rel=1e-4)
 
@@ -217,8 +228,10 @@ def test_sla_prefill_p90_vs_mean():
 @pytest.mark.parametrize("requests, max_kv, corr, expected, bound", [
     pytest.param(21_000, 1_000_000, 1.0, 12, "throughput",
                  id="70000 tok/s / (7000*(1-.15) = 5950) = 11.76 -> 12; KV 1750 running*1000/800k = 2.2"),
-    pytest.param(21_000, 100_000, 1.0, 22, "KV capacity",
-                 id="max_kv 100k: 350 rps*200*25 ms = 1750 running x 1000 tokens / (100k*.8) = 21.9 -> 22"),
+    pytest.param(21_000, 100_000, 1.0, 26, "ITL quantile",
+                 id="max_kv 100k: KV cap alone 350 rps*200*25 ms = 1750 running x 1000 / (100k*.8) = 21.9 -> 22, "
+                    "but there kv .8 -> ITL 27.5 > 25; Little's law kv = 7.5a/(1-25a), a = 350/r*200*1000/1e8: "
+                    "r=25 kv .7 ITL 25.0 (mean on target, p51 above), r=26 kv .618 ITL 22.9: 26"),
     pytest.param(21_000, 1_000_000, 1.25, 17, "throughput",
                  id="corr 1.25: ITL 20 -> 5000/GPU*.85 = 4250: 70000/4250 = 16.5 -> 17"),
     pytest.param(600, 1_000_000, 1.0, 1, "throughput", id="10 rps*200 = 2000 / 5950 = .34 -> 1"),
@@ -238,7 +251,19 @@ def test_sla_decode_kv_numbers():
     assert s.numbers["running_requests"] == pytest.approx(350 * 200 * 0.025)  # 1750
     assert s.numbers["kv_tokens_needed"] == pytest.approx(1750 * 1000)
     assert s.numbers["replicas_for_kv"] == pytest.approx(1_750_000 / 80_000)
-    assert s.numbers["predicted_kv_usage_frac"] == pytest.approx(1_750_000 / (22 * 100_000))
+    assert s.replicas == 26  # the mean ITL, not the KV cap, binds (test_sla_decode)
+    assert s.numbers["predicted_kv_usage_frac"] == pytest.approx(1_750_000 / (26 * 100_000))
+    a = 350 / 26 * 200 * 1000 / 1e8
+    assert s.numbers["mean_kv_usage_frac"] == pytest.approx(7.5 * a / (1 - 25 * a), rel=1e-6)
+
+
+def test_sla_decode_kv_capacity_bound():
+    """Loose ITL 100 ms: the best point is kv .9 (ITL 30): 350 rps*200*30 ms = 2100 running x 1000 tokens
+    / (100k*.8) = 26.25 -> 27, while Little's law at 27 replicas gives only kv .55 (ITL 21.3 ms)."""
+    s = decode(fc(21_000, isl=900.0), max_kv_tokens=100_000, itl_ms=100.0)
+    assert s.replicas == 27
+    assert "(KV capacity-bound)" in s.message
+    assert s.numbers["replicas_for_kv"] == pytest.approx(2_100_000 / 80_000)
 
 
 def test_sla_decode_unreachable_itl():
@@ -343,3 +368,147 @@ def test_more_load_never_fewer_replicas(h200_profile_dir, mode, rps, extra, isl,
             for r in (rps, rps * (1.0 + extra))
         )
         assert 1 <= lo.replicas <= hi.replicas
+
+
+# -- lead time: the upper forecast at the horizon new replicas serve ----------------------------
+
+
+@pytest.mark.parametrize("startup_s, interval_s, expected", [
+    pytest.param(60.0, 60.0, 2, id="60 s startup, 60 s interval: added at end of k, serves k+2: 1 + 1 = 2"),
+    pytest.param(0.0, 60.0, 1, id="instant start: the next interval, 1"),
+    pytest.param(90.0, 60.0, 3, id="90 s: 1 + ceil(1.5) = 3"),
+    pytest.param(120.0, 60.0, 3, id="120 s: 1 + ceil(2) = 3 (no float creep to 4)"),
+    pytest.param(300.0, 30.0, 11, id="300 s at 30 s: 1 + 10 = 11"),
+])
+def test_lead_intervals(startup_s, interval_s, expected):
+    assert lead_intervals(startup_s=startup_s, interval_s=interval_s) == expected
+
+
+@pytest.mark.parametrize("startup_s, expected_requests", [
+    pytest.param(0.0, 1200.0, id="no lead: p90 as forecast, 1200"),
+    pytest.param(60.0, 300 + 900 * math.sqrt(2), id="2 intervals ahead: 300 + (1200-300)*sqrt(2) = 1572.8"),
+    pytest.param(180.0, 300 + 900 * 2.0, id="4 intervals ahead: 300 + 900*sqrt(4) = 2100"),
+])
+def test_upper_forecast_widens_to_the_lead_time(startup_s, expected_requests):
+    cfg = CLASSIC.model_copy(update={"replica_startup_s": startup_s})
+    for fn in (prefill, decode):
+        s = fn(fc(300, p90=1200), cfg=cfg, size_on="p90")
+        assert s.numbers["requests"] == pytest.approx(expected_requests)
+    assert prefill(fc(300, p90=1200), cfg=cfg, size_on="mean").numbers["requests"] == 300.0
+
+
+def test_dynamo_mode_sizes_the_next_interval_as_the_seed_did():
+    """The seed formulas take next interval's p90 as is: 1200 requests (20 rps*1000/10000 = 2), no widening."""
+    s = prefill(fc(300, p90=1200), cfg=SizingConfig(mode="dynamo"), size_on="p90")
+    assert s.numbers["requests"] == 1200.0 and s.replicas == 2
+
+
+# -- prefill: prompts of different lengths ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("slack_s, share, expected", [
+    pytest.param([0.46, 0.1], 0.80, 1,
+                 id="a=.5, c=1: C=.5, scale .1/.5=.2 s: mean(1-.5e^-2.3, 1-.5e^-.5) = mean(.950, .697) = .823 >= .8: 1"),
+    pytest.param([0.46, 0.1], 0.95, 2,
+                 id="c=2: C=.1, scale .1/1.5: mean(1-.1e^-6.9, 1-.1e^-1.5) = mean(.9999, .9777) = .9888 >= .95: 2"),
+    pytest.param([0.46, 0.1], 0.99, 3, id="c=2 gives .9888 < .99: 3"),
+    pytest.param([0.46], 0.95, 2,
+                 id="one class = classic p95: wait .2*ln(.5/.05) = 460.5 ms > 460 ms slack (1-.5e^-2.3 = .9499): 2"),
+])
+def test_replicas_for_ttft_with_slack_classes(slack_s, share, expected):
+    c, q = replicas_for_ttft(arrival_rps=5.0, service_s=0.1, slack_s=slack_s, share=share, variability=1.0,
+                             max_utilization_frac=0.9)
+    assert c == expected
+    assert q["ttft_met_frac"] >= share
+
+
+def test_replicas_for_ttft_hand_values():
+    c, q = replicas_for_ttft(arrival_rps=5.0, service_s=0.1, slack_s=[0.46, 0.1], share=0.8, variability=1.0,
+                             max_utilization_frac=0.9)
+    assert q["p_wait_frac"] == pytest.approx(0.5)
+    assert q["ttft_met_frac"] == pytest.approx(np.mean([1 - 0.5 * math.exp(-2.3), 1 - 0.5 * math.exp(-0.5)]))
+    with pytest.raises(ValueError, match="slack_s must be non-empty and >= 0"):
+        replicas_for_ttft(arrival_rps=5.0, service_s=0.1, slack_s=[], share=0.8, variability=1.0,
+                          max_utilization_frac=0.9)
+
+
+@pytest.mark.parametrize("isl, expected_points", [
+    pytest.param(1000.0, 55, id="exponential ISL mean 1000: 200 ms fits ISL < 2000, P = 1-e^-2 = .865: 55 of 64"),
+    pytest.param(3000.0, 31, id="mean 3000 (300 ms > 200 alone): P(ISL < 2000) = 1-e^-2/3 = .487: 31 of 64"),
+])
+def test_sla_prefill_sizes_for_the_prompts_that_can_meet_ttft(isl, expected_points):
+    """Hand prefill (0.1 ms/token), isl_cv 1 (exponential lengths, 64 midpoint quantiles (i+.5)/64)."""
+    cfg = SizingConfig(isl_cv=1.0, replica_startup_s=0.0)
+    s = prefill(fc(300, isl=isl), cfg=cfg)
+    assert s.numbers["reachable_frac"] == pytest.approx(expected_points / 64)
+    assert s.numbers["target_reachable"] == 1.0
+    assert s.numbers["ttft_met_frac"] >= 0.99
+    assert f"of the {expected_points / 64:.1%} of requests whose prefill fits in it" in s.message
+
+
+def test_sla_prefill_long_mean_prompt_no_longer_gives_up_on_the_short_ones():
+    """Mean ISL 3000 (300 ms alone): one class calls the 200 ms target unreachable and sizes for 375 ms;
+    with prompt lengths spread (CV 1) half the requests can meet 200 ms and get the replicas they need."""
+    one = prefill(fc(6000, isl=3000.0), cfg=SizingConfig(isl_cv=0.0, replica_startup_s=0.0))
+    spread = prefill(fc(6000, isl=3000.0), cfg=SizingConfig(isl_cv=1.0, replica_startup_s=0.0))
+    assert one.numbers["target_reachable"] == 0.0
+    assert spread.numbers["target_reachable"] == 1.0
+    assert spread.replicas > one.replicas
+
+
+def test_prefill_service_points_extrapolate_long_prompts_linearly():
+    """Hand profile measured to 4000 tokens (400 ms): a prompt of 8000 takes 800 ms, one of 100 the 50 ms floor."""
+    from planner.queueing import prefill_service_points_ms
+
+    pts = prefill_service_points_ms(linear_prefill(), isl_tokens=1000.0, isl_cv=1.0, points=64)
+    isl = np.array([-1000.0 * math.log(1 - (i + 0.5) / 64) for i in range(64)])  # exponential quantiles
+    expected = np.where(isl > 4000, 400.0 * isl / 4000, np.clip(isl, 500, 4000) * 0.1)
+    assert pts == pytest.approx(expected, rel=1e-6)
+    assert prefill_service_points_ms(linear_prefill(), isl_tokens=1000.0, isl_cv=0.0) == pytest.approx([100.0])
+
+
+# -- decode: the ITL quantile under KV fluctuation --------------------------------------------------
+
+
+def test_decode_itl_quantile_hand_values():
+    """Hand decode, context 1000 (ITL = 7.5 + 25 kv), max_kv 100k, osl 200, 10 rps on 1 replica:
+    a = 10*200*1000/(1000*1e5) = .02; kv = 7.5a/(1-25a) = .3 -> ITL 15 ms; N = .3*1e5/1000 = 30 running;
+    sd = sqrt(30 * 1 * (1+1)) * 1000 = 7746 tokens = .0775; p99: z 2.3263 -> kv .4802 -> ITL 19.5 ms."""
+    q = decode_itl_quantile(linear_decode(), rps=10.0, osl_tokens=200.0, context_tokens=1000.0, correction=1.0,
+                            replicas=1, quantile=0.99, context_cv=1.0, peakedness=1.0)
+    assert q["mean_kv_usage_frac"] == pytest.approx(0.3, rel=1e-6)
+    assert q["mean_itl_ms"] == pytest.approx(15.0, rel=1e-6)
+    kv_q = 0.3 + 2.326348 * math.sqrt(60) * 1000 / 100_000
+    assert q["kv_usage_quantile_frac"] == pytest.approx(kv_q, rel=1e-5)
+    assert q["itl_quantile_ms"] == pytest.approx(7.5 + 25 * kv_q, rel=1e-5)
+
+
+@pytest.mark.parametrize("target_ms, expected", [
+    pytest.param(20.0, 1, id="p99 19.5 ms on 1 replica <= 20: 1"),
+    pytest.param(19.0, 2, id="19.5 > 19; 2 replicas: a .01, kv .1 (10 ms), pool N 20, sd sqrt(40)*1000/2 -> 11.8 ms: 2"),
+    pytest.param(11.0, 3, id="11.8 > 11 on 2; 3: a .00667, ITL flat 10 below kv .1 so kv .0667, pool N 20, "
+                             "sd sqrt(40)*1000/3 = .0211 -> kv .1157 -> 10.4 ms: 3"),
+])
+def test_replicas_for_itl_quantile(target_ms, expected):
+    r, q = replicas_for_itl_quantile(linear_decode(), rps=10.0, osl_tokens=200.0, context_tokens=1000.0,
+                                     correction=1.0, itl_target_ms=target_ms, quantile=0.99, context_cv=1.0,
+                                     peakedness=1.0)
+    assert r == expected
+    assert q["itl_quantile_ms"] <= target_ms
+
+
+def test_decode_itl_quantile_past_the_profile_is_inf():
+    """40 rps on 1 replica: a = .08, 25a = 2 > 1: no KV usage where Little's law and the ITL curve agree."""
+    q = decode_itl_quantile(linear_decode(), rps=40.0, osl_tokens=200.0, context_tokens=1000.0, correction=1.0,
+                            replicas=1, quantile=0.99, context_cv=1.0, peakedness=1.0)
+    assert q["itl_quantile_ms"] == math.inf and q["mean_itl_ms"] == math.inf
+
+
+def test_default_decode_sizes_for_the_p99_itl_at_the_slo():
+    """Defaults: the quantile rule aims at the SLO itself (not the best ITL plus slack), and the p99 it
+    reports is within it. 600 requests/min = 10 rps, ISL 900 + OSL 200/2 = context 1000, ITL 20: 1 replica."""
+    s = decode(fc(600, isl=900.0), cfg=SizingConfig(replica_startup_s=0.0), itl_ms=20.0, max_kv_tokens=100_000)
+    assert s.numbers["itl_quantile_target_ms"] == 20.0
+    assert s.replicas == 1 and s.numbers["itl_quantile_ms"] <= 20.0
+    tight = decode(fc(600, isl=900.0), cfg=SizingConfig(replica_startup_s=0.0), itl_ms=19.0, max_kv_tokens=100_000)
+    assert tight.replicas == 2 and "(ITL quantile-bound)" in tight.message
