@@ -9,6 +9,12 @@ Control quality: policies x traces on the H200 Llama-3.1-8B profile, SLA TTFT
 interval, least-loaded routing. Load multiplier K superposes K copies of the
 trace, each request shifted by U(-1 s, +1 s) (seed 0). The best static fleet in
 hindsight is the cheapest P x D whose attainment reaches the default planner's.
+`planner+shape` (benchmark only) is the default planner told the trace's measured
+prompt-length and context coefficients of variation (sizing.isl_cv,
+sizing.decode_context_cv) instead of the defaults: what measuring them would buy.
+Planner rows carry diagnostics: the share of requests no fleet can serve in time
+(single-request prefill above the TTFT target), misses by pool, and how
+concentrated the misses are in the worst intervals.
 
     .venv/bin/python benchmarks/bench_sim.py            # everything (~20-30 min on 2 cores)
     .venv/bin/python benchmarks/bench_sim.py --quick    # without the ServeGen day
@@ -139,6 +145,52 @@ def _row(label: str, result, *, extra: dict | None = None) -> dict:
     return row
 
 
+def measured_shape(trace) -> dict[str, float]:
+    """Coefficients of variation of prompt length and of decode context (isl + osl/2) over the trace."""
+    import numpy as np
+
+    isl = np.asarray(trace.isl_tokens, dtype=float)
+    ctx = isl + np.asarray(trace.osl_tokens, dtype=float) / 2.0
+    return {"isl_cv": float(isl.std() / isl.mean()), "decode_context_cv": float(ctx.std() / ctx.mean())}
+
+
+def shape_config(cfg, trace):
+    """The planner configuration with the trace's measured length shape (planner+shape)."""
+    shape = {k: round(v, 2) for k, v in measured_shape(trace).items()}
+    return cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update=shape)}), shape
+
+
+def diagnose(result, profile, *, interval_s: float) -> dict:
+    """Where a replay lost attainment: unreachable prompts, misses by pool, concentration in time."""
+    import numpy as np
+
+    req = result.requests
+    slo = result.scenario.slo
+    ttft_ok = req.ttft_ms <= slo.ttft_ms
+    itl = req.itl_ms
+    itl_ok = np.isnan(itl) | (itl <= slo.itl_ms)
+    lo, hi = profile.prefill.isl_range_tokens
+    isl = np.asarray(req.isl_tokens, dtype=float)
+    alone_ms = profile.prefill.ttft_ms_many(np.clip(isl, lo, hi)) * np.where(isl > hi, isl / hi, 1.0)
+    unreachable = alone_ms > slo.ttft_ms
+    idx = (req.arrival_s // interval_s).astype(np.int64)
+    n_int = int(idx.max()) + 1
+
+    def top10(miss):
+        per = np.bincount(idx, weights=miss.astype(float), minlength=n_int)
+        total = per.sum()
+        return float(np.sort(per)[::-1][:10].sum() / total) if total else 0.0
+
+    n = len(req.arrival_s)
+    return dict(
+        ttft_unreachable_frac=float(unreachable.mean()),
+        ttft_miss_reachable_frac=float((~ttft_ok & ~unreachable).sum() / n),
+        itl_miss_frac=float((~itl_ok).sum() / n),
+        ttft_misses_in_worst_10_intervals_frac=top10(~ttft_ok & ~unreachable),
+        itl_misses_in_worst_10_intervals_frac=top10(~itl_ok),
+    )
+
+
 def best_static(trace, tables, scenario, plan, target: float, *, max_runs: int = 8):
     """Cheapest static P x D reaching `target` attainment, candidates ranked by the oracle's sweeps."""
     from sim.policies import StaticPolicy
@@ -172,7 +224,7 @@ def bench_control(
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
     from sim.oracle import oracle_plan
-    from sim.policies import default_planner_config, make_policy
+    from sim.policies import PlannerPolicy, default_planner_config, make_policy
     from sim.replay import Scenario, replay
 
     profile = load_profile_dir(PROFILE)
@@ -191,8 +243,17 @@ def bench_control(
         for name in policies:
             if name in ("planner:arima", "dynamo-peer") and len(trace) > 500_000:
                 continue  # ARIMA fits take ~1 s per interval: a day of intervals is out of this budget
-            r = replay(trace, tables, make_policy(name, cfg=cfg, profile=profile), scenario=scenario)
-            rows.append(_row(name, r))
+            extra = {}
+            if name == "planner+shape":
+                shape_cfg, shape = shape_config(cfg, trace)
+                policy = PlannerPolicy(shape_cfg, profile, name=name)
+                extra["sizing"] = shape
+            else:
+                policy = make_policy(name, cfg=cfg, profile=profile)
+            r = replay(trace, tables, policy, scenario=scenario)
+            if name.startswith("planner"):
+                extra["diagnostics"] = diagnose(r, profile, interval_s=scenario.interval_s)
+            rows.append(_row(name, r, extra=extra))
             if name == "planner":
                 planner_att = rows[-1]["slo_attainment"]
             print(f"  {name:22s} {100 * rows[-1]['slo_attainment']:6.2f}%  {rows[-1]['gpu_hours']:7.2f} GPU-h  "
@@ -222,6 +283,7 @@ def bench_control(
             trace=label,
             requests=len(trace),
             duration_h=trace.duration_s / 3600,
+            measured_shape=measured_shape(trace),
             oracle_attainment=oracle_att,
             oracle_need_max={"prefill": max(plan.need_prefill), "decode": max(plan.need_decode)},
             rows=rows,
@@ -231,6 +293,7 @@ def bench_control(
         what="control quality: policies x traces",
         profile="H200 Llama-3.1-8B-FP8 TP1 prefill / TP1 decode (Dynamo profiler data)",
         sla={"ttft_ms": 200, "itl_ms": 10, "attainment": "share of requests meeting both (per-request TTFT, mean ITL)"},
+        planner_defaults={k: getattr(cfg, k).model_dump() for k in ("sizing", "predictor", "decision")},
         startup_s=60,
         interval_s=60,
         load_multiplier="K superposed copies, each request shifted by U(-1, +1) s, seed 0",
@@ -243,17 +306,19 @@ def bench_control(
 
 
 def _control_table(traces: list[dict]) -> str:
-    lines = ["| trace | policy | SLA attainment | TTFT p99 ms | ITL p99 ms | GPU-hours | vs oracle | scale events |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| trace | policy | SLA attainment | TTFT / ITL met | TTFT p99 ms | ITL p99 ms | GPU-hours | vs oracle "
+             "| scale events |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for t in traces:
         for r in t["rows"]:
             if "gpu_hours_vs_oracle" not in r:
                 r = dict(r, gpu_hours_vs_oracle=float("nan"))
             if "gpu_hours" not in r:
-                lines.append(f"| {t['trace']} | {r['policy']} | {r.get('note', '')} | | | | | |")
+                lines.append(f"| {t['trace']} | {r['policy']} | {r.get('note', '')} | | | | | | |")
                 continue
             lines.append(
-                f"| {t['trace']} | {r['policy']} | {100 * r['slo_attainment']:.2f}% | {r['ttft_p99_ms']:.0f} | "
+                f"| {t['trace']} | {r['policy']} | {100 * r['slo_attainment']:.2f}% | "
+                f"{100 * r['ttft_attainment']:.2f}% / {100 * r['itl_attainment']:.2f}% | {r['ttft_p99_ms']:.0f} | "
                 f"{r['itl_p99_ms']:.1f} | {r['gpu_hours']:.2f} | {r['gpu_hours_vs_oracle']:.2f}x | {r['scale_events']} |"
             )
     return "\n".join(lines)
@@ -297,8 +362,8 @@ def main() -> int:
     ap.add_argument("--oracle-rounds", type=int, default=3, help="oracle verify-and-repair rounds")
     ap.add_argument("--static-runs", type=int, default=8, help="most static fleets tried for the best static")
     ap.add_argument("--repeats", type=int, default=2, help="speed runs per configuration (best is reported)")
-    ap.add_argument("--policies", default="planner,planner:constant,planner:kalman,planner:seasonal_naive,"
-                    "planner:ets,planner:arima,dynamo,saturation")
+    ap.add_argument("--policies", default="planner,planner+shape,planner:constant,planner:kalman,"
+                    "planner:seasonal_naive,planner:ets,planner:arima,dynamo,saturation")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     RESULTS.mkdir(parents=True, exist_ok=True)
