@@ -56,6 +56,19 @@ def run(tmp_path_factory):
         with contextlib.suppress(AssertionError):
             stack.wait_for(lambda: stack.router("GET", "/v1/models")["active"], timeout_s=60,
                            what="a published model")
+        # Prometheus scrapes every 2 s: wait until a scrape after the last request
+        # has the final counts, so the comparison below is not a race with the scraper.
+        total = fleet["trace"]["requests"]
+
+        def scraped(query: str):
+            result = stack.prom(query)
+            return result if result and float(result[0]["value"][1]) >= total else None
+
+        with contextlib.suppress(AssertionError):
+            stack.wait_for(lambda: scraped("sum(dynamo_frontend_requests_total)"), timeout_s=30,
+                           what="Prometheus to scrape the final request count")
+            stack.wait_for(lambda: scraped("sum(sla_sim_requests_completed_total)"), timeout_s=30,
+                           what="Prometheus to scrape the final completion count")
         snap = {
             "fleet": stack.fleet(),
             "decisions": stack.decisions(),
