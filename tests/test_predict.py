@@ -601,3 +601,26 @@ def test_forecast_next_survives_a_bad_cache_entry():
     f = forecast_next(history(y), cfg, cache=_BrokenCache())
     assert f.num_requests == cold.num_requests
     assert any("predictor cache unreadable (OSError)" in n for n in f.notes)
+
+
+def test_arima_search_survives_windows_the_concentrated_likelihood_cannot_fit():
+    # A noiseless sine is an exact AR(2): every concentrated candidate ends at a
+    # unit root and pmdarima rejects it; the full-likelihood search still finds one.
+    t = minutes(40)
+    y = 100.0 + 10.0 * np.sin(np.arange(40))
+    p = make_predictor("arima").fit(t, y)
+    assert p.fallback_reason_ is None and p.order_ is not None
+    assert p.predict(1)[0] == pytest.approx(100.0 + 10.0 * np.sin(40), abs=3.0)
+
+
+def test_arima_with_no_fitting_order_answers_last_value(monkeypatch):
+    from planner.predictors.arima import ArimaPredictor
+
+    def nothing_fits(self, z, X, *, concentrate):
+        raise ValueError("Could not successfully fit a viable ARIMA model to input data.")
+
+    monkeypatch.setattr(ArimaPredictor, "_search", nothing_fits)
+    y = _noisy_walk(30)
+    p = make_predictor("arima").fit(minutes(30), y)
+    assert p.fallback_reason_ == "no ARIMA order fits this window: last value"
+    assert p.predict(1)[0] == y[-1]

@@ -6,11 +6,12 @@ afterwards, and a seasonal auto_arima (m=24) takes a minute per call. Here:
   recent `select_window` points, and re-chosen only after `reselect_every`
   new points (warm start); a cold fit always selects. The search is most of a
   cold fit's cost, so it is kept cheap without shrinking it: it starts from
-  (1, d, 1) rather than (2, d, 2) (fewer neighbours to visit), the noise
-  variance is concentrated out of the likelihood (one parameter fewer for
-  each candidate's optimiser), and the winner's fit is the model when the
-  search saw the whole series (no second fit). A smaller search space or
-  window was measured and lost accuracy (docs/predictors.md);
+  (1, d, 1) rather than (2, d, 2) (fewer neighbours to visit) and ranks the
+  candidates with the noise variance concentrated out of the likelihood (one
+  parameter fewer for each candidate's optimiser). The chosen order is then
+  fitted with the full likelihood: fitting with the concentrated one too was
+  measured to move the forecasts. A smaller search space or window was
+  measured and lost accuracy (docs/predictors.md);
 - the daily cycle enters as Fourier regressors sin/cos(2 pi k t / 1 day) of the
   real timestamps (regression with ARIMA errors), once the history spans
   `min_seasons` days: cheap, and valid for any bin width;
@@ -45,10 +46,11 @@ class ArimaPredictor(PredictorBase):
         history spans min_seasons days.
     max_p, max_q: order search bounds; max_d: differencing bound.
     start_pq: the stepwise search starts at (start_pq, d, start_pq).
-    concentrate_scale: concentrate the noise variance out of the likelihood
-        (faster fits, the same maximum); a window where no concentrated
-        candidate survives pmdarima's unit-root check is searched again
-        without it, and a window where nothing fits answers with last value.
+    concentrate_scale: rank the order search's candidates with the noise
+        variance concentrated out of the likelihood (faster); a window where
+        no concentrated candidate survives pmdarima's unit-root check is
+        searched again without it, and a window where nothing fits answers
+        with last value.
     select_window: most recent points the order search sees.
     reselect_every / refit_every: with warm_start, new points after which the
         order is searched again / the coefficients are re-estimated.
@@ -135,10 +137,7 @@ class ArimaPredictor(PredictorBase):
         reuse = self._extends_previous(t_s, y)
         prev = {
             k: getattr(self, k, None)
-            for k in (
-                "order_", "harmonics_", "concentrated_", "selected_at_s_", "selected_points_",
-                "params_", "refit_at_s_", "refit_points_",
-            )
+            for k in ("order_", "harmonics_", "selected_at_s_", "selected_points_", "params_", "refit_at_s_", "refit_points_")
         }
         t, v = self._set_series(t_s, y, align=reuse)
         n_ok = int(np.isfinite(v).sum())
@@ -164,31 +163,31 @@ class ArimaPredictor(PredictorBase):
                 or self._stale(prev["selected_at_s_"], prev["selected_points_"], self.reselect_every)
             ):
                 k = min(z.size, int(self.select_window))
+                concentrated = bool(self.concentrate_scale)
                 try:
-                    sel = self._search(z[-k:], None if X is None else X[-k:], concentrate=self.concentrate_scale)
-                    self.concentrated_ = bool(self.concentrate_scale)
+                    sel = self._search(z[-k:], None if X is None else X[-k:], concentrate=concentrated)
                 except ValueError:
-                    if not self.concentrate_scale:
+                    if not concentrated:
                         return self._no_order()
                     # On a window the model fits almost exactly every concentrated
                     # candidate can end at a unit root and be rejected; the full
                     # likelihood stops short of it.
+                    concentrated = False
                     try:
                         sel = self._search(z[-k:], None if X is None else X[-k:], concentrate=False)
                     except ValueError:
                         return self._no_order()
-                    self.concentrated_ = False
                 self.order_ = tuple(int(x) for x in sel.order)
                 self.selected_at_s_, self.selected_points_ = t[-1], n_ok
                 prev["params_"] = None
-                # When the search saw the whole series, its winner is the fit
-                # below (refits always have an intercept, so only then).
-                selected = sel if k == z.size and sel.with_intercept is True else None
+                # The search's winner is the model when it is the fit below:
+                # the whole series, the full likelihood and an intercept.
+                if k == z.size and sel.with_intercept is True and not concentrated:
+                    selected = sel
             else:
                 self.order_ = prev["order_"]
-                self.concentrated_ = bool(prev["concentrated_"])
                 self.selected_at_s_, self.selected_points_ = prev["selected_at_s_"], prev["selected_points_"]
-            model = pm.ARIMA(order=self.order_, suppress_warnings=True, concentrate_scale=self.concentrated_)
+            model = pm.ARIMA(order=self.order_, suppress_warnings=True)
             if selected is not None:
                 model = selected
                 self.refit_at_s_, self.refit_points_ = t[-1], n_ok
