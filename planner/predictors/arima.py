@@ -8,10 +8,12 @@ afterwards, and a seasonal auto_arima (m=24) takes a minute per call. Here:
   cold fit's cost, so it is kept cheap without shrinking it: it starts from
   (1, d, 1) rather than (2, d, 2) (fewer neighbours to visit) and ranks the
   candidates with the noise variance concentrated out of the likelihood (one
-  parameter fewer for each candidate's optimiser). The chosen order is then
-  fitted with the full likelihood: fitting with the concentrated one too was
-  measured to move the forecasts. A smaller search space or window was
-  measured and lost accuracy (docs/predictors.md);
+  parameter fewer for each candidate's optimiser), keeping neither smoothed
+  states nor parameter covariances for them. The chosen order is then fitted
+  with the full likelihood: fitting with the concentrated one too was
+  measured to move the forecasts. No fit computes the parameter covariance
+  (point forecasts and residual quantiles do not use it). A smaller search
+  space or window was measured and lost accuracy (docs/predictors.md);
 - the daily cycle enters as Fourier regressors sin/cos(2 pi k t / 1 day) of the
   real timestamps (regression with ARIMA errors), once the history spans
   `min_seasons` days: cheap, and valid for any bin width;
@@ -110,6 +112,10 @@ class ArimaPredictor(PredictorBase):
             suppress_warnings=True,
             error_action="ignore",
             sarimax_kwargs={"concentrate_scale": concentrate},
+            # Only the candidates' AIC is needed: no smoother pass, no
+            # parameter covariance (its numerical derivatives cost ~20%).
+            low_memory=True,
+            cov_type="none",
         )
 
     def _no_order(self) -> "ArimaPredictor":
@@ -153,7 +159,6 @@ class ArimaPredictor(PredictorBase):
         self.harmonics_ = self.daily_harmonics if span_days >= self.min_seasons else 0
         X = self._exog(tt)
 
-        selected = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if (
@@ -180,27 +185,19 @@ class ArimaPredictor(PredictorBase):
                 self.order_ = tuple(int(x) for x in sel.order)
                 self.selected_at_s_, self.selected_points_ = t[-1], n_ok
                 prev["params_"] = None
-                # The search's winner is the model when it is the fit below:
-                # the whole series, the full likelihood and an intercept.
-                if k == z.size and sel.with_intercept is True and not concentrated:
-                    selected = sel
             else:
                 self.order_ = prev["order_"]
                 self.selected_at_s_, self.selected_points_ = prev["selected_at_s_"], prev["selected_points_"]
             model = pm.ARIMA(order=self.order_, suppress_warnings=True)
-            if selected is not None:
-                model = selected
-                self.refit_at_s_, self.refit_points_ = t[-1], n_ok
-                self.params_ = np.asarray(model.params(), dtype=float)
-            elif prev["params_"] is not None and not self._stale(
+            if prev["params_"] is not None and not self._stale(
                 prev["refit_at_s_"], prev["refit_points_"], self.refit_every
             ):
                 # Same order, fresh window: re-run the filter with the fitted coefficients.
-                model.fit(z, X=X, start_params=prev["params_"], maxiter=0)
+                model.fit(z, X=X, start_params=prev["params_"], maxiter=0, cov_type="none")
                 self.refit_at_s_, self.refit_points_ = prev["refit_at_s_"], prev["refit_points_"]
                 self.params_ = prev["params_"]
             else:
-                model.fit(z, X=X)
+                model.fit(z, X=X, cov_type="none")
                 self.refit_at_s_, self.refit_points_ = t[-1], n_ok
                 self.params_ = np.asarray(model.params(), dtype=float)
         self.model_ = model
