@@ -19,6 +19,7 @@ concentrated the misses are in the worst intervals.
     .venv/bin/python benchmarks/bench_sim.py            # everything (~20-30 min on 2 cores)
     .venv/bin/python benchmarks/bench_sim.py --quick    # without the ServeGen day
     .venv/bin/python benchmarks/bench_sim.py --speed-only
+    .venv/bin/python benchmarks/bench_sim.py --ablation  # one design change at a time (~15 min)
 
 Writes benchmarks/results/sim_speed.json and sim_control.json (with Markdown tables).
 """
@@ -324,6 +325,57 @@ def _control_table(traces: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# Each variant changes the default planner in one respect (sizing / predictor / decision fields).
+ABLATION = {
+    "default": {},
+    "- lead time (next interval's p90)": {"sizing": {"replica_startup_s": 0.0}},
+    "- prompt-length spread (one length)": {"sizing": {"isl_cv": 0.0}},
+    "- ITL quantile (mean ITL, 15% headroom)": {"sizing": {"itl_quantile": 0.51, "decode_headroom_frac": 0.15}},
+    "- 99% TTFT share (p95)": {"sizing": {"ttft_quantile": 0.95}},
+    "length CVs 2": {"sizing": {"isl_cv": 2.0, "decode_context_cv": 2.0}},
+    "arrival CV 1.25": {"sizing": {"prefill_arrival_cv": 1.25}},
+    "stabilization 900 s": {"decision": {"scale_down_stabilization_s": 900.0}},
+    "size on the mean": {"predictor": {"size_on": "mean"}},
+}
+
+
+def bench_ablation(quick: bool, only: list[str] | None) -> dict:
+    """The default planner with one change at a time, on every trace: what each part of the design buys."""
+    from connectors.profiles import load_profile_dir
+    from sim.lookup import ProfileTables
+    from sim.policies import PlannerPolicy, default_planner_config
+    from sim.replay import Scenario, replay
+
+    profile = load_profile_dir(PROFILE)
+    tables = ProfileTables(profile)
+    base = default_planner_config(profile_dir=str(PROFILE), ttft_ms=200, itl_ms=10, interval_s=60)
+    rows = []
+    for label, make in _traces(quick):
+        if only and not any(label.startswith(o) for o in only):
+            continue
+        trace = make()
+        print(f"\n{label}: {len(trace):,} requests", flush=True)
+        for name, change in ABLATION.items():
+            cfg = base.model_copy(update={
+                section: getattr(base, section).model_copy(update=fields) for section, fields in change.items()
+            })
+            r = replay(trace, tables, PlannerPolicy(cfg, profile, name=name), scenario=Scenario())
+            row = _row(name, r, extra={"trace": label, "change": change,
+                                       "gpu_hours_prefill": r.gpu_seconds["prefill"] / 3600,
+                                       "gpu_hours_decode": r.gpu_seconds["decode"] / 3600})
+            rows.append(row)
+            print(f"  {name:40s} {100 * row['slo_attainment']:6.2f}%  {row['gpu_hours']:7.2f} GPU-h", flush=True)
+    lines = ["| trace | planner variant | SLA attainment | TTFT / ITL met | GPU-hours (prefill + decode) |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['trace']} | {r['policy']} | {100 * r['slo_attainment']:.2f}% | "
+                     f"{100 * r['ttft_attainment']:.2f}% / {100 * r['itl_attainment']:.2f}% | "
+                     f"{r['gpu_hours']:.2f} ({r['gpu_hours_prefill']:.2f} + {r['gpu_hours_decode']:.2f}) |")
+    return dict(what="planner ablation: the default configuration with one change at a time",
+                planner_defaults={k: getattr(base, k).model_dump() for k in ("sizing", "predictor", "decision")},
+                rows=rows, markdown="\n".join(lines))
+
+
 def merge(parts: list[str]) -> dict:
     """Combine control-quality result files (same traces, same seeds) into one table.
 
@@ -362,11 +414,18 @@ def main() -> int:
     ap.add_argument("--oracle-rounds", type=int, default=3, help="oracle verify-and-repair rounds")
     ap.add_argument("--static-runs", type=int, default=8, help="most static fleets tried for the best static")
     ap.add_argument("--repeats", type=int, default=2, help="speed runs per configuration (best is reported)")
+    ap.add_argument("--ablation", action="store_true",
+                    help="the default planner with one change at a time (writes sim_control_ablation.json)")
     ap.add_argument("--policies", default="planner,planner+shape,planner:constant,planner:kalman,"
                     "planner:seasonal_naive,planner:ets,planner:arima,dynamo,saturation")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.ablation:
+        doc = bench_ablation(args.quick, args.traces.split(",") if args.traces else None)
+        (RESULTS / (args.out or "sim_control_ablation.json")).write_text(json.dumps(doc, indent=2) + "\n")
+        print(doc["markdown"])
+        return 0
     if args.merge:
         doc = merge(args.merge.split(","))
         (RESULTS / "sim_control.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -145,12 +145,12 @@ class SizingConfig(_Strict):
     isl_cv: float = Field(
         1.0, ge=0, le=10,
         description="coefficient of variation of prompt lengths around the forecast mean (Gamma-distributed); "
-        "0: every prompt at the mean. Measured: 0.96 Azure 2023, 1.2 Mooncake, 2.9 ServeGen m-mid",
+        "0: every prompt at the mean. Measured: 0.96 Azure 2023, 1.2 Mooncake, 3.15 ServeGen m-mid",
     )
     decode_context_cv: float = Field(
         1.0, ge=0, le=10,
         description="coefficient of variation of the KV context a decoding request holds (isl + osl/2). "
-        "Measured: 0.87-0.96 Azure 2023, 1.2 Mooncake, 2.75 ServeGen m-mid",
+        "Measured: 0.87-0.96 Azure 2023, 1.2 Mooncake, 2.96 ServeGen m-mid",
     )
     prefill_arrival_cv: float = Field(
         1.0, ge=0, le=10,
