@@ -197,14 +197,34 @@ def _publish_model(stack: RunningStack) -> str:
     except Exception:  # noqa: BLE001 - no retrain deployment yet
         retrain_id = None
     if retrain_id is not None:
-        started = stack.prefect("POST", f"/deployments/{retrain_id}/create_flow_run", {"parameters": {}})
-        stack.wait_for(lambda: stack.prefect("GET", f"/flow_runs/{started['id']}")["state_type"] == "COMPLETED",
-                       timeout_s=240, what="the retrain run to complete")
-        active = stack.router("GET", "/v1/models")["active"]
-        assert active, "the retrain run completed but the router serves no model"
-        return active
+        # The samples so far may be too few for the default minimums (the test is about the restart, not the
+        # gate): smaller minimums, and another run while the last one skipped or refused, as the schedule would.
+        params = {"training": {"min_train_samples": 300, "min_holdout_samples": 60}}
+        outcomes = []
+        deadline = time.time() + 300.0
+        while time.time() < deadline:
+            started = stack.prefect("POST", f"/deployments/{retrain_id}/create_flow_run", {"parameters": params})
+            run = stack.wait_for(lambda: (r := stack.prefect("GET", f"/flow_runs/{started['id']}"))["state_type"]
+                                 in ("COMPLETED", "FAILED", "CRASHED") and r,
+                                 timeout_s=240, what="the retrain run to finish")
+            assert run["state_type"] == "COMPLETED", f"retrain run {run['name']}: {run['state']['message']}"
+            active = stack.router("GET", "/v1/models")["active"]
+            if active:
+                return active
+            outcomes.append(_card_verdict(stack, started["id"]))
+            time.sleep(10.0)
+        raise AssertionError(f"no retrain run published a model; their model cards said: {outcomes}")
     from tests.fixtures_routing import trained_document
 
     version = f"faults-{int(time.time())}"
     stack.router("POST", "/v1/models", trained_document(version), admin=True)
     return version
+
+
+def _card_verdict(stack: RunningStack, flow_run_id: str) -> str:
+    """The decision line of a retrain run's model card (why it did not publish)."""
+    for artifact in stack.artifacts(flow_run_id):
+        for line in (artifact.get("data") or "").splitlines():
+            if line.startswith("**Decision**"):
+                return line.strip()
+    return "(no model card verdict found)"
