@@ -8,11 +8,14 @@ recent recommendations (for the scale-down stabilization window) all live in
 the backend, not in the process.
 
 Like Kubernetes' HPA, the stabilization window looks at what every run
-*recommended*, not only at the targets that were applied: a run that changes
-nothing still records its recommendation, so a dip right after a quiet stretch
-is held as long as the stretch's recommendations are in the window. `apply`
-does both in one backend write: it always records the run's recommendation
-and, when the targets change, writes them with the next decision id.
+*recommended*, not only at the targets that were applied, so a dip right after
+a quiet stretch is held as long as the stretch's recommendations are in the
+window. `apply` records the run's recommendation and, when the targets change,
+writes them with the next decision id, in one backend write. A connector
+stores either every run's recommendation (local file, etcd) or, where a write
+has a cost (the Kubernetes DGD: each one is an event for the operator), only
+the changes: a recommendation then counts as recommended until the run that
+superseded it, and a run that changes nothing writes nothing.
 
 Errors name the backend object and what the connector was doing. Transient
 backend trouble raises `ConnectorUnavailableError` (a `ConnectionError`), so the
@@ -58,15 +61,19 @@ class Connector(Protocol):
     def read_fleet(self, *, now_s: float) -> FleetState:
         """Current and ready replicas per pool, the last decision (with its done
         flag as of now_s, seconds) and, as `recent_targets`, the recorded
-        recommendations (t_s, prefill, decode), oldest first."""
+        recommendations (t_s, prefill, decode), oldest first; t_s is the last
+        time each was recommended (its run, or, in a change-only history, the
+        run that superseded it; now_s for the current one)."""
         ...
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
         """Record the run's recommendation and write the targets if they change, in one write.
 
         Every call records `recommendation_of(decision)` stamped now_s
-        (seconds), whether or not anything else is written; call it once per
-        planner run that acts (never for a dry run or what-if). The targets are
+        (seconds), whether or not anything else is written (a connector with a
+        change-only history writes it only when it differs from the one in
+        effect); call it once per planner run that acts (never for a dry run
+        or what-if). The targets are
         written, with the next decision id, only when decision.apply is True and
         they differ from the stored ones; the new DecisionRecord is returned
         then, None otherwise. Repeating a call with the same now_s (a retried
@@ -171,6 +178,47 @@ def add_recommendation(
     now_s = entry["t_s"]
     kept = [e for e in history if e["t_s"] != now_s and e["t_s"] > now_s - max_age_s]
     return sorted(kept + [entry], key=lambda e: e["t_s"])[-max_entries:]
+
+
+def add_recommendation_change(
+    changes: list[dict], entry: dict, *, max_entries: int, max_age_s: float
+) -> list[dict] | None:
+    """A change-only recommendation history with `entry` recorded; None when nothing changes.
+
+    changes: entries {"t_s", "prefill", "decode"}, oldest first, each stamped
+    with the first run that recommended it; a recommendation stays in effect
+    until the next entry supersedes it. None when the recommendation in effect
+    at entry t_s (seconds) is already entry's: an unchanged run, or a retried
+    one, has nothing to write. An earlier entry with the same t_s is replaced.
+    Entries superseded at or before entry t_s - max_age_s are dropped (the one
+    still in effect then is kept, however old), then all but the newest
+    max_entries.
+    """
+    if entry in changes:
+        return None
+    now_s = entry["t_s"]
+    others = sorted((e for e in changes if e["t_s"] != now_s), key=lambda e: e["t_s"])
+    before = [e for e in others if e["t_s"] < now_s]
+    unchanged = bool(before) and (before[-1]["prefill"], before[-1]["decode"]) == (entry["prefill"], entry["decode"])
+    if unchanged and len(others) == len(changes):
+        return None
+    merged = others if unchanged else sorted(others + [entry], key=lambda e: e["t_s"])
+    superseded_at = [e["t_s"] for e in merged[1:]] + [float("inf")]
+    kept = [e for e, end_s in zip(merged, superseded_at) if end_s > now_s - max_age_s]
+    return kept[-max_entries:]
+
+
+def changes_as_recent_targets(changes: list[dict], *, now_s: float) -> tuple[tuple[float, int, int], ...]:
+    """FleetState.recent_targets from a change-only history: each recommendation stamped with
+    the last time it was in effect (when superseded, or now_s, seconds, for the current one).
+
+    The stabilization window then holds a recommendation until window_s after a
+    later run superseded it: at most one adjustment interval longer than
+    stamping every run, and, after a planner outage, for a window after restart.
+    """
+    ordered = sorted(changes, key=lambda e: e["t_s"])
+    ends = [e["t_s"] for e in ordered[1:]] + [max(now_s, ordered[-1]["t_s"])] if ordered else []
+    return tuple((end_s, e["prefill"], e["decode"]) for e, end_s in zip(ordered, ends))
 
 
 def as_recent_targets(recommendations: list[dict]) -> tuple[tuple[float, int, int], ...]:

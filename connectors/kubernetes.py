@@ -6,20 +6,29 @@ falling back to the configured service names. Ready replicas come from the
 operator's `status.services.<name>` (readyReplicas, else availableReplicas,
 else 0, so a missing status leans toward "not done yet").
 
-The last decision and every run's recommendation live on the DGD itself as
-annotations. Each run sends one merge patch guarded by
-`metadata.resourceVersion`: the recommendation always, plus the replicas and
-decision annotations when the targets change (a run that changes nothing
-patches only the recommendation annotation, so the generation stays). The
-patch either lands whole or gets 409 Conflict; on 409 the connector reads
-afresh and retries. Annotations (prefix configurable, default `sla-planner`):
+The last decision and the recommendation history live on the DGD itself as
+annotations. A run writes only when something changes, so a steady fleet
+causes no events for the operator and no resourceVersion churn: one merge
+patch guarded by `metadata.resourceVersion`, carrying the recommendation when
+it differs from the one in effect, plus the replicas and decision annotations
+when the targets change. The patch either lands whole or gets 409 Conflict;
+on 409 the connector reads afresh and retries. Annotations (prefix
+configurable, default `sla-planner`):
 
 - `<prefix>/decision-id`: increases by one per applied decision
 - `<prefix>/decided-at-s`: Unix time of the decision, seconds
 - `<prefix>/targets`: `{"prefill": n, "decode": m}`
 - `<prefix>/recent-targets`: JSON list of recent applied decisions
-- `<prefix>/recommendations`: JSON list of every run's recommendation
-  `{"t_s", "prefill", "decode"}`, oldest first (stabilization window)
+- `<prefix>/recommendations`: JSON list of recommendation changes
+  `{"t_s", "prefill", "decode"}`, oldest first, each stamped with the first
+  run that recommended it and in effect until the next (stabilization window:
+  a recommendation holds scale-downs until the window has passed since it was
+  superseded)
+
+Credentials: the in-cluster service account (the official loader, which
+re-reads the rotated token file every minute) or a kubeconfig. A 401 makes the
+connector load them again and retry once, so a token revoked right after its
+rotation costs one request; a second 401 is an error naming the credentials.
 
 A decision is done when both services' ready replicas equal its targets and
 the operator has observed the DGD's current generation.
@@ -34,6 +43,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import incluster_config
 from kubernetes.config.config_exception import ConfigException
 
 from connectors.base import (
@@ -41,9 +51,9 @@ from connectors.base import (
     ConnectorError,
     ConnectorUnavailableError,
     ResourceAccessError,
-    add_recommendation,
+    add_recommendation_change,
     append_targets,
-    as_recent_targets,
+    changes_as_recent_targets,
     parse_recommendations,
     parse_targets_history,
     recommendation_entry,
@@ -72,6 +82,12 @@ class KubernetesConnector:
         self.config = config
         self.namespace = config.namespace or default_namespace
         self.name = config.dgd_name
+        self._in_cluster = config.auth == "in_cluster" or (
+            config.auth == "auto" and incluster_config.SERVICE_HOST_ENV_NAME in os.environ
+        )
+        # Credentials we loaded ourselves can be loaded again (a rotated token); an injected client cannot.
+        self._reloadable = api_client is None
+        self.auth_source = "the given API client" if api_client is not None else self._auth_source()
         self._api = k8s_client.CustomObjectsApi(api_client or self._make_api_client())
         prefix = config.annotation_prefix.rstrip("/")
         self._ann_id = f"{prefix}/decision-id"
@@ -102,15 +118,16 @@ class KubernetesConnector:
             prefill=pools["prefill"],
             decode=pools["decode"],
             last_decision=self._last_decision(obj),
-            recent_targets=as_recent_targets(self._recommendations(obj)),
+            recent_targets=changes_as_recent_targets(self._recommendations(obj), now_s=now_s),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
-        """Merge-patch the recommendation, and changed replicas with the decision annotations, in one write.
+        """Merge-patch a changed recommendation, and changed replicas with the decision annotations, in one write.
 
         Returns the new decision's record, or None when no replicas were
-        written (decision.apply False, or the spec already holds the targets);
-        the recommendation annotation is patched either way. On 409 Conflict
+        written (decision.apply False, or the spec already holds the targets).
+        Nothing is sent when neither the recommendation nor the targets
+        change. On 409 Conflict
         re-reads and retries up to config.conflict_retries times, then raises
         ConcurrentWriteError.
         """
@@ -124,7 +141,7 @@ class KubernetesConnector:
             names = self._service_names(obj)
             services = obj["spec"]["services"]
             changes = decision.apply and any(_spec_replicas(services[names[p]]) != want[p] for p in POOLS)
-            recommendations = add_recommendation(
+            recommendations = add_recommendation_change(
                 self._recommendations(obj), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s
             )
             annotations: dict[str, str] = {}
@@ -287,11 +304,26 @@ class KubernetesConnector:
 
     def _call(self, fn, *, verb: str, doing: str):
         try:
-            return fn()
+            try:
+                return fn()
+            except ApiException as exc:
+                if exc.status != 401 or not self._reloadable:
+                    raise
+                # A 401 with credentials we loaded: the token may have been rotated (and the old
+                # one revoked) since we read it; read them again and retry once.
+                self._api = k8s_client.CustomObjectsApi(self._make_api_client())
+                return fn()
         except ApiException as exc:
             raise self._api_error(exc, verb=verb, doing=doing) from exc
         except urllib3.exceptions.HTTPError as exc:
             host = self._api.api_client.configuration.host
+            reason = getattr(exc, "reason", None)
+            if isinstance(exc, urllib3.exceptions.SSLError) or isinstance(reason, urllib3.exceptions.SSLError):
+                ca = self._api.api_client.configuration.ssl_ca_cert
+                raise ConnectorError(
+                    f"{self.resource}: {doing}: TLS with the Kubernetes API server {host} failed "
+                    f"(auth from {self.auth_source}; CA file {ca or 'none: the system CAs'}): {reason or exc}"
+                ) from exc
             raise ConnectorUnavailableError(
                 f"{self.resource}: {doing}: Kubernetes API server {host} unreachable ({exc})"
             ) from exc
@@ -314,28 +346,42 @@ class KubernetesConnector:
         if exc.status == 404:
             return ResourceAccessError(f"{what}: 404 Not Found: {message} (check connector.dgd_name and namespace)")
         if exc.status == 401:
-            return ResourceAccessError(f"{what}: 401 Unauthorized: {message} (check the kubeconfig / service account token)")
+            fix = (
+                "check the service account token is mounted, current and not revoked"
+                if self._in_cluster and self._reloadable else "check the credentials"
+            )
+            again = ", read again after a first 401" if self._reloadable else ""
+            return ResourceAccessError(f"{what}: 401 Unauthorized: {message} (auth from {self.auth_source}{again}; {fix})")
         if exc.status in (429, 500, 502, 503, 504):
             return ConnectorUnavailableError(f"{what} while {doing}: HTTP {exc.status}: {message}")
         return ConnectorError(f"{what} while {doing}: HTTP {exc.status}: {message}")
 
+    def _auth_source(self) -> str:
+        """The credentials' origin, for error messages: in-cluster token file or kubeconfig (and context)."""
+        cfg = self.config
+        if self._in_cluster:
+            return (
+                f"the in-cluster service account (token {incluster_config.SERVICE_TOKEN_FILENAME}, "
+                f"CA {incluster_config.SERVICE_CERT_FILENAME})"
+            )
+        return f"kubeconfig {cfg.kubeconfig_path or os.environ.get('KUBECONFIG') or '~/.kube/config'}" + (
+            f" context {cfg.kubeconfig_context!r}" if cfg.kubeconfig_context else ""
+        )
+
     def _make_api_client(self) -> k8s_client.ApiClient:
         cfg = self.config
-        in_cluster = cfg.auth == "in_cluster" or (cfg.auth == "auto" and "KUBERNETES_SERVICE_HOST" in os.environ)
         try:
-            if in_cluster:
+            if self._in_cluster:
                 configuration = k8s_client.Configuration()
-                k8s_config.load_incluster_config(client_configuration=configuration)
+                # The official loader re-reads the (kubelet-rotated) token file at most a minute
+                # after it changes, through the refresh hook it sets on this configuration.
+                k8s_config.load_incluster_config(client_configuration=configuration, try_refresh_token=True)
                 return k8s_client.ApiClient(configuration)
             return k8s_config.new_client_from_config(
                 config_file=cfg.kubeconfig_path, context=cfg.kubeconfig_context
             )
         except (ConfigException, OSError) as exc:
-            source = "in-cluster service account" if in_cluster else (
-                f"kubeconfig {cfg.kubeconfig_path or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
-                + (f" context {cfg.kubeconfig_context!r}" if cfg.kubeconfig_context else "")
-            )
-            raise ConnectorError(f"Kubernetes auth from {source} failed: {exc}") from exc
+            raise ConnectorError(f"Kubernetes auth from {self.auth_source} failed: {exc}") from exc
 
 
 def _spec_replicas(service_spec: dict) -> int:

@@ -16,8 +16,12 @@ API machinery the connector relies on, as the real server behaves:
 - `metadata.generation` increases when `spec` changes
 - errors are `Status` objects (kind Status, apiVersion v1, status Failure,
   reason, message, details {name, group, kind}, code)
-- optional bearer-token check (401) and per-verb 403 Forbidden (RBAC-style
+- optional bearer-token check (401; the scheme is case-insensitive, as the
+  real authenticator's, and several tokens can be valid at once, as during a
+  service-account token rotation) and per-verb 403 Forbidden (RBAC-style
   message naming verb, resource, group and namespace)
+- optional HTTPS with a certificate the test makes (`make_self_signed_cert`),
+  so the client's in-cluster loader (https only, CA file) can be used as is
 
 Tests drive the "operator" side through methods (`reconcile`, `set_ready`) and
 can inject a concurrent writer with `before_next`.
@@ -26,8 +30,11 @@ can inject a concurrent writer with `before_next`.
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import ipaddress
 import json
 import re
+import ssl
 import threading
 import uuid
 from dataclasses import dataclass
@@ -101,14 +108,50 @@ class RecordedRequest:
     query: dict
     content_type: str | None
     body: object
+    token: str | None = None  # the bearer token sent, if any
+
+
+def make_self_signed_cert(directory: Path, *, ip: str = "127.0.0.1", dns: str = "localhost") -> tuple[Path, Path]:
+    """A self-signed server certificate for `ip` and `dns` (its own CA): (cert.pem, key.pem) in directory."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-apiserver")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip)), x509.DNSName(dns)]),
+                       critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
 
 
 class FakeKubeApiServer:
     """DynamoGraphDeployment API on 127.0.0.1 (a free port); start() / stop()."""
 
-    def __init__(self, *, token: str | None = None, user: str = "system:serviceaccount:dynamo:planner"):
-        self.token = token
+    def __init__(self, *, token: str | None = None, user: str = "system:serviceaccount:dynamo:planner",
+                 tls: tuple[Path, Path] | None = None):
+        """token: the one valid bearer token (None: no check); tls: (cert, key) PEM files to serve HTTPS."""
+        self.tokens: set[str] | None = None if token is None else {token}
         self.user = user
+        self.tls = tls
         self._lock = threading.RLock()
         self._objects: dict[tuple[str, str], dict] = {}
         self._revision = 1000
@@ -121,14 +164,25 @@ class FakeKubeApiServer:
     # -- lifecycle -----------------------------------------------------------
 
     @property
-    def url(self) -> str:
+    def port(self) -> int:
         assert self._httpd is not None, "server not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return self._httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> "FakeKubeApiServer":
         handler = type("Handler", (_Handler,), {"api": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(certfile=str(self.tls[0]), keyfile=str(self.tls[1]))
+            # The handshake happens in the request's thread, so one stalled client blocks no other.
+            self._httpd.socket = context.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-kube-api", daemon=True)
         self._thread.start()
         return self
@@ -141,6 +195,11 @@ class FakeKubeApiServer:
             self._httpd = None
 
     # -- test controls -------------------------------------------------------
+
+    def accept_tokens(self, *tokens: str) -> None:
+        """From now on only these bearer tokens are valid (a rotation: the new one, maybe the old one too)."""
+        with self._lock:
+            self.tokens = set(tokens)
 
     def forbid(self, *verbs: str) -> None:
         """Answer 403 to these RBAC verbs (get, list, create, update, patch, delete)."""
@@ -303,8 +362,11 @@ class FakeKubeApiServer:
         self._objects[(namespace, name)] = stored
         return copy.deepcopy(stored)
 
-    def _check_auth(self, headers, verb: str, namespace: str | None, name: str | None, sub: str | None) -> None:
-        if self.token is not None and headers.get("Authorization") != f"Bearer {self.token}":
+    def _check_auth(self, token: str | None, verb: str, namespace: str | None, name: str | None,
+                    sub: str | None) -> None:
+        with self._lock:
+            valid = self.tokens
+        if valid is not None and token not in valid:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         if verb in self._forbidden:
             resource = PLURAL + (f"/{sub}" if sub else "")
@@ -324,8 +386,9 @@ class FakeKubeApiServer:
             body = json.loads(body_bytes) if body_bytes else None
         except ValueError:
             body = body_bytes.decode(errors="replace")
+        token = _bearer_token(headers.get("Authorization"))
         with self._lock:
-            self.requests.append(RecordedRequest(method, parts.path, parse_qs(parts.query), content_type, body))
+            self.requests.append(RecordedRequest(method, parts.path, parse_qs(parts.query), content_type, body, token))
             hooks = [fn for m, fn in self._hooks if m == method]
             self._hooks = [(m, fn) for m, fn in self._hooks if m != method]
         for fn in hooks:
@@ -340,7 +403,7 @@ class FakeKubeApiServer:
         }.get((method, name is not None))
         if verb is None or (ns is None and verb != "list") or (sub and verb not in ("get", "update", "patch")):
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {parts.path}")
-        self._check_auth(headers, verb, ns, name, sub)
+        self._check_auth(token, verb, ns, name, sub)
         if verb == "list":
             return 200, self.list(ns)
         if verb == "get":
@@ -363,6 +426,12 @@ class FakeKubeApiServer:
         if verb == "update":
             return 200, self.replace(ns, name, body, subresource=sub)
         return 200, self.patch(ns, name, body, subresource=sub)
+
+
+def _bearer_token(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; the scheme is case-insensitive, as for the real server."""
+    scheme, _, token = (header or "").strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -417,6 +486,17 @@ def seed_dgd(server: FakeKubeApiServer, manifest: Path, *, namespace: str, ready
 def fake_k8s_api() -> FakeKubeApiServer:
     """One fake API server for the session (token TEST_TOKEN); tests use unique namespaces."""
     server = FakeKubeApiServer(token=TEST_TOKEN).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_k8s_api_tls(tmp_path_factory) -> FakeKubeApiServer:
+    """A second fake API server, HTTPS only, with a self-signed certificate for 127.0.0.1 made here.
+
+    Its certificate (which is its own CA) is `server.tls[0]`; tests set the valid tokens with accept_tokens.
+    """
+    server = FakeKubeApiServer(token=TEST_TOKEN, tls=make_self_signed_cert(tmp_path_factory.mktemp("k8s-tls"))).start()
     yield server
     server.stop()
 

@@ -7,12 +7,16 @@ rest drive the connector against a DGD seeded from the real Dynamo manifest.
 
 from __future__ import annotations
 
+import datetime
 import json
+import shutil
+import types
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import incluster_config
 
 from connectors.base import ConcurrentWriteError, ConnectorError, ConnectorUnavailableError, ResourceAccessError, make_connector
 from connectors.config import KubernetesConnectorConfig
@@ -27,9 +31,11 @@ from tests.k8s_fake_server import (  # noqa: F401  (fixtures)
     FakeKubeApiServer,
     dgd_manifest,
     fake_k8s_api,
+    fake_k8s_api_tls,
     k8s_namespace,
     kube_api_client,
     load_manifest,
+    make_self_signed_cert,
     merge_patch,
     seed_dgd,
 )
@@ -250,7 +256,7 @@ def test_done_follows_operator_status(fake_k8s_api, k8s_namespace, dgd_manifest)
     fleet = conn.read_fleet(now_s=T0_S + 60)
     assert fleet.last_decision.done is True
     assert (fleet.prefill.ready_replicas, fleet.decode.ready_replicas) == (2, 3)
-    assert fleet.recent_targets == ((T0_S, 2, 3),)
+    assert fleet.recent_targets == ((T0_S + 60, 2, 3),)  # recommended at T0, still in effect at T0 + 60
 
 
 @pytest.mark.parametrize("status_entry, ready", [
@@ -267,32 +273,53 @@ def test_ready_replicas_tolerate_status_shapes(fake_k8s_api, k8s_namespace, dgd_
     assert fleet.prefill.ready_replicas == 0  # no status for prefill at all
 
 
-def test_unchanged_targets_patch_only_the_recommendation(fake_k8s_api, k8s_namespace, dgd_manifest):
+def test_runs_that_change_nothing_write_nothing(fake_k8s_api, k8s_namespace, dgd_manifest):
     seeded = seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
-    conn = connector(fake_k8s_api, k8s_namespace)
 
-    assert conn.apply(decide(1, 1), now_s=T0_S) is None  # the manifest already has 1 and 1
-    assert conn.apply(decide(4, 4, apply=False), now_s=T0_S + 60) is None
-    assert conn.apply(decide(1, 1, recommended=(1, 0)), now_s=T0_S + 120) is None
-    assert conn.apply(decide(1, 1, recommended=(1, 0)), now_s=T0_S + 120) is None  # a retried run: no write
+    def run(decision, t_s):  # a planner run: a fresh connector instance
+        return connector(fake_k8s_api, k8s_namespace).apply(decision, now_s=T0_S + t_s)
 
-    sent = patches(fake_k8s_api)
-    assert len(sent) == 3  # one per run, none for the retry
-    for request in sent:
-        assert set(request.body) == {"metadata"}
-        assert set(request.body["metadata"]["annotations"]) == {"sla-planner/recommendations"}
-        assert request.body["metadata"]["resourceVersion"]
+    assert run(decide(1, 1), 0) is None  # the manifest has 1 and 1: only the first recommendation is recorded
+    (first,) = patches(fake_k8s_api)
+    assert set(first.body["metadata"]["annotations"]) == {"sla-planner/recommendations"}
+    rv = fake_k8s_api.get(k8s_namespace, DGD)["metadata"]["resourceVersion"]
+
+    fake_k8s_api.clear_requests()
+    for t_s in (60, 120, 180, 240, 300):
+        assert run(decide(1, 1), t_s) is None
+    assert run(decide(1, 1, recommended=(1, 1)), 300) is None  # a retried run
+    assert run(decide(4, 4, apply=False, recommended=(1, 1)), 360) is None  # a hold, same recommendation
+    assert patches(fake_k8s_api) == []
     obj = fake_k8s_api.get(k8s_namespace, DGD)
-    assert obj["metadata"]["generation"] == seeded["metadata"]["generation"]  # spec untouched
-    assert "sla-planner/decision-id" not in obj["metadata"]["annotations"]
+    assert obj["metadata"]["resourceVersion"] == rv  # no event for the operator, 7 runs long
+
+    # A new recommendation whose targets are held: exactly one patch, annotations only.
+    assert run(decide(1, 1, recommended=(1, 0)), 420) is None
+    (held,) = patches(fake_k8s_api)
+    assert set(held.body) == {"metadata"}
+    assert set(held.body["metadata"]["annotations"]) == {"sla-planner/recommendations"}
+    assert held.body["metadata"]["resourceVersion"] == rv
+    # New targets: exactly one patch, spec and decision together.
+    fake_k8s_api.clear_requests()
+    assert run(decide(3, 2), 480).decision_id == 1
+    (scaled,) = patches(fake_k8s_api)
+    assert scaled.body["spec"] == {"services": {"prefill": {"replicas": 3}, "decode": {"replicas": 2}}}
+    assert {"sla-planner/recommendations", "sla-planner/decision-id"} <= set(scaled.body["metadata"]["annotations"])
+    fake_k8s_api.clear_requests()
+    for t_s in (540, 600):
+        assert run(decide(3, 2), t_s) is None
+    assert patches(fake_k8s_api) == []
+
+    obj = fake_k8s_api.get(k8s_namespace, DGD)
+    assert obj["metadata"]["generation"] == seeded["metadata"]["generation"] + 1  # one spec change
     assert json.loads(obj["metadata"]["annotations"]["sla-planner/recommendations"]) == [
         {"t_s": T0_S, "prefill": 1, "decode": 1},
-        {"t_s": T0_S + 60, "prefill": 4, "decode": 4},
-        {"t_s": T0_S + 120, "prefill": 1, "decode": 0},
+        {"t_s": T0_S + 420, "prefill": 1, "decode": 0},
+        {"t_s": T0_S + 480, "prefill": 3, "decode": 2},
     ]
-    fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S + 180)  # a new instance
-    assert fleet.last_decision is None
-    assert fleet.recent_targets == ((T0_S, 1, 1), (T0_S + 60, 4, 4), (T0_S + 120, 1, 0))
+    # Each recommendation is stamped with the last time it was in effect: until the next one, or now.
+    fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S + 660)
+    assert fleet.recent_targets == ((T0_S + 420, 1, 1), (T0_S + 480, 1, 0), (T0_S + 660, 3, 2))
 
 
 def test_recommendation_rides_in_the_decision_patch(fake_k8s_api, k8s_namespace, dgd_manifest):
@@ -320,10 +347,11 @@ def test_recording_retries_after_409_and_keeps_the_other_write(fake_k8s_api, k8s
     fake_k8s_api.before_next("PATCH", lambda: connector(fake_k8s_api, k8s_namespace).apply(
         decide(1, 1, recommended=(2, 2)), now_s=T0_S + 30))
 
-    assert conn.apply(decide(1, 1), now_s=T0_S + 31) is None
+    assert conn.apply(decide(1, 1, recommended=(1, 0)), now_s=T0_S + 31) is None
 
-    fleet = conn.read_fleet(now_s=T0_S + 31)
-    assert fleet.recent_targets == ((T0_S, 1, 1), (T0_S + 30, 2, 2), (T0_S + 31, 1, 1))
+    assert len(patches(fake_k8s_api)) == 4  # our first record, the other run's, ours (409), ours again
+    fleet = conn.read_fleet(now_s=T0_S + 40)
+    assert fleet.recent_targets == ((T0_S + 30, 1, 1), (T0_S + 31, 2, 2), (T0_S + 40, 1, 0))
 
 
 def test_concurrent_writer_causes_409_then_reread_succeeds(fake_k8s_api, k8s_namespace, dgd_manifest):
@@ -369,21 +397,25 @@ def test_decision_ids_continue_across_connector_instances(fake_k8s_api, k8s_name
            for n in (2, 3, 4)]
     assert ids == [1, 2, 3]
     fleet = connector(fake_k8s_api, k8s_namespace, history_max_entries=2).read_fleet(now_s=T0_S + 300)
-    assert fleet.recent_targets == ((T0_S + 120, 2, 2), (T0_S + 180, 3, 3), (T0_S + 240, 4, 4))
+    assert fleet.recent_targets == ((T0_S + 180, 2, 2), (T0_S + 240, 3, 3), (T0_S + 300, 4, 4))
     connector(fake_k8s_api, k8s_namespace, history_max_entries=2).apply(decide(5, 5), now_s=T0_S + 300)
-    fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S + 300)
-    assert fleet.recent_targets == ((T0_S + 240, 4, 4), (T0_S + 300, 5, 5))  # 2 kept
+    fleet = connector(fake_k8s_api, k8s_namespace).read_fleet(now_s=T0_S + 360)
+    assert fleet.recent_targets == ((T0_S + 300, 4, 4), (T0_S + 360, 5, 5))  # 2 kept
     ann = fake_k8s_api.get(k8s_namespace, DGD)["metadata"]["annotations"]
     assert [e["id"] for e in json.loads(ann["sla-planner/recent-targets"])] == [3, 4]  # applied decisions: 2 kept
 
 
-def test_recommendations_older_than_max_age_are_dropped(fake_k8s_api, k8s_namespace, dgd_manifest):
+def test_recommendations_superseded_longer_ago_than_max_age_are_dropped(fake_k8s_api, k8s_namespace, dgd_manifest):
     seed_dgd(fake_k8s_api, dgd_manifest, namespace=k8s_namespace)
     conn = connector(fake_k8s_api, k8s_namespace, history_max_age_s=100.0)
-    for t in (0.0, 60.0, 120.0, 180.0):
-        conn.apply(decide(1, 1), now_s=T0_S + t)
-    # At 180 s the cutoff is 180 - 100 = 80 s: entries at 0 and 60 go.
-    assert conn.read_fleet(now_s=T0_S + 180).recent_targets == ((T0_S + 120, 1, 1), (T0_S + 180, 1, 1))
+    for t, rec in ((0.0, (1, 1)), (60.0, (2, 2)), (120.0, (3, 3)), (180.0, (3, 3)), (250.0, (4, 4))):
+        conn.apply(decide(1, 1, recommended=rec), now_s=T0_S + t)
+    # At 250 s the cutoff is 250 - 100 = 150 s: 1 (superseded at 60) and 2 (at 120) go; 3, in effect
+    # until 250, stays.
+    assert conn.read_fleet(now_s=T0_S + 250).recent_targets == ((T0_S + 250, 3, 3), (T0_S + 250, 4, 4))
+    # The recommendation in effect is kept however old: 4, recorded at 250, superseded at 1000 > 1000 - 100.
+    conn.apply(decide(1, 1, recommended=(5, 5)), now_s=T0_S + 1000)
+    assert conn.read_fleet(now_s=T0_S + 1000).recent_targets == ((T0_S + 1000, 4, 4), (T0_S + 1000, 5, 5))
 
 
 @pytest.mark.parametrize("annotations, message", [
@@ -433,3 +465,155 @@ def test_unreachable_api_server_is_retryable(k8s_namespace):
                                api_client=client.ApiClient(cfg))
     with pytest.raises(ConnectorUnavailableError, match=r"validating: Kubernetes API server http://127.0.0.1:\d+ unreachable"):
         conn.validate()
+
+
+# -- auth over HTTPS: in-cluster service account, kubeconfig -------------------------------------
+
+
+@pytest.fixture
+def in_cluster(fake_k8s_api_tls, tmp_path, monkeypatch):
+    """A pod's view of the HTTPS fake server: env vars, a token file and the CA file, as the kubelet mounts them."""
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    token_path, ca_path = sa / "token", sa / "ca.crt"
+    token_path.write_text("token-1")
+    shutil.copy(fake_k8s_api_tls.tls[0], ca_path)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")  # the certificate's IP SAN
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(fake_k8s_api_tls.port))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_path))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca_path))
+    fake_k8s_api_tls.accept_tokens("token-1")
+    fake_k8s_api_tls.clear_requests()
+    return types.SimpleNamespace(server=fake_k8s_api_tls, token_path=token_path, ca_path=ca_path)
+
+
+def tokens_sent(server: FakeKubeApiServer) -> list[str | None]:
+    return [r.token for r in server.requests]
+
+
+@pytest.mark.parametrize("auth", ["in_cluster", "auto"])
+def test_in_cluster_auth_over_https(in_cluster, k8s_namespace, dgd_manifest, auth):
+    server = in_cluster.server
+    seed_dgd(server, dgd_manifest, namespace=k8s_namespace)
+    conn = make_connector(KubernetesConnectorConfig(dgd_name=DGD, auth=auth), default_namespace=k8s_namespace)
+
+    conn.validate()
+    assert conn.apply(decide(2, 3), now_s=T0_S).decision_id == 1
+    assert conn.read_fleet(now_s=T0_S).prefill.current_replicas == 2
+
+    assert conn._api.api_client.configuration.host == f"https://127.0.0.1:{server.port}"
+    assert "in-cluster service account" in conn.auth_source and str(in_cluster.token_path) in conn.auth_source
+    assert set(tokens_sent(server)) == {"token-1"}
+    assert server.get(k8s_namespace, DGD)["spec"]["services"]["decode"]["replicas"] == 3
+
+
+def test_in_cluster_token_rotation_keeps_working(in_cluster, k8s_namespace, dgd_manifest, monkeypatch):
+    server = in_cluster.server
+    seed_dgd(server, dgd_manifest, namespace=k8s_namespace)
+    conn = make_connector(KubernetesConnectorConfig(dgd_name=DGD, auth="in_cluster"), default_namespace=k8s_namespace)
+    conn.validate()
+
+    # The kubelet rotates the token; the API server accepts both until the old one expires.
+    in_cluster.token_path.write_text("token-2")
+    server.accept_tokens("token-1", "token-2")
+    server.clear_requests()
+    conn.validate()
+    assert tokens_sent(server) == ["token-1"]  # the loader keeps a token for up to a minute
+
+    class MinuteLater(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime.now(tz) + datetime.timedelta(seconds=61)
+
+    monkeypatch.setattr(incluster_config, "datetime", types.SimpleNamespace(
+        datetime=MinuteLater, timedelta=datetime.timedelta))
+    server.clear_requests()
+    conn.validate()
+    assert tokens_sent(server) == ["token-2"]  # re-read from the file by the loader's refresh hook
+
+    # A token revoked before the loader's minute is up: the first 401 makes the connector read the file again.
+    in_cluster.token_path.write_text("token-3")
+    server.accept_tokens("token-3")
+    server.clear_requests()
+    assert conn.apply(decide(2, 2), now_s=T0_S).decision_id == 1
+    assert tokens_sent(server)[:2] == ["token-2", "token-3"]  # 401, then the same GET with the new token
+    assert set(tokens_sent(server)[1:]) == {"token-3"}
+    # The next planner run (a fresh connector) starts from the file too.
+    connector_next_run = make_connector(KubernetesConnectorConfig(dgd_name=DGD, auth="in_cluster"),
+                                        default_namespace=k8s_namespace)
+    assert connector_next_run.read_fleet(now_s=T0_S + 60).last_decision.decision_id == 1
+
+
+def test_in_cluster_401_names_the_auth_method(in_cluster, k8s_namespace, dgd_manifest):
+    server = in_cluster.server
+    seed_dgd(server, dgd_manifest, namespace=k8s_namespace)
+    server.accept_tokens("someone-elses-token")
+    conn = make_connector(KubernetesConnectorConfig(dgd_name=DGD, auth="in_cluster"), default_namespace=k8s_namespace)
+
+    with pytest.raises(ResourceAccessError) as info:
+        conn.validate()
+
+    text = str(info.value)
+    assert text.startswith(f"get {PLURAL}.{GROUP}/{DGD} in namespace {k8s_namespace}: 401 Unauthorized")
+    assert f"auth from the in-cluster service account (token {in_cluster.token_path}" in text
+    assert "read again after a first 401" in text and "token is mounted, current and not revoked" in text
+    assert tokens_sent(server) == ["token-1", "token-1"]  # one retry with the re-read file, no more
+
+
+@pytest.mark.parametrize("missing, message", [
+    pytest.param("token", r"Service token file does not exist", id="no token file"),
+    pytest.param("ca", r"Service certification file does not exist", id="no CA file"),
+])
+def test_in_cluster_missing_mount_is_named(in_cluster, k8s_namespace, missing, message):
+    (in_cluster.token_path if missing == "token" else in_cluster.ca_path).unlink()
+    with pytest.raises(ConnectorError, match=r"Kubernetes auth from the in-cluster service account \(token .*"
+                                             + message):
+        make_connector(KubernetesConnectorConfig(dgd_name=DGD, auth="in_cluster"), default_namespace=k8s_namespace)
+
+
+def kubeconfig_file(path, *, server_url: str, token: str, ca_path=None) -> str:
+    cluster = {"server": server_url}
+    if ca_path is not None:
+        cluster["certificate-authority"] = str(ca_path)
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "fake", "cluster": cluster}],
+        "users": [{"name": "planner", "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "fake", "user": "planner"}}],
+    }))
+    return str(path)
+
+
+def test_kubeconfig_bearer_token_over_https(fake_k8s_api_tls, k8s_namespace, dgd_manifest, tmp_path):
+    server = fake_k8s_api_tls
+    server.accept_tokens("kube-token-1")
+    seed_dgd(server, dgd_manifest, namespace=k8s_namespace)
+    path = tmp_path / "kubeconfig"
+    kubeconfig_file(path, server_url=server.url, token="kube-token-1", ca_path=server.tls[0])
+    conn = make_connector(KubernetesConnectorConfig(dgd_name=DGD, auth="kubeconfig", kubeconfig_path=str(path)),
+                          default_namespace=k8s_namespace)
+
+    conn.validate()
+    assert conn.apply(decide(2, 2), now_s=T0_S).decision_id == 1
+
+    # The kubeconfig's token is replaced and the old one revoked: the first 401 re-reads the file.
+    kubeconfig_file(path, server_url=server.url, token="kube-token-2", ca_path=server.tls[0])
+    server.accept_tokens("kube-token-2")
+    assert conn.read_fleet(now_s=T0_S).last_decision.decision_id == 1
+
+    server.accept_tokens("revoked-for-everyone")
+    with pytest.raises(ResourceAccessError, match=rf"401 Unauthorized: .*auth from kubeconfig {path}"):
+        conn.validate()
+
+
+def test_kubeconfig_with_the_wrong_ca_names_tls(fake_k8s_api_tls, k8s_namespace, tmp_path):
+    other_ca, _ = make_self_signed_cert(tmp_path / "other")
+    path = kubeconfig_file(tmp_path / "kubeconfig", server_url=fake_k8s_api_tls.url, token=TEST_TOKEN,
+                           ca_path=other_ca)
+    conn = make_connector(KubernetesConnectorConfig(dgd_name=DGD, auth="kubeconfig", kubeconfig_path=path),
+                          default_namespace=k8s_namespace)
+    conn._api.api_client.configuration.retries = 0
+    with pytest.raises(ConnectorError, match=rf"TLS with the Kubernetes API server {fake_k8s_api_tls.url} failed "
+                                             rf"\(auth from kubeconfig {path}; CA file {other_ca}\): .*CERTIFICATE_VERIFY_FAILED") as info:
+        conn.validate()
+    assert not isinstance(info.value, ConnectorUnavailableError)  # a retry will not fix a wrong CA

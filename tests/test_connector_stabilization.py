@@ -2,11 +2,18 @@
 
 Each planner run here is what the flow does, on a brand-new connector
 instance (a rescheduled run keeps nothing in memory): read the fleet, decide
-with the real core, apply (which records the recommendation whether or not
-the targets change), and let the deployment environment catch up. The same
-table runs against the local JSON file, a real etcd and the fake Kubernetes
-API, with expectations computed by hand from the window rule: a run at t
-scales down only to the highest recommendation stamped after t - window.
+with the real core, apply (which records the recommendation), and let the
+deployment environment catch up. Expectations are computed by hand from the
+window rule: a run at t scales down only to the highest recommendation
+stamped after t - window.
+
+The local file and etcd record every run's recommendation, stamped with its
+run. The Kubernetes connector records only changes of the recommendation (so
+a run that changes nothing writes nothing to the DGD) and stamps each with the
+last time it was in effect: until the run that superseded it. Its releases
+therefore come window_s after the superseding run rather than after the last
+run that recommended the higher value, one interval later; it has its own
+table.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Callable
 
 import pytest
 
-from connectors.base import Connector
+from connectors.base import Connector, add_recommendation_change, changes_as_recent_targets
 from connectors.config import KubernetesConnectorConfig, LocalConnectorConfig, VirtualConnectorConfig
 from connectors.kubernetes import KubernetesConnector
 from connectors.local import LocalConnector
@@ -43,13 +50,12 @@ class Backend:
     carry_out: Callable[[DecisionRecord], None]
 
 
-@pytest.fixture(params=["local", "virtual", "kubernetes"])
-def backend(request, tmp_path: Path) -> Backend:
-    """Every backend starts at prefill 1, decode 1 with nothing recorded."""
-    if request.param == "local":
+def make_backend(request, kind: str, tmp_path: Path) -> Backend:
+    """A backend at prefill 1, decode 1 with nothing recorded."""
+    if kind == "local":
         cfg = LocalConnectorConfig(state_path=str(tmp_path / "fleet.json"))
         return Backend("local", lambda: LocalConnector(cfg), lambda record: None)
-    if request.param == "virtual":
+    if kind == "virtual":
         server = request.getfixturevalue("etcd")
         namespace = request.getfixturevalue("etcd_namespace")
         cfg = VirtualConnectorConfig(etcd_url=server.url, namespace=namespace)
@@ -72,6 +78,22 @@ def backend(request, tmp_path: Path) -> Backend:
         lambda: KubernetesConnector(cfg, api_client=kube_api_client(api)),
         lambda record: api.reconcile(namespace, name),  # the operator rolls the replicas out
     )
+
+
+@pytest.fixture(params=["local", "virtual", "kubernetes"])
+def backend(request, tmp_path: Path) -> Backend:
+    return make_backend(request, request.param, tmp_path)
+
+
+@pytest.fixture(params=["local", "virtual"])
+def per_run_backend(request, tmp_path: Path) -> Backend:
+    """The backends that record every run's recommendation."""
+    return make_backend(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def k8s_backend(request, tmp_path: Path) -> Backend:
+    return make_backend(request, "kubernetes", tmp_path)
 
 
 def observation(now_s: float) -> Observation:
@@ -151,8 +173,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("window_s, rows, changes", CASES)
-def test_dip_after_quiet_window_is_held_by_recorded_recommendations(backend, window_s, rows, changes):
+def play(backend: Backend, window_s: float, rows: list[tuple], changes: int):
+    """Run the rows; check targets and decision ids; the fleet as read after the last run."""
     got, ids = [], []
     for t_s, (rec_p, rec_d), _ in rows:
         decision, record = planner_run(backend, now_s=T0_S + t_s, prefill=rec_p, decode=rec_d, window_s=window_s)
@@ -166,9 +188,131 @@ def test_dip_after_quiet_window_is_held_by_recorded_recommendations(backend, win
     fleet = backend.new_connector().read_fleet(now_s=T0_S + rows[-1][0])
     assert fleet.last_decision.decision_id == changes
     assert (fleet.prefill.current_replicas, fleet.decode.current_replicas) == rows[-1][2]
+    return fleet
+
+
+@pytest.mark.parametrize("window_s, rows, changes", CASES)
+def test_dip_after_quiet_window_is_held_by_recorded_recommendations(per_run_backend, window_s, rows, changes):
+    fleet = play(per_run_backend, window_s, rows, changes)
     # Every run recorded its recommendation (the default 32 newest kept), oldest first.
     expected = [(T0_S + t_s, rec[0], rec[1]) for t_s, rec, _ in rows][-32:]
     assert list(fleet.recent_targets) == expected
+
+
+# The same scenarios for the change-only history: a recommendation holds until window_s after the
+# run that superseded it. (window_s, rows, changes, recent_targets as read after the last run:
+# each recommendation stamped with the time it was superseded, the current one with the last run.)
+K8S_CASES = [
+    pytest.param(
+        300.0,
+        runs(0, 60, rec=(6, 2), want=(6, 2))
+        + runs(120, 360, rec=(3, 2), want=(6, 2))
+        + [(419.0, (3, 2), (6, 2)), (420.0, (3, 2), (3, 2))],
+        2,
+        ((120.0, 6, 2), (420.0, 3, 2)),
+        id="6@0 6@60 then 3 from 120: 6 superseded at 120 holds while t - 300 < 120, 3 at t = 420",
+    ),
+    pytest.param(
+        300.0,
+        runs(0, 1200, rec=(6, 2), want=(6, 2))
+        + runs(1260, 1500, rec=(3, 2), want=(6, 2))
+        + runs(1560, 1620, rec=(3, 2), want=(3, 2)),
+        2,
+        ((1260.0, 6, 2), (1620.0, 3, 2)),
+        id="quiet 20 min at 6 (one record), dip to 3 at 1260: held until 1560 = 1260 + 300",
+    ),
+    pytest.param(
+        300.0,
+        runs(0, 60, rec=(2, 2), want=(2, 2))
+        + [(120.0, (8, 2), (8, 2))]
+        + runs(180, 420, rec=(2, 2), want=(8, 2))
+        + [(480.0, (2, 2), (2, 2))],
+        3,
+        ((120.0, 2, 2), (180.0, 8, 2), (480.0, 2, 2)),
+        id="spike to 8 at 120 goes up at once; superseded at 180, back to 2 at 480 = 180 + 300",
+    ),
+    pytest.param(
+        300.0,
+        [(0.0, (6, 2), (6, 2)), (60.0, (3, 4), (6, 4))]
+        + runs(120, 300, rec=(3, 1), want=(6, 4))
+        + [(360.0, (3, 1), (3, 4)), (420.0, (3, 1), (3, 1))],
+        4,
+        ((60.0, 6, 2), (120.0, 3, 4), (420.0, 3, 1)),
+        id="pools apart: prefill's 6 superseded at 60 leaves at 360 = 60 + 300, decode's 4 (at 120) at 420",
+    ),
+    pytest.param(
+        0.0,
+        runs(0, 60, rec=(6, 2), want=(6, 2)) + [(120.0, (3, 1), (3, 1))],
+        2,
+        ((120.0, 6, 2), (120.0, 3, 1)),
+        id="window 0: the dip applies at once",
+    ),
+]
+
+
+@pytest.mark.parametrize("window_s, rows, changes, recorded", K8S_CASES)
+def test_change_only_history_holds_until_window_after_superseded(k8s_backend, window_s, rows, changes, recorded):
+    fleet = play(k8s_backend, window_s, rows, changes)
+    assert fleet.recent_targets == tuple((T0_S + t_s, p, d) for t_s, p, d in recorded)
+
+
+def test_k8s_quiet_runs_leave_the_dgd_alone_and_a_restart_keeps_the_hold(k8s_backend, fake_k8s_api, k8s_namespace):
+    """Each run is a new connector (a restarted planner); only the runs that change something write."""
+    name = "vllm-disagg"
+
+    def resource_version() -> str:
+        return fake_k8s_api.get(k8s_namespace, name)["metadata"]["resourceVersion"]
+
+    def writes() -> int:
+        return sum(r.method == "PATCH" for r in fake_k8s_api.requests)
+
+    planner_run(k8s_backend, now_s=T0_S, prefill=6, decode=2, window_s=300.0)
+    rv, before = resource_version(), writes()
+    for k in range(1, 11):  # ten quiet runs, 60 s apart
+        decision, record = planner_run(k8s_backend, now_s=T0_S + 60 * k, prefill=6, decode=2, window_s=300.0)
+        assert (decision.prefill_replicas, record) == (6, None)
+    assert (resource_version(), writes()) == (rv, before)
+
+    # The dip: one write (the new recommendation), the targets held by the quiet stretch's 6.
+    decision, record = planner_run(k8s_backend, now_s=T0_S + 660, prefill=3, decode=2, window_s=300.0)
+    assert (decision.prefill_replicas, record, writes()) == (6, None, before + 1)
+    assert "stabilization_window" in decision.codes()
+    # Still held at 900 (660 + 300 > 900), without writing; released at 960 = 660 + 300 with one write.
+    decision, _ = planner_run(k8s_backend, now_s=T0_S + 900, prefill=3, decode=2, window_s=300.0)
+    assert (decision.prefill_replicas, writes()) == (6, before + 1)
+    decision, record = planner_run(k8s_backend, now_s=T0_S + 960, prefill=3, decode=2, window_s=300.0)
+    assert (decision.prefill_replicas, record.decision_id, writes()) == (3, 2, before + 2)
+
+
+@pytest.mark.parametrize("changes, entry, expected", [
+    pytest.param([], (0, 6, 2), [(0, 6, 2)], id="first record"),
+    pytest.param([(0, 6, 2)], (60, 6, 2), None, id="unchanged: nothing to write"),
+    pytest.param([(0, 6, 2), (60, 3, 2)], (60, 3, 2), None, id="retried run: nothing to write"),
+    pytest.param([(0, 6, 2)], (60, 3, 2), [(0, 6, 2), (60, 3, 2)], id="changed: appended"),
+    pytest.param([(0, 6, 2), (60, 3, 2)], (60, 4, 2), [(0, 6, 2), (60, 4, 2)], id="same t_s, other value: replaced"),
+    pytest.param([(0, 6, 2), (60, 3, 2)], (60, 6, 2), [(0, 6, 2)], id="same t_s, back to the one before: dropped"),
+    pytest.param([(0, 1, 1), (50, 2, 2), (150, 3, 3)], (300, 4, 4), [(150, 3, 3), (300, 4, 4)],
+                 id="age 100 at 300: cut 200; 1 (superseded at 50) and 2 (at 150) go, 3 (until 300) stays"),
+    pytest.param([(0, 1, 1), (10, 2, 2), (20, 3, 3)], (30, 4, 4), [(10, 2, 2), (20, 3, 3), (30, 4, 4)],
+                 id="3 entries kept: the newest 3 of 4"),
+])
+def test_add_recommendation_change(changes, entry, expected):
+    def as_dicts(rows):
+        return [{"t_s": float(t), "prefill": p, "decode": d} for t, p, d in rows]
+
+    got = add_recommendation_change(as_dicts(changes), as_dicts([entry])[0], max_entries=3, max_age_s=100.0)
+    assert got == (None if expected is None else as_dicts(expected))
+
+
+@pytest.mark.parametrize("changes, now_s, expected", [
+    pytest.param([], 100.0, (), id="nothing recorded"),
+    pytest.param([(0, 6, 2)], 100.0, ((100.0, 6, 2),), id="one: in effect until now"),
+    pytest.param([(0, 6, 2), (60, 3, 2)], 100.0, ((60.0, 6, 2), (100.0, 3, 2)), id="6 until 60, 3 until now"),
+    pytest.param([(0, 6, 2)], -5.0, ((0.0, 6, 2),), id="recorded after now (clock skew): its own time"),
+])
+def test_changes_as_recent_targets(changes, now_s, expected):
+    rows = [{"t_s": float(t), "prefill": p, "decode": d} for t, p, d in changes]
+    assert changes_as_recent_targets(rows, now_s=now_s) == expected
 
 
 def test_restart_mid_window_keeps_the_hold(backend):
