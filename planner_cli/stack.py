@@ -54,7 +54,10 @@ COMPONENTS = ("prefect-server", "etcd", "router", "fleet", "prometheus", "prefec
 HEARTBEAT_S = 30
 ZOMBIE_AFTER_S = 90.0
 # The flow engine renews a running deployment run's concurrency slot lease for this long;
-# a run killed with its worker holds the planner's single slot until it lapses.
+# a run killed with its worker holds the planner's single slot until it lapses, or until it
+# is marked Crashed. Prefect 3.9.1 hard-codes it in the engine (no setting; the server's
+# initial lease duration and a deployment's grace_period_seconds cover only Pending), so
+# this only mirrors it for waits (docs/stack.md, "A worker that dies mid-run").
 SLOT_LEASE_S = 300.0
 
 
