@@ -127,9 +127,8 @@ class KubernetesConnector:
         Returns the new decision's record, or None when no replicas were
         written (decision.apply False, or the spec already holds the targets).
         Nothing is sent when neither the recommendation nor the targets
-        change. On 409 Conflict
-        re-reads and retries up to config.conflict_retries times, then raises
-        ConcurrentWriteError.
+        change. On 409 Conflict re-reads and retries up to
+        config.conflict_retries times, then raises ConcurrentWriteError.
         """
         cfg = self.config
         want = {"prefill": decision.prefill_replicas, "decode": decision.decode_replicas}
