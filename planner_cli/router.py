@@ -102,7 +102,11 @@ def _serve(args: argparse.Namespace) -> int:
     # collector's full passes, which would otherwise pause routing for ms each.
     gc.collect()
     gc.freeze()
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    # uvloop and httptools (declared dependencies) by name: uvicorn's "auto"
+    # would fall back silently to the slower pure-Python loop and parser.
+    # One worker process: the registry and in-flight state live in memory.
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                loop="uvloop", http="httptools")
     return 0
 
 

@@ -72,15 +72,29 @@ class ServiceMetrics:
         self.samples_evicted = Gauge(
             "router_samples_evicted", "Training samples evicted since start (store is bounded)", registry=registry
         )
+        # labels() costs a lock and a dict build per call; the hot calls keep the children.
         self._request_children: dict[tuple[str, str, str], object] = {}
+        self._lifecycle_children: dict[str, object] = {}
+        self._ratio_children: dict[str, object] = {}
 
     def count_request(self, outcome: str, mode: str, tier: str) -> None:
-        # labels() costs a lock and a dict build per call; keep the children.
         key = (outcome, mode, tier)
         child = self._request_children.get(key)
         if child is None:
             child = self._request_children[key] = self.requests.labels(*key)
         child.inc()
+
+    def count_event(self, event: str) -> None:
+        child = self._lifecycle_children.get(event)
+        if child is None:
+            child = self._lifecycle_children[event] = self.lifecycle.labels(event)
+        child.inc()
+
+    def observe_ratio(self, target: str, observed_over_predicted: float) -> None:
+        child = self._ratio_children.get(target)
+        if child is None:
+            child = self._ratio_children[target] = self.prediction_ratio.labels(target)
+        child.observe(observed_over_predicted)
 
 
 class RoutingService:
@@ -122,6 +136,10 @@ class RoutingService:
         self.picker = Picker(config.picker, self.predictor, rng=config.seed)
         self.samples = SampleStore(capacity=config.samples.capacity, kv_buckets=config.samples.kv_buckets)
         self.metrics = ServiceMetrics(metrics_registry or CollectorRegistry(auto_describe=True))
+        # Read when /metrics is scraped rather than set on every call.
+        self.metrics.in_flight.set_function(self.registry.in_flight_count)
+        self.metrics.samples_stored.set_function(lambda: len(self.samples))
+        self.metrics.samples_evicted.set_function(lambda: self.samples.evicted_total)
         self._lock = threading.RLock()
         self._last_expiry_s = -np.inf
         self._set_active_gauge()
@@ -161,7 +179,6 @@ class RoutingService:
             if result.topology_fallback:
                 self.metrics.topology_fallback.inc()
                 log.warning("request %s: %s", request.request_id, result.reason)
-            self.metrics.in_flight.set(self.registry.in_flight_count())
             return result
 
     def predict(self, request: RouteRequest, endpoint_ids: list[str] | None = None) -> dict:
@@ -247,8 +264,7 @@ class RoutingService:
                 predicted_tpot_ms=preds[decode_id][1] if decode_id else None,
                 model_version=model.version,
             ))
-            self.metrics.lifecycle.labels("dispatched").inc()
-            self.metrics.in_flight.set(self.registry.in_flight_count())
+            self.metrics.count_event("dispatched")
 
     def first_token(self, request_id: str, *, observed_ttft_ms: float | None = None) -> int:
         with self._lock:
@@ -275,9 +291,7 @@ class RoutingService:
                 request_id, now_s=self.clock(), output_tokens=output_tokens,
                 observed_ttft_ms=observed_ttft_ms, observed_tpot_ms=observed_tpot_ms,
             )
-            n = self._keep(samples, "completed")
-            self.metrics.in_flight.set(self.registry.in_flight_count())
-            return n
+            return self._keep(samples, "completed")
 
     # -- endpoints -----------------------------------------------------------
 
@@ -363,13 +377,11 @@ class RoutingService:
     # -- internals -----------------------------------------------------------
 
     def _keep(self, samples: list[Sample], event: str) -> int:
-        self.metrics.lifecycle.labels(event).inc()
+        self.metrics.count_event(event)
         for s in samples:
             self.samples.add(s)
             if s.predicted_ms and s.predicted_ms > 0:
-                self.metrics.prediction_ratio.labels(s.target).observe(s.observed_ms / s.predicted_ms)
-        self.metrics.samples_stored.set(len(self.samples))
-        self.metrics.samples_evicted.set(self.samples.evicted_total)
+                self.metrics.observe_ratio(s.target, s.observed_ms / s.predicted_ms)
         return len(samples)
 
     def _maybe_expire(self, now_s: float) -> None:
