@@ -19,7 +19,12 @@
    `completed` event 0.2-1.5 s later, batched every 50 ms into
    POST /v1/requests/events as a gateway would (load stays in steady state). Route latency
    is measured from the scheduled send time (no coordinated omission) and
-   from the actual send.
+   from the actual send. Recorded beside it: the server's CPU per call and
+   per routed request (from /proc), the load generator's own CPU per request
+   (it shares the machine), and the machine's load average.
+3. The same route + batched-completion calls made in-process on the ASGI app
+   (no server, no sockets), CPU time over the batch: the service's own cost,
+   so the difference to 2 is uvicorn, the event loop and the sockets.
 
 Writes benchmarks/results/routing.json and prints a markdown table.
 Run: .venv/bin/python benchmarks/bench_routing.py [--http-seconds 60] [--http-rps 500]
@@ -244,7 +249,7 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
                     client.post("/v1/models", json=document).raise_for_status()
                 model = client.get("/v1/models").json()["active"]
             out = Path(tmp) / "loadgen.json"
-            cpu0, load0 = _cpu_seconds(server.pid), os.getloadavg()[0]
+            cpu0, load0 = _cpu_seconds(server.pid), os.getloadavg()
             gen = subprocess.run(
                 [sys.executable, str(Path(__file__).resolve()), "--loadgen", "--url", url, "--http-rps", str(rps),
                  "--http-seconds", str(seconds), "--out", str(out)],
@@ -259,16 +264,99 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
             server.terminate()
             server.wait(timeout=30)
     calls = result["route_requests"] + result["events_calls"]
+    load1 = os.getloadavg()
     result.update({
         "endpoints": endpoints,
         "model": model,
         "requests_in_flight_at_end": health["requests_in_flight"],
         "server_cpu_s": round(server_cpu_s, 2),
         "server_cpu_ms_per_call": round(server_cpu_s / calls * 1e3, 3) if calls else None,
-        "load_avg_1m_before": round(load0, 2),
-        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        # Per routed request, its share of the batched completion calls included.
+        "server_cpu_ms_per_route": round(server_cpu_s / result["route_requests"] * 1e3, 3)
+        if result["route_requests"] else None,
+        "load_avg_1m_before": round(load0[0], 2),
+        "load_avg_1m_after": round(load1[0], 2),
+        "load_avg_5m_before": round(load0[1], 2),
+        "load_avg_5m_after": round(load1[1], 2),
     })
     return result
+
+
+def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: int = 1) -> dict:
+    """Service CPU per route call without an HTTP server: the ASGI app called in-process.
+
+    Same calls as the HTTP run (critical route requests, each completed in
+    batches of 25 through the events call), timed with process_time over the
+    whole batch; the difference to the HTTP figure is uvicorn, the event loop
+    and the sockets.
+    """
+    import gc
+
+    from routing.app import create_app
+    from routing.config import RouterConfig
+    from routing.registry import Endpoint
+
+    cfg = RouterConfig.model_validate({"profile_dir": str(PROFILE_DIR), "seed": 0, "picker": PICKER})
+    app = create_app(cfg, token=TOKEN)
+    svc = app.state.service
+    for eid, role, domains in fleet_specs(endpoints):
+        svc.register(Endpoint(id=eid, role=role, domains=domains))
+    if document is not None:
+        svc.publish(document)
+    rng = np.random.default_rng(seed)
+    statuses: dict[str, int] = {}
+
+    async def call(path: str, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                             (b"content-length", str(len(body)).encode())],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
+        started = {}
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                started["status"] = message["status"]
+
+        await app(scope, receive, send)
+        statuses[str(started["status"])] = statuses.get(str(started["status"]), 0) + 1
+
+    async def run(n: int, first: int) -> int:
+        due: list[str] = []
+        events = 0
+        for i in range(first, first + n):
+            rid = f"asgi-{i}"
+            await call("/v1/route", {"request_id": rid, "input_tokens": int(min(rng.lognormal(7.0, 0.8), 16000)),
+                                     "slo": SLO, "prefix_cache_hit_frac": 0.2, "critical": True})
+            due.append(rid)
+            if len(due) >= 400 and i % 25 == 0:  # about 0.8 s of traffic at 500 req/s in flight
+                batch, due = due[:25], due[25:]
+                await call("/v1/requests/events", {"events": [
+                    {"event": "completed", "request_id": r, "output_tokens": 100, "observed_ttft_ms": 120.0,
+                     "observed_tpot_ms": 9.0} for r in batch]})
+                events += 1
+        return events
+
+    async def main() -> dict:
+        await run(1000, 0)  # warm-up and steady state, not counted
+        gc.collect()
+        statuses.clear()
+        c0 = time.process_time()
+        events = await run(routes, 1000)
+        cpu_s = time.process_time() - c0
+        return {"routes": routes, "events_calls": events, "statuses": dict(statuses),
+                "cpu_ms_per_route": round(cpu_s / routes * 1e3, 3),
+                "cpu_ms_per_call": round(cpu_s / (routes + events) * 1e3, 3)}
+
+    load0 = os.getloadavg()[0]
+    out = asyncio.run(main())
+    out.update({"endpoints": endpoints, "model": document["version"] if document else None,
+                "load_avg_1m_before": round(load0, 2), "load_avg_1m_after": round(os.getloadavg()[0], 2)})
+    return out
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -278,7 +366,16 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def loadgen(url: str, rps: float, seconds: float, out: str) -> None:
-    asyncio.run(_loadgen(url, rps, seconds, Path(out)))
+    # uvloop when installed: the generator shares the 2 CPUs with the service
+    # under test, so its own cost per request is kept down.
+    try:
+        import uvloop
+    except ImportError:
+        loop_factory, loop_name = None, "asyncio"
+    else:
+        loop_factory, loop_name = uvloop.new_event_loop, "uvloop"
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(_loadgen(url, rps, seconds, Path(out), loop_name=loop_name))
 
 
 class _Conn:
@@ -308,7 +405,7 @@ class _Conn:
             raise
 
 
-async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
+async def _loadgen(url: str, rps: float, seconds: float, out: Path, *, loop_name: str) -> None:
     # A plain asyncio HTTP/1.1 client: at this rate httpx's async connection
     # pool added more latency on this machine than the service itself.
     host, port = url.removeprefix("http://").split(":")
@@ -338,7 +435,8 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
             await asyncio.sleep(0.05)
             now = time.perf_counter()
             batch = []
-            while due and due[0][0] <= now and len(batch) < 1000:
+            # At most 400 events (~46 KB): a batch stays under the 64 KiB body limit.
+            while due and due[0][0] <= now and len(batch) < 400:
                 batch.append(heapq.heappop(due)[1])
             if not batch:
                 continue
@@ -380,6 +478,7 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
     # Warm the connections and the server's code paths first (not counted).
     await asyncio.gather(*(one(-k - 1, time.perf_counter(), 1000) for k in range(64)))
     n = int(rps * seconds)
+    cpu0 = time.process_time()
     start = time.perf_counter() + 0.1
     max_lag = 0.0
     for i in range(n):
@@ -397,6 +496,7 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
         await asyncio.gather(*list(pending))
     stop.set()
     await flusher
+    cpu_s = time.process_time() - cpu0
     sched = np.array(lat_sched) * 1e3
     sent = np.array(lat_send) * 1e3
     comp = np.array(completed_lat) * 1e3
@@ -421,7 +521,8 @@ async def _loadgen(url: str, rps: float, seconds: float, out: Path) -> None:
         "events_calls": int(comp.size),
         "events_call_p99_ms": pct(comp, 99),
         "generator_max_lag_ms": round(max_lag * 1e3, 3),
-        "client": "asyncio streams, HTTP/1.1 keep-alive, 32 connections",
+        "client": f"asyncio streams on {loop_name}, HTTP/1.1 keep-alive, 32 connections",
+        "generator_cpu_ms_per_route": round(cpu_s / n * 1e3, 3) if n else None,
     }))
 
 
@@ -436,6 +537,8 @@ def main() -> int:
     ap.add_argument("--http-lower-seconds", type=float, default=20.0)
     ap.add_argument("--train-requests", type=int, default=12000, help="requests routed to collect training samples")
     ap.add_argument("--max-iter", type=int, default=300, help="boosting iterations of the published model")
+    ap.add_argument("--asgi-routes", type=int, default=3000, help="route calls timed in-process (default: %(default)s)")
+    ap.add_argument("--skip-picks", action="store_true", help="HTTP only (with --out elsewhere: no pick rows)")
     ap.add_argument("--skip-http", action="store_true")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
@@ -453,11 +556,14 @@ def main() -> int:
     document, train_s = train_document(samples, version="bench-hgb", max_iter=args.max_iter)
     print(f"  {len(samples)} samples, 4 models trained in {train_s:.1f} s", flush=True)
     picks = []
-    for doc in (None, document):
+    for doc in (None, document) if not args.skip_picks else ():
         picks += bench_picks(profile, sizes=(10, 100, 1000), picks=args.picks, document=doc, seed=0)
-    http = None
+    http = asgi = None
     lower: list[dict] = []
     if not args.skip_http:
+        print(f"in-process ASGI: {args.asgi_routes} route calls ...", flush=True)
+        asgi = bench_asgi_cpu(endpoints=args.http_endpoints, document=document, routes=args.asgi_routes)
+        print(f"  CPU {asgi['cpu_ms_per_route']} ms per route call (completions included)", flush=True)
         print(f"HTTP: {args.http_rps:g} req/s for {args.http_seconds:g} s ...", flush=True)
         http = bench_http(rps=args.http_rps, seconds=args.http_seconds, endpoints=args.http_endpoints,
                           document=document)
@@ -477,6 +583,7 @@ def main() -> int:
         "training": {"samples": len(samples), "seconds": round(train_s, 2), "max_iter": args.max_iter,
                      "max_leaf_nodes": 31},
         "pick": picks,
+        "asgi_in_process": asgi,
         "http_route": http,
         "http_route_lower_rates": lower,
         "targets": {"pick_p99_ms_at_100": 1.0, "http_p99_ms": 10.0, "http_errors": 0},
@@ -501,15 +608,21 @@ def markdown(result: dict) -> str:
                   f"| p50 / p99 (from actual send) | {h['p50_from_send_ms']} / {h['p99_from_send_ms']} ms |",
                   f"| statuses | {h['statuses']} |", f"| errors | {h['errors']} |",
                   f"| server CPU per HTTP call (route, or a batch of completions) | {h['server_cpu_ms_per_call']} ms |",
+                  f"| server CPU per routed request (its completion included) | {h['server_cpu_ms_per_route']} ms |",
+                  f"| same calls in-process (ASGI app, no server or sockets) | "
+                  f"{(result.get('asgi_in_process') or {}).get('cpu_ms_per_route')} ms |",
+                  f"| load generator CPU per request ({h['client'].split(',')[0]}) | "
+                  f"{h['generator_cpu_ms_per_route']} ms |",
                   f"| machine load average (1 min) before / after | {h['load_avg_1m_before']} / "
-                  f"{h['load_avg_1m_after']} on {result['machine']['cpus']} CPUs |"]
+                  f"{h['load_avg_1m_after']} on {result['machine']['cpus']} CPUs (5 min: "
+                  f"{h['load_avg_5m_before']} / {h['load_avg_5m_after']}) |"]
     lower = result.get("http_route_lower_rates") or []
     if lower:
-        lines += ["", "| offered req/s (s) | achieved | p50 (ms) | p99 (ms) | errors | server CPU/call (ms) | load avg |",
+        lines += ["", "| offered req/s (s) | achieved | p50 (ms) | p99 (ms) | errors | server CPU/route (ms) | load avg |",
                   "|---|---|---|---|---|---|---|"]
         for r in [*lower, h]:
             lines.append(f"| {r['target_rps']:g} ({r['seconds']:g}) | {r['achieved_rps']:g} | {r['p50_ms']} | "
-                         f"{r['p99_ms']} | {r['errors']} | {r['server_cpu_ms_per_call']} | {r['load_avg_1m_before']} |")
+                         f"{r['p99_ms']} | {r['errors']} | {r['server_cpu_ms_per_route']} | {r['load_avg_1m_before']} |")
     return "\n".join(lines)
 
 

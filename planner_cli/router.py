@@ -105,8 +105,9 @@ def _serve(args: argparse.Namespace) -> int:
     # uvloop and httptools (declared dependencies) by name: uvicorn's "auto"
     # would fall back silently to the slower pure-Python loop and parser.
     # One worker process: the registry and in-flight state live in memory.
+    # No proxy-header rewriting: nothing here reads the client address.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                loop="uvloop", http="httptools")
+                loop="uvloop", http="httptools", proxy_headers=False)
     return 0
 
 
