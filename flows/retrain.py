@@ -113,6 +113,9 @@ def retrain_flow(
     logger.info("decision %s: %s", decision.code, decision.reason)
     png = predicted_vs_observed_png(evaluation)
     card = model_card(context, prepared, cfg, decision, evaluation=evaluation, models=models, png=png)
+    # The card is written before publishing, so every model the router may serve is explained
+    # by a card (a failed publish replaces it with one that says so).
+    _card(card, version)
     published = None
     if decision.publish:
         try:
@@ -124,7 +127,6 @@ def retrain_flow(
             _card(model_card(context, prepared, cfg, failed, evaluation=evaluation, models=models, png=png), version)
             raise
         logger.info("published %s (active: %s)", published["version"], published["active"])
-    _card(card, version)
     return _result(decision, version, current_version, prepared, published=published, evaluation=evaluation)
 
 

@@ -89,14 +89,15 @@ def run(tmp_path_factory):
 
 def _retrain_snapshot(stack) -> dict:
     """The retrain deployment's runs and what the router serves (empty when not deployed)."""
+    # Models first, then runs and cards: a run writes its card before it publishes, so every
+    # version read here has its card by the time the cards are read (a run still running included).
+    models = stack.router("GET", "/v1/models")
     try:
         runs = stack.flow_runs("retrain")
     except Exception as exc:  # noqa: BLE001 - reported by the retrain test
         return {"error": f"{type(exc).__name__}: {exc}"}
-    cards = {r["id"]: [a.get("data") or "" for a in stack.artifacts(r["id"])] for r in runs
-             if r["state_type"] == "COMPLETED"}
-    return {"runs": runs, "cards": cards, "models": stack.router("GET", "/v1/models"),
-            "fleet_router": stack.fleet().get("router")}
+    cards = {r["id"]: [a.get("data") or "" for a in stack.artifacts(r["id"])] for r in runs}
+    return {"runs": runs, "cards": cards, "models": models, "fleet_router": stack.fleet().get("router")}
 
 
 def test_scheduled_planner_runs_completed(run):
