@@ -27,8 +27,16 @@ class SloRoutingConfig(_Strict):
     enabled: bool = Field(
         True, description="pick on predicted headroom vs SLOs; requests must then carry an SLO"
     )
-    strategy: Literal["least", "most"] = Field(
-        "least", description="least: favour just-enough headroom (bin-packing); most: favour the most (spread)"
+    strategy: Literal["least", "most", "max"] = Field(
+        "max",
+        description="among endpoints with headroom: max: the most headroom (ties at random); most: weighted random "
+        "favouring the most (spread); least: weighted random favouring just enough (bin-packing, frees endpoints "
+        "for scale-down but runs close to the SLO)",
+    )
+    headroom_margin_frac: float = Field(
+        0.1, ge=0, lt=1,
+        description="an endpoint counts as having headroom only when its prediction is within (1 - this) x SLO "
+        "(absorbs latency-estimate error); endpoints inside the margin are still used before shedding",
     )
     exploration_frac: float = Field(
         0.01, ge=0, le=1, description="probability a non-critical request goes to a uniformly random candidate"

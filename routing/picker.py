@@ -16,15 +16,19 @@ the requests in flight there and the new one, minus the prediction:
   predicted TTFT and the KV-transfer cost (soft scoring);
 * aggregated endpoint: both.
 
-Endpoints with non-negative headroom on every SLO form the first tier; one is
-drawn at random, weighted by relative headroom (headroom / SLO, blended
-TTFT:TPOT by `ttft_weight_frac`, min-max normalised): strategy `least` favours
+Endpoints with headroom of at least `headroom_margin_frac` of every SLO form
+the first tier (the margin absorbs estimate error). Strategy `max` takes the
+most relative headroom (headroom / SLO, blended TTFT:TPOT by
+`ttft_weight_frac`; ties at random); `least` and `most` draw one at random,
+weighted by the min-max normalised relative headroom: `least` favours
 just-enough headroom (bin-packing), `most` the largest (spreading); every
 weight gets `weight_floor`. With probability `exploration_frac` a non-critical
-request goes to a uniformly random candidate instead. No positive-headroom
-endpoint: an idle one (nothing in flight) is still valid, the least negative
-first. None of those: a critical request goes to the least negative headroom
-(its binding SLO, relative); a non-critical one is shed with the reason.
+request goes to a uniformly random candidate instead. No endpoint clears the
+margin: the one with the most headroom among those still predicted to meet
+every SLO. None: an idle endpoint (nothing in flight) is still valid, the
+least negative first. None of those: a critical request goes to the least
+negative headroom (its binding SLO, relative); a non-critical one is shed with
+the reason. Ties on the binding SLO go to the larger blended headroom.
 With SLO routing off, the lowest predicted latency wins.
 
 Topology (Dynamo's KV-transfer domains). With `topology.level` set, prefill
@@ -51,7 +55,7 @@ from routing.features import ROLES, TTFT_FEATURES, Role, feature_matrix
 from routing.registry import EndpointRegistry, EndpointView, InFlight
 from routing.topology import MISSING, cost_table_ms, prefill_has_local_decode, relation_name, shared_depth
 
-Tier = Literal["headroom", "idle", "critical_negative", "explore", "lowest_latency", "shed"]
+Tier = Literal["headroom", "thin_headroom", "idle", "critical_negative", "explore", "lowest_latency", "shed"]
 _N_TTFT = len(TTFT_FEATURES)
 
 
@@ -140,6 +144,8 @@ class _Stage:
     pred_tpot: np.ndarray | None
     h_ttft: np.ndarray
     h_tpot: np.ndarray
+    valid: np.ndarray  # headroom of at least the safety margin on every SLO
+    positive: np.ndarray  # non-negative headroom on every SLO (margin or not)
     blended: np.ndarray
     binding: np.ndarray
     cost: np.ndarray
@@ -314,6 +320,9 @@ class Picker:
         else:
             strict_tpot = np.minimum(req_tpot, view.min_tpot_slo_ms)
             h_tpot = strict_tpot - pred_tpot
+        margin = self.config.slo.headroom_margin_frac
+        valid = (h_ttft >= _margin_ms(strict_ttft, margin)) & (h_tpot >= _margin_ms(strict_tpot, margin))
+        positive = (h_ttft >= 0) & (h_tpot >= 0)
         r_ttft = _relative(h_ttft, strict_ttft)
         r_tpot = _relative(h_tpot, strict_tpot)
         a = self.config.slo.ttft_weight_frac
@@ -326,6 +335,7 @@ class Picker:
             score = pred_ttft + pred_tpot * osl
         return _Stage(
             reg=reg, idx=idx, view=view, hit=hit, pred_ttft=pred_ttft, pred_tpot=pred_tpot, h_ttft=h_ttft, h_tpot=h_tpot,
+            valid=_per_endpoint(valid, n).astype(bool), positive=_per_endpoint(positive, n).astype(bool),
             blended=_per_endpoint(a * r_ttft + (1 - a) * r_tpot, n),
             binding=_per_endpoint(np.minimum(r_ttft, r_tpot), n), cost=cost, depth=depth,
             score=score,
@@ -341,9 +351,12 @@ class Picker:
         if not slo.enabled:
             pos = _argmin_random(s.score, u_pick)
             return pos, "lowest_latency", f"lowest predicted latency {s.score[pos]:.1f} ms among {n}"
-        positive = np.flatnonzero((s.h_ttft >= 0) & (s.h_tpot >= 0))
+        positive = np.flatnonzero(s.valid)
         if positive.size:
             h = s.blended[positive]
+            if slo.strategy == "max":
+                pos = int(positive[_argmax_random(h, u_pick)])
+                return pos, "headroom", f"{positive.size} of {n} with headroom, strategy max"
             lo, hi = h.min(), h.max()
             norm = (h - lo) / (hi - lo) if hi > lo else np.ones_like(h)
             weights = (1.0 - norm if slo.strategy == "least" else norm) + slo.weight_floor
@@ -351,11 +364,19 @@ class Picker:
             k = min(int(np.searchsorted(cum, u_pick * cum[-1], side="right")), positive.size - 1)
             pos = int(positive[k])
             return pos, "headroom", f"{positive.size} of {n} with headroom, strategy {slo.strategy}"
+        thin = np.flatnonzero(s.positive)
+        if thin.size:
+            # Predicted to meet the SLO, but within the margin of estimate error:
+            # the safest of them, whatever the strategy.
+            pos = int(thin[_argmax_tiebreak(s.binding[thin], s.blended[thin], u_pick)])
+            return pos, "thin_headroom", (
+                f"no endpoint with headroom above the {slo.headroom_margin_frac:g} margin; most of {thin.size} with less"
+            )
         idle = np.flatnonzero(s.view.idle)
         if idle.size:
-            pos = int(idle[_argmax_random(s.binding[idle], u_pick)])
+            pos = int(idle[_argmax_tiebreak(s.binding[idle], s.blended[idle], u_pick)])
             return pos, "idle", f"no endpoint with headroom; idle endpoint, least negative of {idle.size}"
-        pos = _argmax_random(s.binding, u_pick)
+        pos = _argmax_tiebreak(s.binding, s.blended, u_pick)
         detail = self._deficit(s, pos)
         if request.critical:
             return pos, "critical_negative", f"critical: no endpoint with headroom; least negative ({detail})"
@@ -466,6 +487,13 @@ def _per_endpoint(x, n: int) -> np.ndarray:
     return np.full(n, float(x)) if np.ndim(x) == 0 else x
 
 
+def _margin_ms(strict, margin_frac: float):
+    """Headroom an endpoint needs, ms: margin_frac of each finite SLO, 0 where none constrains (inf)."""
+    strict = np.asarray(strict, dtype=float)
+    finite = np.isfinite(strict)
+    return np.where(finite, strict, 0.0) * margin_frac
+
+
 def _relative(h: np.ndarray, strict) -> np.ndarray | float:
     """Headroom / SLO, clipped to [-1e9, 1]; 1 where no SLO constrains (strict = inf).
 
@@ -494,6 +522,20 @@ def _argmin_random(values: np.ndarray, u: float) -> int:
 
 def _argmax_random(values: np.ndarray, u: float) -> int:
     best = np.flatnonzero(values == values.max())
+    return int(best[min(int(u * best.size), best.size - 1)])
+
+
+def _argmax_tiebreak(primary: np.ndarray, secondary: np.ndarray, u: float) -> int:
+    """Largest primary; exact ties by the largest secondary, then at random.
+
+    The binding headroom ties whenever one SLO is binding for every candidate
+    with the same value (a decode stage's TTFT budget is the same on every
+    decode endpoint): the other SLO's headroom should then decide, not chance.
+    """
+    best = np.flatnonzero(primary == primary.max())
+    if best.size > 1:
+        sec = secondary[best]
+        best = best[sec == sec.max()]
     return int(best[min(int(u * best.size), best.size - 1)])
 
 

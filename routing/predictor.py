@@ -3,15 +3,32 @@
 `ProfileEstimator` turns the same feature rows a published model sees into TTFT
 and TPOT from pre-deployment profiling data (no training needed):
 
-* TTFT on a prefill or aggregated endpoint = the request's own single-request
-  prefill time at its uncached prompt length + the time to drain the prefill
-  work queued ahead of it (max of prefill tokens in flight and waiting requests
-  x this prompt) at the profiled prefill throughput. Aggregated endpoints add
-  one decode step (running decodes share the engine). On a decode endpoint,
-  TTFT is its first decode step.
+* TTFT on a prefill or aggregated endpoint = the profiled prefill time of all
+  the uncached prompt work that will be done when this request's prefill is:
+  the tokens awaiting a first token there (prefill_tokens_in_flight, the
+  router's lifecycle count, which includes the running batch) plus the
+  request's own uncached tokens, as if prefilled in one batch. Engines batch
+  queued prompts (vLLM's chunked prefill), so queued work runs at the
+  throughput of a large batch, not of each prompt alone, and the running
+  batch is on average half done while the request itself is not yet in a
+  batch: measured against the simulator's batching engine on Azure and
+  Mooncake traces this is unbiased within ~10 ms, where "own prefill time +
+  queued tokens / throughput at the own length" over-predicted short prompts
+  behind a queue by 30-60 ms (benchmarks/bench_routing_sim.py, estimate
+  error section). Without lifecycle counts (prefill_tokens_in_flight 0 but
+  requests waiting, e.g. metrics pushed for traffic routed elsewhere) the
+  waiting requests count as this prompt's length each. Beyond the longest
+  profiled prompt the time grows linearly at the throughput measured there
+  (a clamp would predict a 64k prompt as fast as a 16k one). Aggregated
+  endpoints add one decode step (running decodes share the engine). On a
+  decode endpoint, TTFT is its first decode step.
 * TPOT on a decode or aggregated endpoint = the profiled ITL at the KV usage
   after adding this prompt and at the mean context per running request
-  (KV tokens / (running + 1)). Prefill endpoints have no TPOT (0).
+  (KV tokens / (running + 1)). The KV usage is the larger of the scraped one
+  and the router's own count of context it sent there
+  (decode_tokens_in_flight): scrapes lag, and without that every pick between
+  two scrapes would see the same endpoint as the least loaded. Prefill
+  endpoints have no TPOT (0).
 
 Profile curves are tabulated once at construction (the profile classes warn on
 each clamp; the tables clamp silently to the profiled range, which is what a
@@ -33,6 +50,9 @@ import numpy as np
 from routing.features import TPOT_FEATURES, TTFT_FEATURES, Target
 
 _COL = {name: j for j, name in enumerate(TPOT_FEATURES)}
+# Running-batch features (tokens, elapsed time, tokens queued behind it), when
+# this router's feature set has them.
+_BATCH_PROGRESS = {"prefill_batch_tokens", "prefill_batch_elapsed_ms", "prefill_queued_tokens"} <= set(_COL)
 _ISL_POINTS = 256
 _KV_POINTS = 129
 _CTX_POINTS = 64
@@ -54,7 +74,8 @@ class ProfileEstimator:
         lo, hi = profile.prefill.isl_range_tokens
         self._isl = np.geomspace(lo, hi, _ISL_POINTS)
         self._ttft_ms = np.asarray(profile.prefill.ttft_ms_many(self._isl), dtype=float)
-        self._thpt = np.asarray(profile.prefill.throughput_per_gpu_many(self._isl), dtype=float)
+        self._isl_max = float(hi)
+        self._ms_per_token_beyond = float(self._ttft_ms[-1]) / float(hi)
         clo, chi = profile.decode.context_range_tokens
         self._ctx = np.geomspace(clo, chi, _CTX_POINTS) if chi > clo else np.array([clo, clo * (1 + 1e-9)])
         self._inv_ctx = 1.0 / self._ctx
@@ -64,7 +85,7 @@ class ProfileEstimator:
             # table then holds the highest measured ITL there, on purpose.
             warnings.simplefilter("ignore")
             self._itl = np.array([profile.decode.itl_ms_many(kv, c) for c in self._ctx])
-        if not (np.isfinite(self._ttft_ms).all() and np.isfinite(self._thpt).all() and np.isfinite(self._itl).all()):
+        if not (np.isfinite(self._ttft_ms).all() and np.isfinite(self._itl).all()):
             raise ValueError(f"profile {profile.name}: tabulated curves are not finite")
 
     def predict(self, target: Target, x: np.ndarray, *, quantile: str = "mean") -> np.ndarray:
@@ -75,17 +96,40 @@ class ProfileEstimator:
             return np.where(is_prefill, 0.0, self._tpot(x))
         input_tokens = x[:, _COL["input_tokens"]]
         uncached = np.maximum(input_tokens * (1.0 - x[:, _COL["prefix_cache_hit_frac"]]), 1.0)
-        own_ms = np.interp(uncached, self._isl, self._ttft_ms)
-        thpt = np.interp(uncached, self._isl, self._thpt)
-        queued = np.maximum(x[:, _COL["prefill_tokens_in_flight"]], x[:, _COL["waiting_requests"]] * uncached)
-        prefill_ms = own_ms + queued / thpt * 1e3
+        in_flight = x[:, _COL["prefill_tokens_in_flight"]]
+        ahead = np.where(in_flight > 0, in_flight, x[:, _COL["waiting_requests"]] * uncached)
+        if _BATCH_PROGRESS:
+            # Known running batch: what is left of it, then the queue behind it
+            # and this prompt as the next batch.
+            batch = x[:, _COL["prefill_batch_tokens"]]
+            left_ms = np.maximum(self.prefill_ms(batch) - x[:, _COL["prefill_batch_elapsed_ms"]], 0.0)
+            queued = x[:, _COL["prefill_queued_tokens"]]
+            prefill_ms = np.where(
+                (in_flight > 0) & (batch > 0), left_ms + self.prefill_ms(uncached + queued), self.prefill_ms(uncached + ahead)
+            )
+        else:
+            prefill_ms = self.prefill_ms(uncached + ahead)
         if is_prefill.all():
             return prefill_ms
         step_ms = self._tpot(x)
         return np.where(is_prefill, prefill_ms, np.where(is_decode, step_ms, prefill_ms + step_ms))
 
+    def prefill_ms(self, tokens: np.ndarray) -> np.ndarray:
+        """Profiled time to prefill `tokens` uncached tokens in one batch, ms.
+
+        Below the shortest profiled prompt: its TTFT (fixed per-batch cost);
+        beyond the longest: linear at the throughput measured there.
+        """
+        tokens = np.asarray(tokens, dtype=float)
+        return np.where(
+            tokens <= self._isl_max, np.interp(tokens, self._isl, self._ttft_ms), tokens * self._ms_per_token_beyond
+        )
+
     def _tpot(self, x: np.ndarray) -> np.ndarray:
-        kv = np.minimum(x[:, _COL["kv_usage_frac"]] + x[:, _COL["input_tokens"]] / self.max_kv_tokens, 1.0)
+        # Scraped KV usage can be seconds old; the router's own count of context
+        # it has sent there moves at once, so picks between scrapes see each other.
+        held = np.maximum(x[:, _COL["kv_usage_frac"]], x[:, _COL["decode_tokens_in_flight"]] / self.max_kv_tokens)
+        kv = np.minimum(held + x[:, _COL["input_tokens"]] / self.max_kv_tokens, 1.0)
         running = x[:, _COL["running_requests"]] + 1.0
         ctx = np.maximum(kv * self.max_kv_tokens / running, 1.0)
         return self._itl_at(kv, ctx)

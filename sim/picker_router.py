@@ -7,6 +7,15 @@ would (KV usage, waiting and running requests). The picker then chooses with its
 latency model (the profile estimate unless a trained model is given), SLO
 headroom and topology rules, exactly as the HTTP service would.
 
+It also makes the lifecycle calls the service gets from the frontend, so the
+registry's own load (prompt tokens awaiting prefill, context tokens decoding,
+strictest SLOs in flight) is what the service would hold: `dispatched` with
+the prefill pick, `first_token` when prefill ends (the decode pick: in a
+disaggregated fleet the prefill engine produces the first token, and the
+frontend learns it then), `assign_decode` with the decode pick, and
+`completed` once the decode worker has finished the request (noticed at the
+next pick that looks at that worker).
+
 Every simulated request is marked critical, so the picker never sheds: the
 simulator serves everything it is given (a shed request would be an SLA miss the
 planner cannot see). Topology levels are "zone" and "rack", from the workers'
@@ -15,11 +24,13 @@ planner cannot see). Topology levels are "zone" and "rack", from the workers'
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from planner.config import SloTarget
 from routing.config import PickerConfig
-from routing.picker import Picker, RouteRequest
+from routing.picker import Picker, RouteRequest, dispatch_record
 from routing.predictor import LatencyPredictor, ProfileEstimator
 from routing.registry import Endpoint, EndpointRegistry
 from sim.fleet import DecodeWorker, PrefillWorker, zone_of
@@ -58,6 +69,8 @@ class PickerRouter:
         )
         self.sim = None
         self._registered: dict[str, object] = {}
+        self._decoding: dict[str, set[int]] = {}  # decode worker name -> requests assigned there
+        self._prefilling: dict[str, deque[int]] = {}  # prefill worker name -> requests sent there, oldest first
         self.picks = 0
 
     def bind(self, sim) -> None:
@@ -73,6 +86,8 @@ class PickerRouter:
             if name not in live and isinstance(w, PrefillWorker) == (role == "prefill"):
                 self.registry.deregister(name)
                 del self._registered[name]
+                self._decoding.pop(name, None)
+                self._prefilling.pop(name, None)
         for name, w in live.items():
             if name not in self._registered:
                 self.registry.register(Endpoint(id=name, role=role, domains=_domains(w.domain)))
@@ -82,14 +97,45 @@ class PickerRouter:
         cap = self.max_kv_tokens
         for w in workers:
             if isinstance(w, PrefillWorker):
-                kv = min(w.queued_tokens / cap, 1.0)
+                self._release_prefilled(w, now_s)
+                # vLLM's KV usage on a prefill engine is the running batch's
+                # blocks; queued prompts hold none yet.
+                kv = min(w.batch_tokens / cap, 1.0)
                 waiting, running = float(len(w.queue)), float(len(w.batch))
             else:
+                self._complete_finished(w, now_s)
                 kv = min(w.kv_tokens_at(now_s) / cap, 1.0)
                 waiting, running = float(len(w.pending) + w.incoming), float(w.n)
             self.registry.observe_metrics(
                 w.name, now_s=now_s, kv_usage_frac=kv, waiting_requests=waiting, running_requests=running
             )
+
+    def _release_prefilled(self, w: PrefillWorker, now_s: float) -> None:
+        """`first_token` for requests whose prefill the worker has finished (its queue is FIFO).
+
+        The decode pick releases most of them at the exact moment; this catches
+        the rest (single-token outputs never reach a decode pick).
+        """
+        mine = self._prefilling.get(w.name)
+        if not mine:
+            return
+        while len(mine) > len(w.queue) + len(w.batch):
+            key = str(mine.popleft())
+            req = self.registry.in_flight(key)
+            if req is not None and req.first_token_s is None:
+                self.registry.first_token(key, now_s=now_s)
+
+    def _complete_finished(self, w: DecodeWorker, now_s: float) -> None:
+        """`completed` for the requests the worker has finished since the last look."""
+        mine = self._decoding.get(w.name)
+        if not mine or len(mine) <= w.n + len(w.pending) + w.incoming:
+            return
+        finish_s, osl = self.sim.finish_s, self.sim.osl
+        done = [rid for rid in mine if finish_s[rid] == finish_s[rid]]  # not NaN: finished
+        for rid in done:
+            mine.discard(rid)
+            if self.registry.in_flight(str(rid)) is not None:
+                self.registry.completed(str(rid), now_s=now_s, output_tokens=int(osl[rid]))
 
     def _request(self, rid: int, isl_tokens: int) -> RouteRequest:
         return RouteRequest(
@@ -108,8 +154,11 @@ class PickerRouter:
         if self.sim.decode_serving:
             self._sync(self.sim.decode_serving)
         self._observe(workers, now)
-        result = self.picker.pick_prefill(self._request(rid, isl_tokens), self.registry, now)
+        req = self._request(rid, isl_tokens)
+        result = self.picker.pick_prefill(req, self.registry, now)
         self.picks += 1
+        self.registry.dispatched(dispatch_record(req, result, now_s=now))
+        self._prefilling.setdefault(result.prefill.endpoint_id, deque()).append(rid)
         return self._registered[result.prefill.endpoint_id]
 
     def pick_decode(
@@ -121,8 +170,18 @@ class PickerRouter:
             self.registry.register(Endpoint(id=source.name, role="prefill", domains=_domains(source.domain)))
             self._registered[source.name] = source
         self._observe(workers, now)
+        key = str(rid)
+        tracked = self.registry.in_flight(key) is not None
+        if tracked:
+            self.registry.first_token(key, now_s=now)
         result = self.picker.pick_decode(self._request(rid, isl_tokens), self.registry, now, prefill_id=source.name)
         self.picks += 1
         if result.decode is None:
             return None
-        return self._registered[result.decode.endpoint_id]
+        choice = result.decode
+        if tracked and self.registry.in_flight(key).decode_id is None:
+            self.registry.assign_decode(
+                key, choice.endpoint_id, tpot_features=choice.features, predicted_tpot_ms=choice.predicted_tpot_ms
+            )
+            self._decoding.setdefault(choice.endpoint_id, set()).add(rid)
+        return self._registered[choice.endpoint_id]

@@ -123,7 +123,10 @@ SOFT_FLEET = [("p", "prefill", A), ("d_rack", "decode", A), ("d_zone", "decode",
 ])
 def test_soft_scoring_spends_transfer_cost_from_ttft_budget(level, ttft_slo_ms, expected_decodes):
     reg = fleet(*SOFT_FLEET)
-    cfg = {"topology": {"level": level, "qos": QOS, "kv_bytes_per_token": 131072}, "slo": {"exploration_frac": 0.0}}
+    # Weighted random among every endpoint with headroom (no margin), so each one with
+    # headroom shows up: the default (`max`, margin 0.1) would always take d_rack.
+    slo = {"exploration_frac": 0.0, "strategy": "least", "headroom_margin_frac": 0.0}
+    cfg = {"topology": {"level": level, "qos": QOS, "kv_bytes_per_token": 131072}, "slo": slo}
     pk = picker(cfg, seed=6)
     results = [pk.pick(req(f"r{k}", ttft=ttft_slo_ms), reg, 1.0) for k in range(300)]
     assert {r.decode.endpoint_id for r in results} == expected_decodes

@@ -86,3 +86,31 @@ def test_make_router_errors():
         make_router("picker")
     with pytest.raises(ValueError, match="unknown name 'fastest'"):
         make_router("fastest")
+
+
+def test_picker_router_feeds_the_registry_lifecycle_and_drains_it(tables, profile):
+    # The adapter makes the service's lifecycle calls: while requests queue, the registry
+    # counts their prompt tokens on the prefill endpoint (what the TTFT estimate reads);
+    # once everything has finished, nothing is left in flight anywhere.
+    router = make_router("picker", profile=profile, slo=SloTarget(ttft_ms=200, itl_ms=10), seed=0)
+    trace = _trace(400, rate_rps=60, seed=3)
+    sim = FleetSim(trace, tables, router=router, initial_prefill=2, initial_decode=2, config=SimConfig(startup_s=0.0))
+    seen_tokens = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = 0.0
+        while not sim.done:
+            t += 0.5
+            sim.run_until(t)
+            loads = [router.registry.load_of(w.name, now_s=t) for w in sim.prefill_serving]
+            seen_tokens.append(sum(ld["prefill_tokens_in_flight"] for ld in loads))
+            # the registry never counts more prompt tokens than the workers still hold
+            assert seen_tokens[-1] <= sum(w.queued_tokens for w in sim.prefill_serving) + 1e-6
+    assert max(seen_tokens) > 0
+    # One more request through both stages: the picks sweep what finished since the last look.
+    extra = len(trace.arrival_s)
+    src = router.pick_prefill(extra, 100, sim.prefill_serving)
+    router.pick_decode(extra, 100, 10, src, sim.decode_serving)
+    assert router.registry.in_flight_count() == 1  # only the extra request
+    assert sum(router.registry.load_of(w.name, now_s=t)["requests_in_flight"] for w in sim.decode_serving) == 1
+    assert sum(router.registry.load_of(w.name, now_s=t)["prefill_tokens_in_flight"] for w in sim.prefill_serving) == 0
