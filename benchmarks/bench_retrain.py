@@ -9,7 +9,11 @@ over HTTP. The newest `--max-samples` samples (the store's default capacity)
 then go through the retrain core as the flow runs it: drop bad samples,
 time-ordered split (70% train, 10% calibration, newest 20% held out), fit,
 export to the safe format, and score the exported document on the held-out
-samples, next to the router's profile estimate (same H200 profile).
+samples, next to the router's profile estimate (same H200 profile). The same
+samples are also trained on feature set 1 (the features before the
+prefill-progress fields) and with the other p90 calibrations (one global
+shift, per load bucket for both targets), so what each change brings is
+measured on identical data.
 
 Scenarios: Azure LLM conversation trace 2023 x4 (58 min) and x8 (first
 30 min), Mooncake FAST'25 x4 (17 min; 3-s ticks jittered).
@@ -37,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from connectors.profiles import load_profile_dir  # noqa: E402
+from routing.features import FEATURE_SET_VERSION  # noqa: E402
 from routing.predictor import ProfileEstimator  # noqa: E402
 from routing.training import (  # noqa: E402
     TrainingConfig,
@@ -60,6 +65,13 @@ SCENARIOS = [
     {"name": "mooncake x4", "trace": "mooncake_fast25_synthetic_trace.jsonl.gz", "load_multiplier": 4.0,
      "window_s": None},
 ]
+# Training variants measured on the same samples next to the default configuration.
+VARIANTS = {
+    "feature set 1 (before the prefill-progress features)": {"feature_set": 1},
+    "p90 calibration: one global shift for both targets": {"p90_calibration": {"ttft": "global", "tpot": "global"}},
+    "p90 calibration: per load bucket for both targets": {
+        "p90_calibration": {"ttft": "load_bucket", "tpot": "load_bucket"}},
+}
 TARGETS = {"mape_max": 0.05, "p90_coverage": [0.88, 0.92], "training_s_max_100k": 10.0}
 
 
@@ -121,6 +133,13 @@ def training_time(samples: list[dict], cfg: TrainingConfig, *, n: int, repeats: 
             "loadavg_1m_before": round(load_before, 2), "loadavg_1m_after": round(os.getloadavg()[0], 2)}
 
 
+def variant(samples: list[dict], cfg: TrainingConfig, estimate, *, max_samples: int) -> dict:
+    """Held-out MAPE and p90 coverage of one training variant (same samples, same split)."""
+    r = evaluate_scenario(samples, cfg, estimate, max_samples=max_samples)
+    return {"fit_s": r["fit_s"], **{t: {k: r[t][k] for k in ("mape", "p90_coverage", "p90_loss")}
+                                     for t in ("ttft", "tpot")}}
+
+
 def table(result: dict) -> str:
     lines = ["| scenario | requests | samples used | TTFT MAPE | TTFT p90 cov. | TPOT MAPE | TPOT p90 cov. "
              "| estimate MAPE TTFT / TPOT | fit s |",
@@ -130,6 +149,12 @@ def table(result: dict) -> str:
             f"| {s['name']} | {s['requests']} | {s['samples_used']} | {s['ttft']['mape']:.2%} "
             f"| {s['ttft']['p90_coverage']:.1%} | {s['tpot']['mape']:.2%} | {s['tpot']['p90_coverage']:.1%} "
             f"| {s['ttft']['estimate_mape']:.1%} / {s['tpot']['estimate_mape']:.1%} | {s['fit_s']:.1f} |")
+    lines += ["", "Same samples, other training variants (TTFT MAPE / p90 cov., TPOT MAPE / p90 cov.):", "",
+              "| scenario | variant | TTFT MAPE | TTFT p90 cov. | TPOT MAPE | TPOT p90 cov. |", "|---|---|---|---|---|---|"]
+    for s in result["scenarios"]:
+        for name, v in s["variants"].items():
+            lines.append(f"| {s['name']} | {name} | {v['ttft']['mape']:.2%} | {v['ttft']['p90_coverage']:.1%} "
+                         f"| {v['tpot']['mape']:.2%} | {v['tpot']['p90_coverage']:.1%} |")
     tt = result["training_time"]
     lines.append("")
     lines.append(f"Training time for {tt['samples']} samples (4 models, {tt['n_threads']} thread): median "
@@ -158,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         res = {"name": sc["name"], "trace": sc["trace"], "load_multiplier": sc["load_multiplier"],
                "window_s": sc["window_s"], **info, **evaluate_scenario(samples, cfg, estimate,
                                                                       max_samples=args.max_samples)}
+        res["variants"] = {
+            name: variant(samples, cfg.model_copy(update=update), estimate, max_samples=args.max_samples)
+            for name, update in VARIANTS.items()
+        }
         scenarios.append(res)
         print(f"{sc['name']}: {info['requests']} requests, TTFT MAPE {res['ttft']['mape']:.2%}, "
               f"TPOT MAPE {res['tpot']['mape']:.2%}", flush=True)
@@ -166,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                 "(newest 20%) MAPE and p90 coverage of the exported model vs the profile estimate; training time",
         "inputs": {"profile": "profiles/dynamo/profiler/H200_TP1P_TP1D (fleet and router estimate)",
                    "policy": "planner (default config, SLA 200 ms TTFT / 10 ms ITL), least-loaded routing",
-                   "features": "lifecycle-call estimates (no scraped engine metrics)"},
+                   "features": "lifecycle-call estimates (no scraped engine metrics)",
+                   "feature_set": cfg.feature_set, "current_feature_set": FEATURE_SET_VERSION},
         "config": cfg.model_dump(),
         "machine": {"python": platform.python_version(), "cpu": platform.machine(), "cpu_count": os.cpu_count(),
                     "loadavg_1m_start": round(load_start, 2)},

@@ -23,13 +23,14 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from planner.config import ProfileConfig
-from routing.features import TARGETS
+from routing.features import FEATURE_SETS, TARGETS
 from routing.predictor import ProfileEstimator
 from routing.training import (
     Evaluation,
     GateDecision,
     PreparedSamples,
     TrainingConfig,
+    bucket_labels,
     check_sample_counts,
     splits_for,
 )
@@ -208,8 +209,14 @@ def model_card(
         for t in TARGETS:
             m = models[t]
             lines.append(f"| {t} | point | {m.iterations['mean']} | {m.fit_s:.2f} | |")
-            lines.append(f"| {t} | p90 | {m.iterations['p90']} | | x{np.exp(m.p90_log_offset):.3f} |")
-        lines += ["", "Config: `" + cfg.model_dump_json() + "`"]
+            factor = f"x{np.exp(m.p90_log_offset):.3f}"
+            if m.p90_bucket_offsets is not None:
+                per = ", ".join(f"{label}: x{np.exp(o):.3f}"
+                                for label, o in zip(bucket_labels(t), m.p90_bucket_offsets))
+                factor = f"per load bucket ({per}; global {factor})"
+            lines.append(f"| {t} | p90 | {m.iterations['p90']} | | {factor} |")
+        lines += ["", f"Feature set {cfg.feature_set} (routing.features; the router serves sets "
+                  f"{sorted(FEATURE_SETS)}).", "", "Config: `" + cfg.model_dump_json() + "`"]
     if png is not None:
         lines += ["", "## Predicted vs observed (held out)", "",
                   f"![predicted vs observed](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"]

@@ -506,6 +506,7 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        svc.samples.flush()  # a persisted sample store writes its last batch before the process exits
 
     app = _RouterApp(
         title="sla-planner routing service",

@@ -134,6 +134,10 @@ class EndpointConfig(_Strict):
 class SampleStoreConfig(_Strict):
     capacity: int = Field(100_000, ge=1, description="samples kept in total")
     kv_buckets: int = Field(10, ge=1, le=100, description="KV-usage buckets per role and target for eviction")
+    path: str | None = Field(
+        None, min_length=1, description="SQLite file that keeps the samples across restarts (created if missing; "
+        "an unreadable one is moved aside and the store starts empty); unset: memory only",
+    )
 
 
 class ModelStoreConfig(_Strict):

@@ -4,8 +4,7 @@ The router computes these when it routes a request (to predict TTFT and TPOT on
 each candidate endpoint) and stores the same raw values with each training
 sample; the retrain flow turns stored samples into a matrix with
 `feature_matrix`, exactly as the router does at serving time. A published model
-names its feature list and is refused unless it equals the list below for its
-target.
+names its feature set and list (see the end of this docstring).
 
 Raw fields (one value per row; in-flight quantities describe the endpoint at the
 moment of dispatch and EXCLUDE the request being routed, whose own size is
@@ -29,6 +28,16 @@ moment of dispatch and EXCLUDE the request being routed, whose own size is
 - decode_tokens_in_flight: context held by requests decoding there: the sum of
   input_tokens + tokens generated so far over its in-flight requests (decode and
   aggregated endpoints; always from lifecycle calls).
+- prefill_batch_tokens: uncached prompt tokens of the prefill batch the
+  endpoint is estimated to be working on: the requests awaiting their first
+  token there when it last released one (a first token ends a batch; the next
+  starts at once with what was queued), or, on an endpoint with nothing
+  awaiting, the first request dispatched to it (always from lifecycle calls).
+- prefill_batch_elapsed_ms: how long that batch has been running, ms (0 when
+  nothing awaits a first token there). With prefill_batch_tokens it says how
+  far the work ahead of the request has got.
+- prefill_queued_tokens: prefill_tokens_in_flight - prefill_batch_tokens: the
+  uncached tokens queued behind the running batch, ahead of the new request.
 - role: endpoint role, one-hot as role_prefill / role_decode / role_aggregated.
 - tokens_generated (TPOT only): output tokens the request had produced when the
   TPOT was observed; 0 at routing time and for whole-request samples.
@@ -36,6 +45,11 @@ moment of dispatch and EXCLUDE the request being routed, whose own size is
 TTFT samples come from the endpoint that produced the first token's prefill
 (prefill or aggregated role); TPOT samples from the endpoint that decoded
 (decode or aggregated role).
+
+Feature sets are versioned (FEATURE_SET_VERSION, FEATURE_SETS): a published
+model names the set it was trained on, and a model of an older set is served
+from the current rows by selecting its columns by name (a field's meaning never
+changes within a name). A set this router does not know is refused.
 """
 
 from __future__ import annotations
@@ -50,7 +64,8 @@ TARGETS: tuple[Target, ...] = ("ttft", "tpot")
 Role = Literal["prefill", "decode", "aggregated"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "aggregated")
 
-# Request size and endpoint load, in feature-column order.
+# Request size and endpoint load, in feature-column order. The endpoint
+# quantities (all but the first two) are EndpointView fields of the same name.
 LOAD_FIELDS: tuple[str, ...] = (
     "input_tokens",
     "prefix_cache_hit_frac",
@@ -59,59 +74,96 @@ LOAD_FIELDS: tuple[str, ...] = (
     "running_requests",
     "prefill_tokens_in_flight",
     "decode_tokens_in_flight",
+    "prefill_batch_tokens",
+    "prefill_batch_elapsed_ms",
+    "prefill_queued_tokens",
 )
+ENDPOINT_FIELDS: tuple[str, ...] = LOAD_FIELDS[2:]
+ROLE_FEATURES: tuple[str, ...] = ("role_prefill", "role_decode", "role_aggregated")
 # Raw quantities a sample stores (besides role).
 RAW_FIELDS: tuple[str, ...] = LOAD_FIELDS + ("tokens_generated",)
 
-TTFT_FEATURES: tuple[str, ...] = LOAD_FIELDS + ("role_prefill", "role_decode", "role_aggregated")
+TTFT_FEATURES: tuple[str, ...] = LOAD_FIELDS + ROLE_FEATURES
 TPOT_FEATURES: tuple[str, ...] = TTFT_FEATURES + ("tokens_generated",)
 FEATURES: dict[Target, tuple[str, ...]] = {"ttft": TTFT_FEATURES, "tpot": TPOT_FEATURES}
 ROLE_CODE: dict[str, int] = {role: i for i, role in enumerate(ROLES)}
 
+# Every feature set a published model may name, by version. Set 1 is the
+# original seven load fields; set 2 adds the three prefill-progress fields. Older sets must stay subsets of the current one (checked below).
+FEATURE_SET_VERSION = 2
+_V1_LOAD = LOAD_FIELDS[:7]
+FEATURE_SETS: dict[int, dict[Target, tuple[str, ...]]] = {
+    1: {"ttft": _V1_LOAD + ROLE_FEATURES, "tpot": _V1_LOAD + ROLE_FEATURES + ("tokens_generated",)},
+    FEATURE_SET_VERSION: FEATURES,
+}
+for _v, _sets in FEATURE_SETS.items():
+    for _t, _names in _sets.items():
+        assert set(_names) <= set(FEATURES[_t]), f"feature set {_v} {_t} is not a subset of the current set"
 
-def feature_matrix(
-    target: Target,
-    *,
-    input_tokens,
-    prefix_cache_hit_frac,
-    kv_usage_frac,
-    waiting_requests,
-    running_requests,
-    prefill_tokens_in_flight,
-    decode_tokens_in_flight,
-    role,
-    tokens_generated=0.0,
-) -> np.ndarray:
+_COLUMN = {name: j for j, name in enumerate(TPOT_FEATURES)}
+_ROLE_COL = _COLUMN["role_prefill"]
+_TOKENS_GENERATED_COL = _COLUMN["tokens_generated"]
+
+
+def columns_of(names: Sequence[str], target: Target) -> np.ndarray:
+    """Column indices of `names` in the current FEATURES[target] rows (ValueError on an unknown name)."""
+    current = FEATURES[target]
+    unknown = [n for n in names if n not in current]
+    if unknown:
+        raise ValueError(f"{target} features {unknown} are not computed by this router (knows {list(current)})")
+    return np.array([current.index(n) for n in names], dtype=np.int64)
+
+
+def feature_matrix(target: Target, *, role, tokens_generated=0.0, **fields) -> np.ndarray:
     """Rows of features for `target`, columns in FEATURES[target] order.
 
-    Every argument is a scalar or a 1-D array (broadcast together); `role` is a
-    role name, or an integer code from ROLE_CODE (scalar or array). Units as in
-    the module docstring. Raises ValueError naming the field for a non-finite or
-    negative value, or an unknown role.
+    fields: every LOAD_FIELDS name, each a scalar or a 1-D array (broadcast
+    together); `role` is a role name, or an integer code from ROLE_CODE
+    (scalar or array). Units as in the module docstring. Raises ValueError
+    naming the field for a missing, unknown, non-finite or negative value, or
+    an unknown role.
     """
     if target not in FEATURES:
         raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    if fields.keys() != set(LOAD_FIELDS):
+        missing = [f for f in LOAD_FIELDS if f not in fields]
+        unknown = sorted(set(fields) - set(LOAD_FIELDS))
+        raise ValueError(f"feature_matrix: missing fields {missing}, unknown fields {unknown}")
     codes = _role_codes(role)
-    values = (
-        input_tokens,
-        prefix_cache_hit_frac,
-        kv_usage_frac,
-        waiting_requests,
-        running_requests,
-        prefill_tokens_in_flight,
-        decode_tokens_in_flight,
-    )
+    values = [fields[f] for f in LOAD_FIELDS]
     n = max([np.size(v) for v in values] + [codes.size, np.size(tokens_generated)])
     out = np.empty((n, len(FEATURES[target])), dtype=float)
     # Column assignment broadcasts scalars: this runs for every routed request.
     for j, v in enumerate(values):
         out[:, j] = v
-    out[:, 7] = codes == 0
-    out[:, 8] = codes == 1
-    out[:, 9] = codes == 2
+    out[:, _ROLE_COL] = codes == 0
+    out[:, _ROLE_COL + 1] = codes == 1
+    out[:, _ROLE_COL + 2] = codes == 2
     if target == "tpot":
-        out[:, 10] = tokens_generated
+        out[:, _TOKENS_GENERATED_COL] = tokens_generated
     _check_finite(out, FEATURES[target])
+    return out
+
+
+def view_feature_matrix(target: Target, view, *, input_tokens, prefix_cache_hit_frac, tokens_generated=0.0) -> np.ndarray:
+    """feature_matrix for the endpoints of a registry EndpointView (ENDPOINT_FIELDS read by name).
+
+    The picker and the service call this, so a new endpoint feature needs no
+    change at their call sites.
+    """
+    return feature_matrix(
+        target, role=view.role_code, tokens_generated=tokens_generated, input_tokens=input_tokens,
+        prefix_cache_hit_frac=prefix_cache_hit_frac, **{f: getattr(view, f) for f in ENDPOINT_FIELDS},
+    )
+
+
+def view_raw_features(view, pos: int, *, input_tokens, prefix_cache_hit_frac, tokens_generated=0.0) -> dict:
+    """RAW_FIELDS (floats) plus `role` of the endpoint at position `pos` of an EndpointView."""
+    out = {"input_tokens": float(input_tokens), "prefix_cache_hit_frac": float(prefix_cache_hit_frac)}
+    for f in ENDPOINT_FIELDS:
+        out[f] = float(getattr(view, f)[pos])
+    out["tokens_generated"] = float(tokens_generated)
+    out["role"] = ROLES[int(view.role_code[pos])]
     return out
 
 

@@ -5,13 +5,15 @@ unpickles anything. A document carries, for each target (TTFT and TPOT), a mean
 model and optionally a p90 model, each either gradient-boosted trees (the node
 arrays of scikit-learn's HistGradientBoostingRegressor) or a linear model. The
 router validates a document completely before it can serve: schema, feature
-names equal to routing.features for the target, array shapes, child indices that
-form a tree (no cycles, bounded depth), finite numbers, size limits, and finite
-non-negative predictions on probe rows.
+names equal to a feature set routing.features knows for the target, array
+shapes, child indices that form a tree (no cycles, bounded depth), finite
+numbers, size limits, and finite non-negative predictions on probe rows.
 
-Document (format_version 1):
+Document (format_version 2; version 1 is the same without "feature_set", which
+then means feature set 1):
 
-    {"format": "sla-planner/latency-model", "format_version": 1,
+    {"format": "sla-planner/latency-model", "format_version": 2,
+     "feature_set": 2,                           # routing.features.FEATURE_SETS key
      "version": "2026-11-22T02-00Z",            # unique, [A-Za-z0-9._-], <= 64 chars
      "created_at_s": 1795000000.0,               # optional, Unix seconds
      "metrics": {"ttft_mape": 0.041},            # optional, name -> finite number
@@ -32,6 +34,12 @@ x[feature] <= threshold, else right. The raw prediction is baseline + the sum of
 the leaves reached (or intercept + x . coef); link "log" exponentiates it.
 Predictions are in ms and clipped at 0. Features are never missing, so no
 missing-value routing is stored.
+
+Feature indices in a document refer to its own feature_names. A document of an
+older feature set (fewer features) is compiled against the router's current
+rows by mapping each index to the current column of the same name, so it is
+served exactly as it was trained; a feature set the router does not know is
+refused with the sets it does know.
 """
 
 from __future__ import annotations
@@ -42,10 +50,10 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from routing.features import FEATURES, TARGETS, Target
+from routing.features import FEATURE_SET_VERSION, FEATURE_SETS, FEATURES, TARGETS, Target, columns_of
 
 FORMAT = "sla-planner/latency-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_TREE_DEPTH = 64
 # Bounds that keep one prediction call cheap and one document small.
 DEFAULT_MAX_TREES = 2_000
@@ -103,21 +111,19 @@ Regressor = Annotated[Union[TreesRegressor, LinearRegressor], Field(discriminato
 
 
 class TargetModels(_Strict):
-    feature_names: list[str] = Field(description="must equal the router's feature list for the target")
+    feature_names: list[str] = Field(
+        description="exactly routing.features.FEATURE_SETS[feature_set][target], in order (column i = index i)"
+    )
     mean: Regressor = Field(description="mean latency model, ms")
     p90: Regressor | None = Field(None, description="p90 latency model, ms (optional)")
 
 
 class TtftModels(TargetModels):
-    feature_names: list[str] = Field(
-        json_schema_extra={"const": list(FEATURES["ttft"])}, description="exactly routing.features.TTFT_FEATURES"
-    )
+    pass
 
 
 class TpotModels(TargetModels):
-    feature_names: list[str] = Field(
-        json_schema_extra={"const": list(FEATURES["tpot"])}, description="exactly routing.features.TPOT_FEATURES"
-    )
+    pass
 
 
 class Targets(_Strict):
@@ -129,12 +135,28 @@ class ModelDocument(_Strict):
     """A published latency-model bundle (see module docstring)."""
 
     format: Literal["sla-planner/latency-model"]
-    format_version: Literal[1]
+    format_version: Literal[1, 2]
+    feature_set: int | None = Field(
+        None, ge=1, description="routing.features feature-set version the models were trained on "
+        "(required from format_version 2; version 1 documents mean set 1)"
+    )
     version: str = Field(pattern=VERSION_PATTERN, description="unique version id")
     created_at_s: float | None = Field(None, ge=0, description="when the model was trained, Unix s")
     metrics: dict[str, float] = Field(default_factory=dict, description="evaluation metrics, finite numbers")
     notes: str = Field("", max_length=4096)
     targets: Targets
+
+    @model_validator(mode="after")
+    def _feature_set(self) -> "ModelDocument":
+        if self.format_version == 1 and self.feature_set not in (None, 1):
+            raise ValueError(f"feature_set: format_version 1 documents use feature set 1, got {self.feature_set}")
+        if self.format_version >= 2 and self.feature_set is None:
+            raise ValueError("feature_set: required from format_version 2")
+        return self
+
+    @property
+    def feature_set_version(self) -> int:
+        return self.feature_set if self.feature_set is not None else 1
 
 
 @dataclass(frozen=True)
@@ -306,13 +328,15 @@ class LatencyModel:
     document: dict
     metrics: dict[str, float]
     created_at_s: float | None
+    feature_set: int
     _models: dict[tuple[str, str], object] = field(repr=False)
 
     def has_quantile(self, target: Target, quantile: str) -> bool:
         return (target, quantile) in self._models
 
     def predict(self, target: Target, x: np.ndarray, *, quantile: Literal["mean", "p90"] = "mean") -> np.ndarray:
-        """Predicted latency, ms (>= 0), one per row of x (columns FEATURES[target]).
+        """Predicted latency, ms (>= 0), one per row of x (the router's current FEATURES[target] columns,
+        whatever feature set the model was trained on).
 
         quantile "p90" falls back to the mean model when no p90 model was published.
         """
@@ -334,13 +358,23 @@ def parse_model_document(data: dict, *, max_trees: int = DEFAULT_MAX_TREES, max_
         raise ValueError(_describe(exc)) from None
     models: dict[tuple[str, str], object] = {}
     total_trees = total_nodes = 0
+    feature_set = doc.feature_set_version
+    if feature_set not in FEATURE_SETS:
+        raise ValueError(
+            f"feature_set: {feature_set} is not known to this router (knows {sorted(FEATURE_SETS)}; "
+            f"current {FEATURE_SET_VERSION}): retrain against this router's features"
+        )
     for target in TARGETS:
         tm: TargetModels = getattr(doc.targets, target)
-        expected = list(FEATURES[target])
+        expected = list(FEATURE_SETS[feature_set][target])
         if tm.feature_names != expected:
             raise ValueError(
-                f"targets.{target}.feature_names: expected {expected} (routing.features), got {tm.feature_names}"
+                f"targets.{target}.feature_names: expected {expected} (routing.features feature set "
+                f"{feature_set}), got {tm.feature_names}"
             )
+        # Document column i is the router's column cols[i] (identity for the current set).
+        cols = columns_of(expected, target)
+        width = len(FEATURES[target])
         for quantile in ("mean", "p90"):
             reg = getattr(tm, quantile)
             if reg is None:
@@ -353,23 +387,27 @@ def parse_model_document(data: dict, *, max_trees: int = DEFAULT_MAX_TREES, max_
                     raise ValueError(f"{where}.trees: document has more than {max_trees} trees")
                 if total_nodes > max_nodes:
                     raise ValueError(f"{where}.trees: document has more than {max_nodes} nodes")
-                compiled = _compile_trees(reg, n_features=len(expected), where=where)
+                compiled = _compile_trees(reg, n_features=len(expected), where=where, columns=cols)
             else:
                 if len(reg.coef) != len(expected):
                     raise ValueError(f"{where}.coef: expected {len(expected)} coefficients, got {len(reg.coef)}")
-                compiled = _CompiledLinear(np.array(reg.coef, dtype=float), float(reg.intercept), reg.link == "log")
-            _probe(compiled, n_features=len(expected), where=where)
+                coef = np.zeros(width)
+                coef[cols] = reg.coef
+                compiled = _CompiledLinear(coef, float(reg.intercept), reg.link == "log")
+            _probe(compiled, n_features=width, where=where)
             models[(target, quantile)] = compiled
     return LatencyModel(
         version=doc.version,
         document=doc.model_dump(mode="json"),
         metrics=dict(doc.metrics),
         created_at_s=doc.created_at_s,
+        feature_set=feature_set,
         _models=models,
     )
 
 
-def _compile_trees(reg: TreesRegressor, *, n_features: int, where: str):
+def _compile_trees(reg: TreesRegressor, *, n_features: int, where: str, columns: np.ndarray):
+    """Validate the trees against the document's n_features, then index the router's columns."""
     checked = []
     for t_idx, tree in enumerate(reg.trees):
         loc = f"{where}.trees[{t_idx}]"
@@ -390,8 +428,9 @@ def _compile_trees(reg: TreesRegressor, *, n_features: int, where: str):
                     i = int(np.argmax(bad))
                     raise ValueError(f"{loc}.{name}[{i}]: must be a node index 1..{n - 1}, got {child[i]}")
         depth = _tree_depth(is_leaf, left, right, loc=loc)
+        feature = np.where(internal, columns[np.clip(feature, 0, n_features - 1)], 0)
         checked.append((depth, tree, is_leaf, feature, left, right))
-    fast = _BitvectorTrees.build(checked, n_features=n_features, baseline=float(reg.baseline),
+    fast = _BitvectorTrees.build(checked, n_features=int(columns.max()) + 1, baseline=float(reg.baseline),
                                  log_link=reg.link == "log")
     return fast if fast is not None else _levelwise(checked, reg)
 
@@ -530,17 +569,22 @@ def model_document(
     metrics: dict[str, float] | None = None,
     created_at_s: float | None = None,
     notes: str = "",
+    feature_set: int = FEATURE_SET_VERSION,
 ) -> dict:
-    """Assemble a publishable document from exported REG dicts (feature names filled in)."""
+    """Assemble a publishable document from exported REG dicts (feature names of `feature_set` filled in)."""
+    if feature_set not in FEATURE_SETS:
+        raise ValueError(f"model_document: feature_set must be one of {sorted(FEATURE_SETS)}, got {feature_set}")
+    names = FEATURE_SETS[feature_set]
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
+        "feature_set": feature_set,
         "version": version,
         "created_at_s": created_at_s,
         "metrics": dict(metrics or {}),
         "notes": notes,
         "targets": {
-            "ttft": {"feature_names": list(FEATURES["ttft"]), "mean": ttft_mean, "p90": ttft_p90},
-            "tpot": {"feature_names": list(FEATURES["tpot"]), "mean": tpot_mean, "p90": tpot_p90},
+            "ttft": {"feature_names": list(names["ttft"]), "mean": ttft_mean, "p90": ttft_p90},
+            "tpot": {"feature_names": list(names["tpot"]), "mean": tpot_mean, "p90": tpot_p90},
         },
     }

@@ -51,7 +51,7 @@ from typing import Literal
 import numpy as np
 
 from routing.config import PickerConfig
-from routing.features import ROLES, TTFT_FEATURES, Role, feature_matrix
+from routing.features import TTFT_FEATURES, Role, view_feature_matrix, view_raw_features
 from routing.registry import EndpointRegistry, EndpointView, InFlight
 from routing.topology import MISSING, cost_table_ms, prefill_has_local_decode, relation_name, shared_depth
 
@@ -280,17 +280,9 @@ class Picker:
         view = reg.view(idx, now_s=now_s)
         hit = self._hits(request, reg, idx)
         # TTFT columns are a prefix of TPOT's: one matrix serves both targets.
-        x = feature_matrix(
-            "ttft" if stage == "prefill" else "tpot",
-            input_tokens=float(request.input_tokens),
-            prefix_cache_hit_frac=hit,
-            kv_usage_frac=view.kv_usage_frac,
-            waiting_requests=view.waiting_requests,
-            running_requests=view.running_requests,
-            prefill_tokens_in_flight=view.prefill_tokens_in_flight,
-            decode_tokens_in_flight=view.decode_tokens_in_flight,
-            role=view.role_code,
-            tokens_generated=0.0,
+        x = view_feature_matrix(
+            "ttft" if stage == "prefill" else "tpot", view,
+            input_tokens=float(request.input_tokens), prefix_cache_hit_frac=hit, tokens_generated=0.0,
         )
         n = idx.size
         pred_ttft = pred_tpot = None
@@ -418,17 +410,7 @@ class Picker:
             headroom_tpot_ms=_finite(s.h_tpot[pos]),
             transfer_cost_ms=float(s.cost[pos]),
             shared_level=shared,
-            features={
-                "input_tokens": float(request.input_tokens),
-                "prefix_cache_hit_frac": float(s.hit[pos]),
-                "kv_usage_frac": float(v.kv_usage_frac[pos]),
-                "waiting_requests": float(v.waiting_requests[pos]),
-                "running_requests": float(v.running_requests[pos]),
-                "prefill_tokens_in_flight": float(v.prefill_tokens_in_flight[pos]),
-                "decode_tokens_in_flight": float(v.decode_tokens_in_flight[pos]),
-                "tokens_generated": 0.0,
-                "role": ROLES[int(v.role_code[pos])],
-            },
+            features=view_raw_features(v, pos, input_tokens=request.input_tokens, prefix_cache_hit_frac=s.hit[pos]),
         )
 
     def _deficit(self, s: _Stage, pos: int) -> str:

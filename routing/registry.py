@@ -10,6 +10,10 @@ level, and load from two sources:
   Fresh metrics (younger than `metrics_max_age_s`) take precedence for those
   three quantities; otherwise lifecycle estimates stand in (see routing.features).
 
+Lifecycle calls also keep, per endpoint, the estimated running prefill batch
+(tokens and start time: a first token ends a batch and the next starts with
+what was waiting; routing.features defines the features).
+
 Load lives in one float matrix (a row per endpoint slot) so a pick gathers the
 candidates' state in a single numpy indexing operation. All times are passed in
 (`now_s`, seconds on the caller's clock: wall clock in the service, virtual time
@@ -25,12 +29,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from routing.features import RAW_FIELDS, ROLE_CODE, ROLES, Role, Target
+from routing.features import RAW_FIELDS, ROLE_CODE, ROLES, Role, Target, view_raw_features
 from routing.topology import MISSING
 
 # Columns of the load matrix.
-(ROLE, KV_M, WAIT_M, RUN_M, M_AT, LC_RUN, LC_WAIT, PREFILL_TIF, DECODE_TIF, MAX_KV, MIN_TTFT, MIN_TPOT) = range(12)
-_N_COLS = 12
+(ROLE, KV_M, WAIT_M, RUN_M, M_AT, LC_RUN, LC_WAIT, PREFILL_TIF, DECODE_TIF, MAX_KV, MIN_TTFT, MIN_TPOT,
+ BATCH_TIF, BATCH_AT) = range(14)
+_N_COLS = 14
 
 
 class RegistryError(ValueError):
@@ -102,6 +107,9 @@ class EndpointView(NamedTuple):
     running_requests: np.ndarray
     prefill_tokens_in_flight: np.ndarray
     decode_tokens_in_flight: np.ndarray
+    prefill_batch_tokens: np.ndarray
+    prefill_batch_elapsed_ms: np.ndarray
+    prefill_queued_tokens: np.ndarray
     min_ttft_slo_ms: np.ndarray  # inf when nothing awaits a first token there
     min_tpot_slo_ms: np.ndarray  # inf when nothing decodes there
     idle: np.ndarray  # nothing in flight (lifecycle) and no running requests (metrics)
@@ -181,6 +189,7 @@ class EndpointRegistry:
                 self._f[i, M_AT] = -np.inf
                 self._f[i, MIN_TTFT] = np.inf
                 self._f[i, MIN_TPOT] = np.inf
+                self._f[i, BATCH_AT] = np.inf
                 self._awaiting[i] = {}
                 self._decoding[i] = {}
             elif self._endpoints[i].role != endpoint.role and (self._awaiting[i] or self._decoding[i]):
@@ -287,6 +296,9 @@ class EndpointRegistry:
         # Token sums go up and down by fractional amounts (prefix hits): keep
         # float round-off (-1e-12) from showing up as negative load.
         np.maximum(rows[:, LC_RUN : DECODE_TIF + 1], 0.0, out=rows[:, LC_RUN : DECODE_TIF + 1])
+        batch = np.clip(rows[:, BATCH_TIF], 0.0, rows[:, PREFILL_TIF])
+        # BATCH_AT is +inf while nothing awaits a first token: elapsed 0.
+        elapsed_ms = np.maximum(now_s - rows[:, BATCH_AT], 0.0) * 1e3
         fresh = rows[:, M_AT] >= now_s - self.metrics_max_age_s
         role = rows[:, ROLE]
         held = np.where(role == ROLE_CODE["prefill"], rows[:, PREFILL_TIF], rows[:, DECODE_TIF])
@@ -304,6 +316,9 @@ class EndpointRegistry:
             running_requests=running,
             prefill_tokens_in_flight=rows[:, PREFILL_TIF],
             decode_tokens_in_flight=rows[:, DECODE_TIF],
+            prefill_batch_tokens=batch,
+            prefill_batch_elapsed_ms=elapsed_ms,
+            prefill_queued_tokens=rows[:, PREFILL_TIF] - batch,
             min_ttft_slo_ms=rows[:, MIN_TTFT],
             min_tpot_slo_ms=rows[:, MIN_TPOT],
             idle=(rows[:, LC_RUN] == 0) & (running == 0),
@@ -344,8 +359,10 @@ class EndpointRegistry:
                     role = self._endpoints[self._require(eid)].role
                     if role not in allowed:
                         raise RegistryError(f"request {req.request_id!r}: endpoint {eid} has role {role}, expected {allowed}")
+            t_s = req.dispatched_s
             if req.prefill_id is not None:
                 p = self._index[req.prefill_id]
+                self._start_batch_if_idle(p, req.uncached_tokens, t_s)
                 self._f[p, LC_RUN] += 1
                 self._f[p, LC_WAIT] += 1
                 self._f[p, PREFILL_TIF] += req.uncached_tokens
@@ -357,6 +374,7 @@ class EndpointRegistry:
                 self._f[d, DECODE_TIF] += req.input_tokens
                 self._add_min(self._decoding[d], d, MIN_TPOT, req.request_id, req.tpot_slo_ms)
                 if req.prefill_id is None:
+                    self._start_batch_if_idle(d, req.uncached_tokens, t_s)
                     self._f[d, PREFILL_TIF] += req.uncached_tokens
                     self._add_min(self._awaiting[d], d, MIN_TTFT, req.request_id, req.ttft_slo_ms)
             req.aggregated = req.prefill_id is None
@@ -405,7 +423,7 @@ class EndpointRegistry:
                 return []
             ttft_ms = observed_ttft_ms if observed_ttft_ms is not None else (now_s - req.dispatched_s) * 1e3
             _check_latency("observed_ttft_ms", ttft_ms)
-            self._release_prefill(req)
+            self._release_prefill(req, now_s)
             req.first_token_s = now_s
             return self._sample(req, "ttft", ttft_ms, req.predicted_ttft_ms, now_s=now_s)
 
@@ -420,7 +438,7 @@ class EndpointRegistry:
                     f"request {request_id!r}: tokens_generated went back from {req.tokens_generated} to {tokens_generated}"
                 )
             if req.first_token_s is None:
-                self._release_prefill(req)
+                self._release_prefill(req, now_s)
                 req.first_token_s = now_s
             if req.decode_id is not None:
                 self._f[self._index[req.decode_id], DECODE_TIF] += tokens_generated - req.tokens_generated
@@ -455,7 +473,7 @@ class EndpointRegistry:
                 if observed_ttft_ms is not None:
                     samples += self.first_token(request_id, now_s=now_s, observed_ttft_ms=observed_ttft_ms)
                 else:
-                    self._release_prefill(req)
+                    self._release_prefill(req, now_s)
             tpot_ms = observed_tpot_ms
             if tpot_ms is None and req.first_token_s is not None and output_tokens > 1:
                 tpot_ms = (now_s - req.first_token_s) * 1e3 / (output_tokens - 1)
@@ -489,21 +507,12 @@ class EndpointRegistry:
     ) -> dict:
         """RAW_FIELDS of slot i for a new request (the request itself excluded), plus role."""
         v = self.view(np.array([i]), now_s=now_s)
-        return {
-            "input_tokens": float(input_tokens),
-            "prefix_cache_hit_frac": float(prefix_cache_hit_frac),
-            "kv_usage_frac": float(v.kv_usage_frac[0]),
-            "waiting_requests": float(v.waiting_requests[0]),
-            "running_requests": float(v.running_requests[0]),
-            "prefill_tokens_in_flight": float(v.prefill_tokens_in_flight[0]),
-            "decode_tokens_in_flight": float(v.decode_tokens_in_flight[0]),
-            "tokens_generated": float(tokens_generated),
-            "role": ROLES[int(v.role_code[0])],
-        }
+        return view_raw_features(v, 0, input_tokens=input_tokens, prefix_cache_hit_frac=prefix_cache_hit_frac,
+                                 tokens_generated=tokens_generated)
 
     # -- internals ---------------------------------------------------------
 
-    def _release_prefill(self, req: InFlight) -> None:
+    def _release_prefill(self, req: InFlight, now_s: float) -> None:
         if req.prefill_released:
             return
         req.prefill_released = True
@@ -513,12 +522,31 @@ class EndpointRegistry:
             self._f[p, LC_WAIT] -= 1
             self._f[p, PREFILL_TIF] -= req.uncached_tokens
             self._remove_min(self._awaiting[p], p, MIN_TTFT, req.request_id)
+            self._next_batch(p, now_s)
         if req.decode_id is not None:
             d = self._index[req.decode_id]
             self._f[d, LC_WAIT] -= 1
             if req.aggregated:
                 self._f[d, PREFILL_TIF] -= req.uncached_tokens
                 self._remove_min(self._awaiting[d], d, MIN_TTFT, req.request_id)
+                self._next_batch(d, now_s)
+
+    def _start_batch_if_idle(self, i: int, uncached_tokens: float, t_s: float) -> None:
+        # Nothing awaiting a first token: the endpoint starts on this request at once.
+        if not self._awaiting[i]:
+            self._f[i, BATCH_TIF] = uncached_tokens
+            self._f[i, BATCH_AT] = t_s
+
+    def _next_batch(self, i: int, now_s: float) -> None:
+        # A first token ends a prefill batch; the engine starts the next one at
+        # once with everything still waiting (an estimate: the engine's batch
+        # budget may split it, and a first token can lag its prefill).
+        if self._awaiting[i]:
+            self._f[i, BATCH_TIF] = max(self._f[i, PREFILL_TIF], 0.0)
+            self._f[i, BATCH_AT] = now_s
+        else:
+            self._f[i, BATCH_TIF] = 0.0
+            self._f[i, BATCH_AT] = np.inf
 
     def _raw_features_now(self, i: int, req: InFlight, *, now_s: float) -> dict:
         # The request itself is excluded, as at dispatch: subtract its own share

@@ -19,7 +19,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from routing.config import RouterConfig
-from routing.features import ROLES, TTFT_FEATURES, feature_matrix
+from routing.features import ROLES, TTFT_FEATURES, feature_matrix, view_feature_matrix
 from routing.model_store import ModelStore
 from routing.picker import Picker, PickResult, RouteRequest, dispatch_record
 from routing.predictor import LatencyPredictor, ProfileEstimator
@@ -134,7 +134,8 @@ class RoutingService:
             estimate=ProfileEstimator(profile), models=self.models, quantile=config.picker.slo.prediction
         )
         self.picker = Picker(config.picker, self.predictor, rng=config.seed)
-        self.samples = SampleStore(capacity=config.samples.capacity, kv_buckets=config.samples.kv_buckets)
+        self.samples = SampleStore(capacity=config.samples.capacity, kv_buckets=config.samples.kv_buckets,
+                                   path=config.samples.path)
         self.metrics = ServiceMetrics(metrics_registry or CollectorRegistry(auto_describe=True))
         # Read when /metrics is scraped rather than set on every call.
         self.metrics.in_flight.set_function(self.registry.in_flight_count)
@@ -194,12 +195,7 @@ class RoutingService:
             hits = [
                 (request.prefix_cache_hit_frac_by_endpoint or {}).get(e.id, request.prefix_cache_hit_frac) for e in eps
             ]
-            x = feature_matrix(
-                "tpot", input_tokens=request.input_tokens, prefix_cache_hit_frac=np.array(hits),
-                kv_usage_frac=v.kv_usage_frac, waiting_requests=v.waiting_requests,
-                running_requests=v.running_requests, prefill_tokens_in_flight=v.prefill_tokens_in_flight,
-                decode_tokens_in_flight=v.decode_tokens_in_flight, role=v.role_code,
-            )
+            x = view_feature_matrix("tpot", v, input_tokens=request.input_tokens, prefix_cache_hit_frac=np.array(hits))
             ttft = model.predict("ttft", np.ascontiguousarray(x[:, : len(TTFT_FEATURES)]))
             tpot = model.predict("tpot", x)
             return {

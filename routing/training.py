@@ -39,7 +39,17 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from routing.features import FEATURES, RAW_FIELDS, ROLE_CODE, TARGETS, Target, features_from_samples
+from routing.features import (
+    FEATURE_SET_VERSION,
+    FEATURE_SETS,
+    FEATURES,
+    RAW_FIELDS,
+    ROLE_CODE,
+    TARGETS,
+    Target,
+    columns_of,
+    features_from_samples,
+)
 from routing.models import export_hist_gradient_boosting, model_document, parse_model_document
 
 QUANTILE = 0.9
@@ -84,7 +94,22 @@ class TrainingConfig(BaseModel):
         1, ge=1, le=64, description="OpenMP threads for fitting (1: predictable on a shared machine)"
     )
     seed: int = Field(0, ge=0, description="random seed of the boosting")
+    feature_set: int = Field(
+        FEATURE_SET_VERSION, ge=1,
+        description="routing.features feature set the models use: the current one, or an older one "
+        "(for a router that only knows that set, or to measure what the newer features add)",
+    )
     calibrate_p90: bool = Field(True, description="shift the p90 model so 90% of calibration samples fall below it")
+    p90_calibration: dict[Target, Literal["global", "load_bucket"]] = Field(
+        default_factory=lambda: {"ttft": "load_bucket", "tpot": "global"},
+        description="per target: global, one conformal shift; load_bucket, one per load bucket (BUCKET_EDGES) "
+        "with at least calibration_min_bucket_samples calibration rows, the global shift for the others. "
+        "TTFT's error grows with the queue it joins (per bucket measured better); TPOT's buckets drift with "
+        "load (per bucket measured worse)",
+    )
+    calibration_min_bucket_samples: int = Field(
+        200, ge=10, description="fewest calibration rows for a load bucket to get its own p90 shift"
+    )
     min_improvement_frac: float = Field(
         0.0, ge=0, lt=1, description="candidate's score must beat the current model's by this relative margin"
     )
@@ -93,6 +118,11 @@ class TrainingConfig(BaseModel):
     )
     @model_validator(mode="after")
     def _check(self) -> "TrainingConfig":
+        missing = [t for t in TARGETS if t not in self.p90_calibration]
+        if missing:
+            raise ValueError(f"p90_calibration: missing targets {missing} (give both ttft and tpot)")
+        if self.feature_set not in FEATURE_SETS:
+            raise ValueError(f"feature_set must be one of {sorted(FEATURE_SETS)}, got {self.feature_set}")
         if self.holdout_frac + self.calibration_frac >= 0.8:
             raise ValueError(
                 f"holdout_frac + calibration_frac must be < 0.8 (training needs the rest), "
@@ -260,7 +290,12 @@ def check_sample_counts(prepared: PreparedSamples, cfg: TrainingConfig) -> str |
 class TargetModels:
     """Fitted models of one target (on log latency) and how they were fitted.
 
-    p90_log_offset: added to the p90 model's log prediction (calibration).
+    p90_log_offset: added to the p90 model's log prediction (calibration; with
+    per-bucket calibration, the global shift, used by buckets with too few rows).
+    p90_bucket_offsets: per load bucket (BUCKET_EDGES[target]), the shift used
+    instead of p90_log_offset; None: one global shift.
+    feature_set: the routing.features set the models were fitted on; columns:
+    its columns in the full FEATURES[target] rows.
     """
 
     target: Target
@@ -271,10 +306,22 @@ class TargetModels:
     n_calibration: int
     iterations: dict[str, int] = field(default_factory=dict)
     fit_s: float = 0.0
+    feature_set: int = FEATURE_SET_VERSION
+    columns: np.ndarray | None = None
+    p90_bucket_offsets: tuple[float, ...] | None = None
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, p90) latency, ms, straight from the scikit-learn models."""
-        return np.exp(self.mean.predict(x)), np.exp(self.p90.predict(x) + self.p90_log_offset)
+        """(mean, p90) latency, ms, straight from the scikit-learn models (x: full FEATURES[target] rows)."""
+        shift = self.p90_shift(x)
+        if self.columns is not None:
+            x = x[:, self.columns]
+        return np.exp(self.mean.predict(x)), np.exp(self.p90.predict(x) + shift)
+
+    def p90_shift(self, x: np.ndarray) -> np.ndarray | float:
+        """The calibration shift (log space) of each row of x (full FEATURES[target] rows)."""
+        if self.p90_bucket_offsets is None:
+            return self.p90_log_offset
+        return np.asarray(self.p90_bucket_offsets)[bucket_of(self.target, x)]
 
 
 def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetModels:
@@ -286,8 +333,9 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
-    x_tr, y_tr = data.x[split.train], np.log(data.y_ms[split.train])
-    x_cal, y_cal = data.x[split.calibration], np.log(data.y_ms[split.calibration])
+    columns = columns_of(FEATURE_SETS[cfg.feature_set][data.target], data.target)
+    x_tr, y_tr = data.x[split.train][:, columns], np.log(data.y_ms[split.train])
+    x_cal, y_cal = data.x[split.calibration][:, columns], np.log(data.y_ms[split.calibration])
     if y_tr.size < 2:
         raise ValueError(f"fit_target {data.target}: need at least 2 training rows, got {y_tr.size}")
     common = dict(
@@ -308,9 +356,13 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
     with threadpool_limits(limits=cfg.n_threads, user_api="openmp"):
         mean = HistGradientBoostingRegressor(loss=cfg.point_loss, **common, **early).fit(x_tr, y_tr, **val)
         p90 = HistGradientBoostingRegressor(loss="quantile", quantile=QUANTILE, **common, **early).fit(x_tr, y_tr, **val)
-        offset = 0.0
+        offset, by_bucket = 0.0, None
         if cfg.calibrate_p90 and y_cal.size:
-            offset = conformal_offset(y_cal - p90.predict(x_cal), quantile=QUANTILE)
+            residuals = y_cal - p90.predict(x_cal)
+            offset = conformal_offset(residuals, quantile=QUANTILE)
+            if cfg.p90_calibration[data.target] == "load_bucket":
+                by_bucket = bucket_offsets(data.target, data.x[split.calibration], residuals, global_offset=offset,
+                                           min_samples=cfg.calibration_min_bucket_samples)
     return TargetModels(
         target=data.target,
         mean=mean,
@@ -320,7 +372,29 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
         n_calibration=int(y_cal.size),
         iterations={"mean": int(mean.n_iter_), "p90": int(p90.n_iter_)},
         fit_s=time.perf_counter() - t0,
+        feature_set=cfg.feature_set,
+        columns=columns,
+        p90_bucket_offsets=by_bucket,
     )
+
+
+def bucket_offsets(
+    target: Target, x: np.ndarray, residuals: np.ndarray, *, global_offset: float, min_samples: int
+) -> tuple[float, ...]:
+    """Conformal p90 shift per load bucket (BUCKET_EDGES[target]) of calibration rows x.
+
+    A bucket with at least min_samples rows gets the conformal offset of its own
+    residuals (log space), so the p90 covers 90% in each load level the
+    calibration slice saw; the others keep global_offset. The p90 model's
+    errors grow with load, and one global shift covers light-load rows too
+    well and heavy-load rows too little.
+    """
+    b = bucket_of(target, x)
+    out = []
+    for k in range(len(BUCKET_EDGES[target][1])):
+        r = residuals[b == k]
+        out.append(conformal_offset(r, quantile=QUANTILE) if r.size >= min_samples else global_offset)
+    return tuple(out)
 
 
 def conformal_offset(residuals: np.ndarray, *, quantile: float) -> float:
@@ -344,8 +418,47 @@ def export_target(models: TargetModels) -> tuple[dict, dict]:
         if reg["link"] != "identity":
             raise ValueError(f"export_target {models.target}: expected an identity-link model, got {reg['link']}")
         reg["link"] = "log"  # trained on log(latency): the router exponentiates
-    p90["baseline"] += models.p90_log_offset
+    if models.p90_bucket_offsets is None:
+        p90["baseline"] += models.p90_log_offset
+    else:
+        names = FEATURE_SETS[models.feature_set][models.target]
+        p90["trees"].append(bucket_tree(names.index(BUCKET_EDGES[models.target][0]),
+                                        BUCKET_EDGES[models.target][1], models.p90_bucket_offsets))
     return mean, p90
+
+
+def bucket_tree(feature: int, edges: Sequence[float], values: Sequence[float]) -> dict:
+    """A tree (format node arrays) answering values[k] for rows in load bucket k.
+
+    Bucket k holds edges[k] <= x < edges[k + 1] (the last is open), as
+    bucket_of counts; the split "x <= threshold goes left" uses the largest
+    float below each edge, so the tree decides exactly like bucket_of.
+    Internal node i tests edges[i + 1]: left is the leaf of bucket i, right the
+    next test (the last right child is the leaf of the last bucket).
+    """
+    k = len(edges)
+    if len(values) != k:
+        raise ValueError(f"bucket_tree: {k} buckets but {len(values)} values")
+    n_splits = k - 1
+    # Nodes: splits 0..n_splits-1, then leaves n_splits..n_splits+k-1.
+    leaf = [n_splits + i for i in range(k)]
+    feature_, threshold, left, right, value, is_leaf = [], [], [], [], [], []
+    for i in range(n_splits):
+        feature_.append(feature)
+        threshold.append(float(np.nextafter(float(edges[i + 1]), -np.inf)))
+        left.append(leaf[i])
+        right.append(i + 1 if i + 1 < n_splits else leaf[k - 1])
+        value.append(0.0)
+        is_leaf.append(False)
+    for i in range(k):
+        feature_.append(0)
+        threshold.append(0.0)
+        left.append(0)
+        right.append(0)
+        value.append(float(values[i]))
+        is_leaf.append(True)
+    return {"feature": feature_, "threshold": threshold, "left": left, "right": right, "value": value,
+            "is_leaf": is_leaf}
 
 
 def to_document(
@@ -357,6 +470,10 @@ def to_document(
     notes: str = "",
 ) -> dict:
     """A publishable model document (routing.models format) for both targets."""
+    feature_set = models["ttft"].feature_set
+    if models["tpot"].feature_set != feature_set:
+        raise ValueError(f"to_document: TTFT models use feature set {feature_set}, TPOT models "
+                         f"{models['tpot'].feature_set}")
     ttft_mean, ttft_p90 = export_target(models["ttft"])
     tpot_mean, tpot_p90 = export_target(models["tpot"])
     return model_document(
@@ -368,6 +485,7 @@ def to_document(
         metrics={k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)},
         created_at_s=created_at_s,
         notes=notes,
+        feature_set=feature_set,
     )
 
 

@@ -56,8 +56,10 @@ class RouterProcess:
 
 
 @contextlib.contextmanager
-def router_process(tmp: Path, *, profile_dir: Path = ROUTER_PROFILE):
-    """`sla-planner router` on a free port with a persisted model folder; stopped by pid afterwards."""
+def router_process(tmp: Path, *, profile_dir: Path = ROUTER_PROFILE, extra_yaml: str = ""):
+    """`sla-planner router` on a free port with a persisted model folder; stopped by pid afterwards.
+
+    extra_yaml: more top-level config lines (e.g. a samples block)."""
     require_data(profile_dir)
     port = free_port()
     models_dir = tmp / "models"
@@ -66,7 +68,7 @@ def router_process(tmp: Path, *, profile_dir: Path = ROUTER_PROFILE):
         f"profile_dir: {profile_dir}\n"
         f"models: {{dir: {models_dir}}}\n"
         f"auth: {{token_env: {TOKEN_ENV}}}\n"
-        "seed: 0\n"
+        "seed: 0\n" + extra_yaml
     )
     log_path = tmp / "router.log"
     env = {**_base_env(), TOKEN_ENV: TOKEN}

@@ -9,14 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from routing.features import FEATURES, RAW_FIELDS
-from routing.models import parse_model_document
+from routing.features import FEATURE_SETS, FEATURES, RAW_FIELDS
+from routing.models import model_document, parse_model_document
 from routing.training import (
     PreparedSamples,
     TargetData,
     TrainingConfig,
     bucket_labels,
     bucket_of,
+    bucket_tree,
     check_sample_counts,
     conformal_offset,
     evaluate,
@@ -303,3 +304,88 @@ def test_gate(cand, current, force, cfg_kw, code):
     assert decision.publish == code.startswith("publish")
     if code in ("publish", "refused_current") and current is not None:
         assert "v0" in decision.reason  # the reason names the model it was compared with
+
+
+# -- per-bucket calibration and feature sets ------------------------------------------------
+
+
+@pytest.mark.parametrize("x, bucket", [
+    pytest.param(0.0, 0, id="0 -> bucket 0"), pytest.param(0.5, 0, id="0.5 < 1 -> 0"),
+    pytest.param(1.0, 1, id="edge 1 -> 1"), pytest.param(1.999, 1, id="1.999 < 2 -> 1"),
+    pytest.param(2.0, 2, id="edge 2 -> 2"), pytest.param(3.0, 2, id="3 in [2,4) -> 2"),
+    pytest.param(4.0, 3, id="edge 4 -> 3"), pytest.param(7.5, 3, id="7.5 in [4,8) -> 3"),
+    pytest.param(8.0, 4, id="edge 8 -> 4"), pytest.param(1e6, 4, id="1e6 -> open last bucket"),
+])
+def test_bucket_tree_decides_like_bucket_of(x, bucket):
+    values = [0.1, 0.2, 0.3, 0.4, 0.5]
+    reg = {"kind": "hist_gradient_boosting", "link": "identity", "baseline": 0.0,
+           "trees": [bucket_tree(FEATURES["ttft"].index("waiting_requests"), (0, 1, 2, 4, 8), values)]}
+    doc = model_document(version="b", ttft_mean=reg, tpot_mean=reg | {"trees": [bucket_tree(0, (0,), [1.0])]})
+    row = np.zeros((1, len(FEATURES["ttft"])))
+    row[0, FEATURES["ttft"].index("waiting_requests")] = x
+    assert bucket_of("ttft", row)[0] == bucket
+    assert parse_model_document(doc).predict("ttft", row)[0] == values[bucket]
+
+
+def heteroscedastic(n: int, seed: int) -> TargetData:
+    """TTFT whose noise grows with the waiting queue: sd 0.02 idle, 0.3 behind 4+ requests (log space)."""
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, len(FEATURES["ttft"])))
+    cols = FEATURES["ttft"]
+    x[:, cols.index("input_tokens")] = rng.uniform(100, 4000, n)
+    waiting = rng.choice([0, 1, 2, 5], n, p=[0.55, 0.2, 0.15, 0.1])
+    x[:, cols.index("waiting_requests")] = waiting
+    x[:, cols.index("role_prefill")] = 1.0
+    sd = np.select([waiting == 0, waiting == 1, waiting == 2], [0.02, 0.1, 0.2], 0.3)
+    y = (20 + 0.02 * x[:, 0]) * np.exp(rng.normal(0, sd))
+    return TargetData("ttft", x, y, np.arange(n, dtype=float), np.arange(n), {})
+
+
+def test_per_bucket_calibration_shifts_each_load_bucket_by_its_own_conformal_offset():
+    data = heteroscedastic(4000, seed=5)
+    split = time_split(4000, holdout_frac=0.2, calibration_frac=0.25)  # 1000 calibration rows
+    cfg = SMALL.model_copy(update={"p90_calibration": {"ttft": "load_bucket", "tpot": "global"},
+                                   "calibration_min_bucket_samples": 120})
+    m = fit_target(data, split, cfg)
+    x_cal, y_cal = data.x[split.calibration], data.y_ms[split.calibration]
+    residuals = np.log(y_cal) - m.p90.predict(x_cal)
+    b = bucket_of("ttft", x_cal)
+    assert m.p90_log_offset == pytest.approx(conformal_offset(residuals, quantile=0.9))
+    for k, offset in enumerate(m.p90_bucket_offsets):
+        own = residuals[b == k]
+        # waiting 0 / 1 / 2 / 5 land in buckets 0, 1, 2, 3 (~550, 200, 150, 100 rows); bucket 4 (8+) is empty
+        expected = conformal_offset(own, quantile=0.9) if own.size >= 120 else m.p90_log_offset
+        assert offset == pytest.approx(expected), k
+        if own.size >= 120:  # each bucket big enough is covered at its own 90%
+            assert np.mean(y_cal[b == k] <= m.predict(x_cal[b == k])[1] * (1 + 1e-12)) >= 0.9
+    assert m.p90_bucket_offsets[4] == m.p90_log_offset and m.p90_bucket_offsets[0] < m.p90_log_offset
+    # What the router serves equals the fitted models, bucket shifts included.
+    doc = to_document({"ttft": m, "tpot": fit_target(synthetic("tpot", 400, seed=6),
+                                                     time_split(400, holdout_frac=0.2, calibration_frac=0.1), SMALL)},
+                      version="bucketed", metrics={})
+    x_test = heteroscedastic(300, seed=7).x
+    np.testing.assert_allclose(parse_model_document(doc).predict("ttft", x_test, quantile="p90"), m.predict(x_test)[1],
+                               rtol=1e-9)
+
+
+def test_training_on_an_older_feature_set_publishes_that_set():
+    cfg = SMALL.model_copy(update={"feature_set": 1})
+    split = time_split(800, holdout_frac=0.2, calibration_frac=0.1)
+    models = {t: fit_target(synthetic(t, 800, seed=8), split, cfg) for t in ("ttft", "tpot")}
+    doc = to_document(models, version="set-1", metrics={})
+    assert doc["feature_set"] == 1 and doc["targets"]["ttft"]["feature_names"] == list(FEATURE_SETS[1]["ttft"])
+    served = parse_model_document(doc)
+    x = synthetic("tpot", 200, seed=9).x
+    x_changed = x.copy()
+    x_changed[:, FEATURES["tpot"].index("prefill_batch_elapsed_ms")] = 1e5  # not in set 1: no effect
+    for t in ("ttft", "tpot"):
+        xt = x[:, : len(FEATURES[t])]
+        np.testing.assert_allclose(served.predict(t, xt, quantile="p90"), models[t].predict(xt)[1], rtol=1e-9)
+        np.testing.assert_array_equal(served.predict(t, xt), served.predict(t, x_changed[:, : len(FEATURES[t])]))
+
+
+def test_unknown_feature_set_or_calibration_target_is_a_config_error():
+    with pytest.raises(ValueError, match=r"feature_set must be one of \[1, 2\], got 7"):
+        TrainingConfig(feature_set=7)
+    with pytest.raises(ValueError, match=r"p90_calibration: missing targets \['tpot'\]"):
+        TrainingConfig(p90_calibration={"ttft": "global"})

@@ -11,7 +11,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 
-from routing.features import FEATURES
+from routing.features import FEATURE_SETS, FEATURES
 from routing.model_store import ModelStore, UnknownVersionError, VersionExistsError
 from routing.models import export_hist_gradient_boosting, export_linear, model_document, parse_model_document
 from routing.predictor import LatencyPredictor, ProfileEstimator
@@ -99,8 +99,8 @@ def _overflowing(doc):
                  id="child out of range"),
     pytest.param(lambda d: _cycle(d),
                  "node 1 is reached twice", id="cycle"),
-    pytest.param(lambda d: _set(d, TREE + ("feature",), [10, 0, 0]), r"feature\[0\]: must be 0..9, got 10",
-                 id="feature index out of range"),
+    pytest.param(lambda d: _set(d, TREE + ("feature",), [13, 0, 0]), r"feature\[0\]: must be 0..12, got 13",
+                 id="feature index out of range: 13 TTFT columns (set 2) -> 0..12"),
     pytest.param(lambda d: _set(d, TREE + ("value",), [0.0, float("nan"), 2.0]), "finite number",
                  id="NaN leaf"),
     pytest.param(lambda d: _overflowing(d), "predictions on probe rows are not finite", id="sum overflows"),
@@ -110,7 +110,16 @@ def _overflowing(doc):
                  id="version not a safe name"),
     pytest.param(lambda d: _set(d, ("format",), "sklearn-pickle"), "format", id="wrong format"),
     pytest.param(lambda d: _set(d, ("targets", "tpot", "mean", "coef"), [1.0, 2.0]),
-                 "targets.tpot.mean.coef: expected 11 coefficients, got 2", id="coef length"),
+                 "targets.tpot.mean.coef: expected 14 coefficients, got 2", id="coef length: 14 TPOT columns"),
+    pytest.param(lambda d: d | {"feature_set": 99}, r"feature_set: 99 is not known to this router \(knows \[1, 2\]",
+                 id="feature set from a newer router"),
+    pytest.param(lambda d: {k: v for k, v in d.items() if k != "feature_set"},
+                 "feature_set: required from format_version 2", id="format 2 without feature_set"),
+    pytest.param(lambda d: d | {"format_version": 1}, "format_version 1 documents use feature set 1, got 2",
+                 id="format 1 claiming feature set 2"),
+    pytest.param(lambda d: d | {"feature_set": 1},
+                 r"targets.ttft.feature_names: expected \[.*\] \(routing.features feature set 1\)",
+                 id="feature set 1 with set 2's names"),
     pytest.param(lambda d: {k: v for k, v in d.items() if k != "targets"}, "targets: Field required",
                  id="targets missing"),
     pytest.param(lambda d: d | {"extra": 1}, "extra: Extra inputs are not permitted", id="unknown field"),
@@ -204,7 +213,7 @@ def test_predictor_uses_published_model_else_profile_estimate():
     predictor = LatencyPredictor(estimate=ProfileEstimator(h200_profile()), models=store, quantile="p90")
     x = np.zeros((1, len(FEATURES["ttft"])))
     x[0, 0] = 1000.0
-    x[0, 7] = 1.0  # prefill role
+    x[0, FEATURES["ttft"].index("role_prefill")] = 1.0
     before = predictor.snapshot()
     assert before.version is None
     assert before.predict("ttft", x)[0] == pytest.approx(h200_profile().prefill.ttft_ms_at(1000.0), rel=1e-3)
@@ -229,3 +238,42 @@ def test_both_tree_evaluators_match_sklearn(max_leaf_nodes, evaluator):
     x_test, _ = _data(500, seed=2)
     x_test[:5] = x[:5]  # rows sitting exactly on training values (and so near thresholds)
     np.testing.assert_allclose(model.predict("ttft", x_test), np.maximum(est.predict(x_test), 0), rtol=1e-9, atol=1e-9)
+
+
+def _v1_document(version: str, ttft_mean: dict, tpot_mean: dict) -> dict:
+    """A document as routers before feature set 2 published it (format_version 1, no feature_set)."""
+    doc = model_document(version=version, ttft_mean=ttft_mean, tpot_mean=tpot_mean, feature_set=1)
+    doc["format_version"] = 1
+    del doc["feature_set"]
+    return doc
+
+
+def test_old_feature_set_model_is_served_on_its_own_columns():
+    # Trained on feature set 1's columns only; served from the router's current (longer) rows.
+    cols = [FEATURES["ttft"].index(n) for n in FEATURE_SETS[1]["ttft"]]
+    rng = np.random.default_rng(3)
+    x_full = rng.uniform(0, 1000, (2000, len(FEATURES["ttft"])))
+    y = 5 + 0.02 * x_full[:, 0] + 0.01 * x_full[:, FEATURES["ttft"].index("prefill_tokens_in_flight")]
+    with threadpool_limits(1):
+        est = HistGradientBoostingRegressor(max_iter=15, random_state=0).fit(x_full[:, cols], y)
+    tpot_coef = np.arange(1, len(FEATURE_SETS[1]["tpot"]) + 1, dtype=float)
+    tpot = {"kind": "linear", "link": "identity", "intercept": 1.0, "coef": tpot_coef.tolist()}
+    model = parse_model_document(json.loads(json.dumps(_v1_document("old-v1", export_hist_gradient_boosting(est), tpot))))
+    assert model.feature_set == 1
+    np.testing.assert_allclose(model.predict("ttft", x_full[:300]), np.maximum(est.predict(x_full[:300, cols]), 0),
+                               rtol=1e-9, atol=1e-9)
+    # Linear: 1 + sum(coef_i * x[name_i]) over set 1's names; the newer columns get no weight.
+    row = np.zeros((1, len(FEATURES["tpot"])))
+    row[0, FEATURES["tpot"].index("input_tokens")] = 10.0  # coef 1 -> 10
+    row[0, FEATURES["tpot"].index("tokens_generated")] = 2.0  # last of set 1's 11: coef 11 -> 22
+    row[0, FEATURES["tpot"].index("prefill_batch_tokens")] = 1e6  # not in set 1
+    assert model.predict("tpot", row)[0] == pytest.approx(1 + 10 + 22)
+
+
+def test_model_store_restores_an_old_feature_set_document(tmp_path):
+    const = {t: {"kind": "linear", "link": "identity", "intercept": c, "coef": [0.0] * len(FEATURE_SETS[1][t])}
+             for t, c in (("ttft", 7.0), ("tpot", 3.0))}
+    ModelStore(directory=tmp_path).publish(_v1_document("pre-upgrade", const["ttft"], const["tpot"]), now_s=1.0)
+    restored = ModelStore(directory=tmp_path).active
+    assert restored.version == "pre-upgrade" and restored.feature_set == 1
+    assert restored.predict("ttft", np.ones((2, len(FEATURES["ttft"])))).tolist() == [7.0, 7.0]

@@ -207,3 +207,59 @@ def test_two_stage_dispatch_for_simulators():
     with pytest.raises(RegistryError, match="expected decode"):
         reg.dispatched(inflight("q", prefill="p0"))
         reg.assign_decode("q", "p0")
+
+
+def _batch(reg, eid, t):
+    v = load_features(reg, eid, t)
+    return (v["prefill_batch_tokens"], v["prefill_batch_elapsed_ms"], v["prefill_queued_tokens"])
+
+
+def load_features(reg, eid, t):
+    return reg.raw_features(reg.slot_of(eid), input_tokens=1, prefix_cache_hit_frac=0.0, now_s=t)
+
+
+def test_prefill_batch_progress_from_lifecycle_calls():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    assert _batch(reg, "p0", 0.0) == (0, 0, 0)  # idle
+    reg.dispatched(inflight("a", prefill="p0", decode="d0", input_tokens=1000, t=1.0))
+    # idle endpoint: a starts at once -> batch 1000 tokens, started at 1.0 s
+    assert _batch(reg, "p0", 1.25) == (1000, 250, 0)  # (1.25 - 1.0) s = 250 ms
+    reg.dispatched(inflight("b", prefill="p0", decode="d0", input_tokens=400, hit=0.5, t=1.5))
+    reg.dispatched(inflight("c", prefill="p0", decode="d0", input_tokens=300, t=1.6))
+    # busy: b (400 * 0.5 = 200 uncached) and c (300) queue behind a's batch
+    assert _batch(reg, "p0", 1.75) == (1000, 750, 500)
+    reg.first_token("a", now_s=2.0)
+    # a's first token ends its batch: the next starts at 2.0 s with all that waited, 200 + 300
+    assert _batch(reg, "p0", 2.1) == (500, pytest.approx(100), 0)
+    reg.dispatched(inflight("d", prefill="p0", decode="d0", input_tokens=50, t=2.2))
+    assert _batch(reg, "p0", 2.2) == (500, pytest.approx(200), 50)
+    reg.first_token("b", now_s=2.4)
+    reg.first_token("c", now_s=2.4)
+    # b and c released together: the batch restarts at 2.4 s with d alone
+    assert _batch(reg, "p0", 2.5) == (50, pytest.approx(100), 0)
+    reg.completed("d", now_s=3.0, output_tokens=1)  # completion without first token releases it too
+    assert _batch(reg, "p0", 3.5) == (0, 0, 0)
+    # decode endpoints never hold prefill work in disaggregated mode
+    assert _batch(reg, "d0", 3.5) == (0, 0, 0)
+
+
+def test_aggregated_endpoint_tracks_its_own_prefill_batch():
+    reg = fleet(("a0", "aggregated"))
+    reg.dispatched(inflight("r1", decode="a0", input_tokens=800, t=0.0))
+    reg.dispatched(inflight("r2", decode="a0", input_tokens=200, t=0.1))
+    assert _batch(reg, "a0", 0.2) == (800, pytest.approx(200), 200)
+    reg.first_token("r1", now_s=0.3)
+    assert _batch(reg, "a0", 0.3) == (200, 0, 0)
+
+
+def test_dispatch_features_carry_the_batch_progress_into_the_ttft_sample():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    reg.dispatched(inflight("a", prefill="p0", decode="d0", input_tokens=1000, t=0.0))
+    feats = load_features(reg, "p0", 0.4)  # what the router computes when routing b at 0.4 s
+    reg.dispatched(InFlight(request_id="b", prefill_id="p0", decode_id="d0", input_tokens=100, uncached_tokens=100,
+                            ttft_slo_ms=np.inf, tpot_slo_ms=np.inf, critical=False, dispatched_s=0.4,
+                            ttft_features=feats, tpot_features=load_features(reg, "d0", 0.4)))
+    reg.first_token("a", now_s=0.5)
+    (s,) = reg.first_token("b", now_s=0.6)
+    assert (s.features["prefill_batch_tokens"], s.features["prefill_batch_elapsed_ms"]) == (1000, pytest.approx(400))
+    assert s.observed_ms == pytest.approx(200)  # (0.6 - 0.4) s
