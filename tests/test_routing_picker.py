@@ -11,8 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from routing.picker import MissingSloError, NoEndpointError, RouteRequest, dispatch_record
-from tests.fixtures_routing import fleet, occupy, picker
+from routing.config import PickerConfig
+from routing.picker import MissingSloError, NoEndpointError, Picker, RouteRequest, dispatch_record
+from routing import predictor as predictor_module
+from routing.predictor import LatencyPredictor, ProfileEstimator
+from tests.fixtures_routing import fleet, h200_profile, occupy, picker
 
 
 def req(rid="r", *, input_tokens=1000, ttft=None, tpot=None, critical=False, **kw) -> RouteRequest:
@@ -186,3 +189,120 @@ def test_dispatch_record_carries_predictions_and_features():
     reg.dispatched(record)
     assert reg.load_of("p0", now_s=3.0)["prefill_tokens_in_flight"] == pytest.approx(750.0)
     assert reg.load_of("d0", now_s=3.0)["strictest_tpot_slo_ms"] == pytest.approx(20.0)
+
+
+# -- robustness to estimate error: margin, strategy max, thin headroom -----------------------
+
+@pytest.mark.parametrize("margin_frac, expected_tier, expected_shares", [
+    # p0: TTFT 60 -> headroom 140 of 200 (70%); p1: tif 12000 -> TTFT 180, headroom 20 (10%).
+    # margin 0: both valid, `least` favours p1 with P = 1.05/1.10 (see the strategy test).
+    pytest.param(0.0, "headroom", {"p1": 1.05 / 1.10}, id="margin 0: p1's 20 ms counts, P(p1)=0.95"),
+    # margin 0.15 needs 30 ms: p1's 20 ms is within the estimate's error, only p0 is valid.
+    pytest.param(0.15, "headroom", {"p0": 1.0}, id="margin 0.15: 20 < 0.15*200=30, always p0"),
+    # margin 0.75 needs 150 ms: neither; both predicted to meet it -> thin tier, the most headroom.
+    pytest.param(0.75, "thin_headroom", {"p0": 1.0}, id="margin 0.75: 140 < 150, thin tier, p0"),
+])
+def test_headroom_margin_discounts_thin_headroom(margin_frac, expected_tier, expected_shares):
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))
+    occupy(reg, "p1", request_id="old", input_tokens=12_000)
+    pk = picker({"slo": {"strategy": "least", "exploration_frac": 0.0, "headroom_margin_frac": margin_frac}}, seed=5)
+    results = [pk.pick(req(ttft=200.0), reg, 1.0) for _ in range(1000)]
+    assert {r.tier for r in results} == {expected_tier} and all(r.routed for r in results)
+    for eid, share in expected_shares.items():
+        # binomial sd = sqrt(0.95*0.05/1000) = 0.007
+        assert sum(r.prefill.endpoint_id == eid for r in results) / 1000 == pytest.approx(share, abs=0.025)
+
+
+def test_margin_never_sheds_a_request_predicted_to_meet_its_slo():
+    # Both busy, headroom 20 and 10 ms of 200: inside a 0.5 margin, yet positive:
+    # a non-critical request is routed (thin tier), not shed; shedding needs negative headroom.
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))
+    occupy(reg, "p0", request_id="a", input_tokens=12_000)  # 50 + 10 + 120 = 180
+    occupy(reg, "p1", request_id="b", input_tokens=13_000)  # 190
+    pk = picker({"slo": {"headroom_margin_frac": 0.5, "exploration_frac": 0.0}})
+    result = pk.pick(req(ttft=200.0), reg, 1.0)
+    assert result.routed and result.tier == "thin_headroom" and result.prefill.endpoint_id == "p0"
+    occupy(reg, "p0", request_id="c", input_tokens=3_000)  # 180 + 30 = 210
+    occupy(reg, "p1", request_id="d", input_tokens=2_000)  # 190 + 20 = 210: both -10 now
+    shed = pk.pick(req(ttft=200.0), reg, 1.0)
+    assert shed.outcome == "shed" and "TTFT headroom -10.0 ms" in shed.reason
+
+
+@pytest.mark.parametrize("tif_p1, expected", [
+    pytest.param(10_000, {"p0"}, id="p0 headroom 140 > p1 40: always p0"),
+    pytest.param(0, {"p0", "p1"}, id="equal headroom 140: ties at random, both used"),
+])
+def test_strategy_max_takes_the_most_headroom(tif_p1, expected):
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"))
+    if tif_p1:
+        occupy(reg, "p1", request_id="old", input_tokens=tif_p1)
+    pk = picker({"slo": {"strategy": "max", "exploration_frac": 0.0}}, seed=2)
+    assert {pk.pick(req(ttft=200.0), reg, 1.0).prefill.endpoint_id for _ in range(200)} == expected
+
+
+def test_decode_choice_follows_tpot_when_the_ttft_budget_is_spent_everywhere():
+    # The prefill pick used up the TTFT budget (prefill_ttft_ms 250 > SLO 200), the same on
+    # every decode endpoint: a critical request then goes to the decode endpoint with the
+    # most TPOT headroom (d1: 10 - 5 = 5 vs d0: 10 - 8 = 2), never by chance.
+    reg = fleet(("p0", "prefill"), ("d0", "decode"), ("d1", "decode"))
+    for k in range(3):
+        occupy(reg, "d0", request_id=f"x{k}")
+    pk = picker({"slo": {"exploration_frac": 0.0}}, seed=9)
+    picks = {pk.pick_decode(req(ttft=200.0, tpot=10.0, critical=True), reg, 1.0, prefill_id="p0",
+                            prefill_ttft_ms=250.0).decode.endpoint_id for _ in range(50)}
+    assert picks == {"d1"}
+
+
+# -- the profile-derived estimate ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def estimate_picker():
+    return Picker(PickerConfig(), LatencyPredictor(estimate=ProfileEstimator(h200_profile())), rng=0)
+
+
+def _estimate_ttft(pk, *, input_tokens: int, ahead: tuple = (), waiting_by_metrics: float = 0.0) -> float:
+    """Predicted TTFT on p0 at now 1.0 s; ahead: (prompt tokens, dispatched at s) already sent there."""
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    for k, (tokens, at_s) in enumerate(ahead):
+        occupy(reg, "p0", request_id=f"ahead{k}", input_tokens=tokens, now_s=at_s)
+    if waiting_by_metrics:
+        reg.observe_metrics("p0", now_s=1.0, kv_usage_frac=0.0, waiting_requests=waiting_by_metrics,
+                            running_requests=0.0)
+    result = pk.pick_prefill(req(input_tokens=input_tokens, ttft=10_000.0), reg, 1.0)
+    assert result.model_version is None  # the profile estimate served it
+    return result.prefill.predicted_ttft_ms
+
+
+def test_the_estimate_reads_the_running_batch():
+    assert predictor_module._BATCH_PROGRESS, "the router's features lost prefill_batch_*: revisit the TTFT estimate"
+
+
+# P(n) = the profile's TTFT at n prompt tokens: P(1000) = 37.07, P(2000) = 48.44 (not used),
+# P(3000) = 60.87 ms (H200_TP1P_TP1D). The request is 1000 tokens, routed at 1.0 s.
+@pytest.mark.parametrize("ahead, waiting, expected", [
+    pytest.param((), 0.0, lambda P: P(1000), id="idle: P(1000)"),
+    pytest.param(((3000, 1.0),), 0.0, lambda P: P(3000) + P(1000),
+                 id="3000 just started: all of P(3000), then P(1000)"),
+    pytest.param(((3000, 0.97),), 0.0, lambda P: P(3000) - 30 + P(1000),
+                 id="3000 started 30 ms ago: P(3000) - 30 left, then P(1000)"),
+    pytest.param(((3000, 0.99), (2000, 0.995)), 0.0, lambda P: P(3000) - 10 + P(2000 + 1000),
+                 id="2000 queued behind the batch: batched with the request, P(3000) - 10 + P(3000)"),
+    pytest.param(((3000, 0.0),), 0.0, lambda P: P(1000),
+                 id="batch overdue (1000 ms > P(3000)): nothing left of it, P(1000)"),
+    pytest.param((), 2.0, lambda P: P(3000),
+                 id="no lifecycle counts, 2 waiting by metrics: 2x1000 + 1000 as one batch, P(3000)"),
+])
+def test_estimate_follows_the_running_batch_and_the_queue(estimate_picker, ahead, waiting, expected):
+    profile = h200_profile()
+    expected_ms = expected(lambda n: float(profile.prefill.ttft_ms_at(n)))
+    got = _estimate_ttft(estimate_picker, input_tokens=1000, ahead=ahead, waiting_by_metrics=waiting)
+    assert got == pytest.approx(expected_ms, rel=0.01)  # 256-point table vs the profile's own curve
+
+
+def test_estimate_grows_linearly_beyond_the_longest_profiled_prompt(estimate_picker):
+    hi = int(h200_profile().prefill.isl_range_tokens[1])  # 16372 tokens
+    at_hi = _estimate_ttft(estimate_picker, input_tokens=hi)
+    # 3x the longest profiled prompt takes 3x as long (the throughput measured there), not
+    # the clamped TTFT at the longest; behind a batch of 2x that just started, the same.
+    assert _estimate_ttft(estimate_picker, input_tokens=3 * hi) == pytest.approx(3 * at_hi, rel=1e-6)
+    assert _estimate_ttft(estimate_picker, input_tokens=hi, ahead=((2 * hi, 1.0),)) == pytest.approx(3 * at_hi, rel=1e-6)
