@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -233,6 +234,7 @@ def bench_control(
     cfg = default_planner_config(profile_dir=str(PROFILE), ttft_ms=200, itl_ms=10, interval_s=60)
     scenario = Scenario()
     out = []
+    load_avg = [os.getloadavg()[0]]
     for label, make in _traces(quick):
         if only and not any(label.startswith(o) for o in only):
             continue
@@ -294,7 +296,8 @@ def bench_control(
         what="control quality: policies x traces",
         profile="H200 Llama-3.1-8B-FP8 TP1 prefill / TP1 decode (Dynamo profiler data)",
         sla={"ttft_ms": 200, "itl_ms": 10, "attainment": "share of requests meeting both (per-request TTFT, mean ITL)"},
-        planner_defaults={k: getattr(cfg, k).model_dump() for k in ("sizing", "predictor", "decision")},
+        planner_defaults={k: getattr(cfg, k).model_dump() for k in ("sizing", "predictor", "decision", "correction")},
+        load_avg_1min_start_end=load_avg + [os.getloadavg()[0]],
         startup_s=60,
         interval_s=60,
         load_multiplier="K superposed copies, each request shifted by U(-1, +1) s, seed 0",
@@ -336,10 +339,17 @@ ABLATION = {
     "arrival CV 1.25": {"sizing": {"prefill_arrival_cv": 1.25}},
     "stabilization 900 s": {"decision": {"scale_down_stabilization_s": 900.0}},
     "size on the mean": {"predictor": {"size_on": "mean"}},
+    "- burst sizing (flat arrivals within an interval)": {"sizing": {"burst_basis": "off"}},
+    "- burst-aware correction": {"correction": {"burst_aware": False}},
+    "- both burst changes (the previous default)": {"sizing": {"burst_basis": "off"},
+                                                     "correction": {"burst_aware": False}},
+    "burst ratio x mean forecast": {"sizing": {"burst_basis": "mean"}},
+    "burst ratio x upper forecast": {"sizing": {"burst_basis": "upper"}},
+    "burst lookback 10 intervals": {"predictor": {"burst_lookback_intervals": 10}},
 }
 
 
-def bench_ablation(quick: bool, only: list[str] | None) -> dict:
+def bench_ablation(quick: bool, only: list[str] | None, variants: list[str] | None = None) -> dict:
     """The default planner with one change at a time, on every trace: what each part of the design buys."""
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
@@ -350,12 +360,15 @@ def bench_ablation(quick: bool, only: list[str] | None) -> dict:
     tables = ProfileTables(profile)
     base = default_planner_config(profile_dir=str(PROFILE), ttft_ms=200, itl_ms=10, interval_s=60)
     rows = []
+    load_avg = [os.getloadavg()[0]]
     for label, make in _traces(quick):
         if only and not any(label.startswith(o) for o in only):
             continue
         trace = make()
         print(f"\n{label}: {len(trace):,} requests", flush=True)
         for name, change in ABLATION.items():
+            if variants and name not in variants:
+                continue
             cfg = base.model_copy(update={
                 section: getattr(base, section).model_copy(update=fields) for section, fields in change.items()
             })
@@ -371,9 +384,11 @@ def bench_ablation(quick: bool, only: list[str] | None) -> dict:
         lines.append(f"| {r['trace']} | {r['policy']} | {100 * r['slo_attainment']:.2f}% | "
                      f"{100 * r['ttft_attainment']:.2f}% / {100 * r['itl_attainment']:.2f}% | "
                      f"{r['gpu_hours']:.2f} ({r['gpu_hours_prefill']:.2f} + {r['gpu_hours_decode']:.2f}) |")
+    load_avg.append(os.getloadavg()[0])
     return dict(what="planner ablation: the default configuration with one change at a time",
-                planner_defaults={k: getattr(base, k).model_dump() for k in ("sizing", "predictor", "decision")},
-                rows=rows, markdown="\n".join(lines))
+                planner_defaults={k: getattr(base, k).model_dump()
+                                  for k in ("sizing", "predictor", "decision", "correction")},
+                load_avg_1min_start_end=load_avg, rows=rows, markdown="\n".join(lines))
 
 
 def merge(parts: list[str]) -> dict:
@@ -416,13 +431,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2, help="speed runs per configuration (best is reported)")
     ap.add_argument("--ablation", action="store_true",
                     help="the default planner with one change at a time (writes sim_control_ablation.json)")
+    ap.add_argument("--variants", default=None, help="ablation: semicolon list of variant names (default: all)")
     ap.add_argument("--policies", default="planner,planner+shape,planner:constant,planner:kalman,"
                     "planner:seasonal_naive,planner:ets,planner:arima,dynamo,saturation")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.ablation:
-        doc = bench_ablation(args.quick, args.traces.split(",") if args.traces else None)
+        doc = bench_ablation(args.quick, args.traces.split(",") if args.traces else None,
+                             args.variants.split(";") if args.variants else None)
         (RESULTS / (args.out or "sim_control_ablation.json")).write_text(json.dumps(doc, indent=2) + "\n")
         print(doc["markdown"])
         return 0

@@ -10,6 +10,8 @@ are; the placeholders are:
 - `${interval}`: the adjustment interval as a PromQL duration (`60s`, `1500ms`)
 - `${pod_group_by}`: the labels a per-pod query groups by (pod label, plus the
   pool and variant labels when configured)
+- `${peak_window}` / `${peak_step}`: MetricsConfig.peak_window_s / peak_step_s as
+  PromQL durations (the sub-interval peak-rate query)
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by"})
+PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by", "peak_window", "peak_step"})
 
 
 class _Strict(BaseModel):
@@ -62,6 +64,12 @@ class QueryTemplates(_Strict):
     avg_osl_tokens: str = Field(
         _frontend_avg("dynamo_frontend_output_sequence_tokens"),
         description="mean output sequence length over the interval, tokens",
+    )
+    peak_rps: str = Field(
+        "max_over_time(sum(rate(dynamo_frontend_requests_total{${frontend_selector}}[${peak_window}]))"
+        "[${interval}:${peak_step}])",
+        description="highest arrival rate over a peak_window_s sub-window of the interval, requests/s "
+        "(sub-interval bursts, planner.burst); optional: no series or an empty query means flat arrivals",
     )
     newest_sample_s: str = Field(
         "max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",
@@ -153,6 +161,12 @@ class MetricsConfig(_Strict):
     stale_after_s: float = Field(
         180.0, gt=0, description="newest frontend sample older than this marks the observation stale, s"
     )
+    peak_window_s: float = Field(
+        15.0, gt=0, le=3600,
+        description="window of the rate inside queries.peak_rps, s; at least twice the scrape interval "
+        "(rate() needs two samples), shorter than the adjustment interval",
+    )
+    peak_step_s: float = Field(5.0, gt=0, le=3600, description="subquery step of queries.peak_rps, s")
     request_timeout_s: float = Field(10.0, gt=0, description="timeout of one Prometheus HTTP request, s")
     verify_tls: bool = Field(True, description="verify the server certificate for https URLs")
     bearer_token_file: str | None = Field(

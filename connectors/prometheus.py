@@ -10,6 +10,9 @@ One `collect` call evaluates the configured PromQL (see connectors.config) at
   interval, so a run needs nothing from the previous one
 - per-pod KV-cache usage and queue length for the saturation guardrail,
   attributed to prefill/decode by pod name or label
+- optionally, the interval's peak arrival rate over a short window (and its
+  history), for sub-interval bursts; without it the planner assumes flat
+  arrivals within an interval and the observation says so in `notes`
 
 Each value says what it is: None where Prometheus had no data (or 0/0 for an
 interval without requests), and `stale_reasons` explaining series that are
@@ -112,8 +115,13 @@ class PrometheusCollector:
             values[name] = self._scalar(name, now_s=now_s, interval_s=interval_s, stale=stale)
         self._check_age(now_s=now_s, interval_s=interval_s, stale=stale)
         pods = self._pods(now_s=now_s, interval_s=interval_s, stale=stale)
+        notes: list[str] = []
+        peak_rps = self._peak(now_s=now_s, interval_s=interval_s, notes=notes)
         history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals)
         return Observation(
+            peak_rps=peak_rps,
+            peak_window_s=self.cfg.peak_window_s if self.cfg.queries.peak_rps.strip() else None,
+            notes=tuple(notes),
             taken_at_s=float(now_s),
             interval_s=float(interval_s),
             num_requests=values["num_requests"],
@@ -136,6 +144,8 @@ class PrometheusCollector:
             worker_selector=self.cfg.worker_selector,
             interval=promql_duration(interval_s),
             pod_group_by=", ".join(self.cfg.pools.group_by_labels()),
+            peak_window=promql_duration(self.cfg.peak_window_s),
+            peak_step=promql_duration(self.cfg.peak_step_s),
         )
 
     def _run(self, name: str, query: str, call):
@@ -172,6 +182,30 @@ class PrometheusCollector:
             stale.append(
                 f"prometheus: queries.{name} returned no series at t={now_s:.0f} "
                 f"(frontend_selector {self.cfg.frontend_selector!r})"
+            )
+            return None
+        return samples[0].value
+
+    def _peak(self, *, now_s: float, interval_s: float, notes: list[str]) -> float | None:
+        """The interval's peak arrival rate, requests/s; None, with a note, when not available.
+
+        Optional signal: an empty query or no series (an older frontend, a scrape
+        interval too long for the window) leaves the planner's flat-arrival model,
+        never a stale observation. A query Prometheus rejects still fails.
+        """
+        if not self.cfg.queries.peak_rps.strip():
+            notes.append("peak_rps: queries.peak_rps is empty; sub-interval bursts not measured")
+            return None
+        samples = self._instant("peak_rps", now_s=now_s, interval_s=interval_s)
+        if len(samples) > 1:
+            raise ValueError(
+                f"metrics.queries.peak_rps: expected at most one series, got {len(samples)} "
+                f"(labels {[s.labels for s in samples[:3]]}...); aggregate it, e.g. sum(...)"
+            )
+        if not samples or samples[0].value is None:
+            notes.append(
+                f"peak_rps: queries.peak_rps returned no value at t={now_s:.0f} (is metrics.peak_window_s "
+                f"{self.cfg.peak_window_s:g} s at least twice the scrape interval?); arrivals treated as flat"
             )
             return None
         return samples[0].value
@@ -269,6 +303,10 @@ class PrometheusCollector:
     def _history(self, *, now_s: float, interval_s: float, n: int) -> LoadHistory:
         end_s = float(now_s)
         series = {name: self._range(name, end_s=end_s, interval_s=interval_s, n=n) for name in _HISTORY_QUERIES}
+        # Optional: intervals without a peak rate are NaN, and the planner falls back to flat arrivals.
+        with_peak = bool(self.cfg.queries.peak_rps.strip())
+        if with_peak:
+            series["peak_rps"] = self._range("peak_rps", end_s=end_s, interval_s=interval_s, n=n)
         # Intervals without a request count are unknown (not zero): leave them out,
         # the t_s gaps show where they were.
         times = sorted(t for t, v in series["num_requests"].items() if v is not None)
@@ -284,6 +322,8 @@ class PrometheusCollector:
             avg_isl_tokens=tuple(at("avg_isl_tokens", t) for t in times),
             avg_osl_tokens=tuple(at("avg_osl_tokens", t) for t in times),
             interval_s=float(interval_s),
+            peak_rps=tuple(at("peak_rps", t) for t in times) if with_peak else None,
+            peak_window_s=self.cfg.peak_window_s if with_peak else None,
         )
 
 

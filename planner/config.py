@@ -76,6 +76,11 @@ class PredictorConfig(_Strict):
     history_intervals: int = Field(
         288, ge=1, le=20_000, description="intervals of history the collect step reads back"
     )
+    burst_lookback_intervals: int = Field(
+        1, ge=0, le=1440,
+        description="intervals of peak-rate history (Observation.peak_rps) the burst forecast comes from "
+        "(planner.burst; sizing.burst_basis says how it is used); 1: the last interval; 0: no burst forecast",
+    )
     length_predictor: str | None = Field(
         None, description="predictor for mean ISL/OSL; None: the same as `name`"
     )
@@ -113,6 +118,11 @@ class CorrectionConfig(_Strict):
     max_factor: float = Field(3.0, gt=0, description="upper bound on a correction factor")
     min_requests: float = Field(
         10.0, ge=0, description="fewer requests than this in the interval: factor = 1 (cold start)"
+    )
+    burst_aware: bool = Field(
+        True,
+        description="with a peak-rate signal, expect the queueing of the interval's burst (planner.burst) "
+        "so it is not read as slow engines; False or no signal: the flat-rate queue model",
     )
 
     @model_validator(mode="after")
@@ -181,6 +191,13 @@ class SizingConfig(_Strict):
     unreachable_slack_frac: float = Field(
         0.25, ge=0, le=10,
         description="target below the best achievable latency: size for that latency x (1 + this) instead",
+    )
+    burst_basis: Literal["history", "mean", "upper", "off"] = Field(
+        "history",
+        description="prefill sized also for sub-interval bursts (planner.burst), never below the flat sizing at "
+        "the upper forecast: history = the recent intervals' peak and off-peak traffic as they came; mean / "
+        "upper = the forecast burst ratio applied to the mean / upper forecast; off: arrivals flat within an "
+        "interval",
     )
 
 

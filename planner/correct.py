@@ -32,6 +32,7 @@ import math
 
 from scipy.optimize import brentq
 
+from planner.burst import arrival_classes, peak_ratio, window_mean_wait_s
 from planner.config import CorrectionConfig, SizingConfig
 from planner.profile import EngineProfile
 from planner.sizing import mean_wait_s, variability_factor
@@ -88,6 +89,10 @@ def _prefill_factor(
 
     rps = obs.num_requests / obs.interval_s
     g = variability_factor(sizing.prefill_arrival_cv, sizing.prefill_service_cv)
+    ratio = peak_ratio(num_requests=obs.num_requests, peak_rps=obs.peak_rps, interval_s=obs.interval_s,
+                       window_s=obs.peak_window_s) if cfg.burst_aware else None
+    if ratio is not None:
+        return _burst_prefill_factor(obs, cfg, notes, prefill_replicas, service_ms, rps, g, ratio)
 
     def model_ms(k: float) -> float:
         s = k * service_ms / 1000.0
@@ -112,6 +117,40 @@ def _prefill_factor(
                      else f"prefill: factor {k_hi:.3g}, the most the queue model allows ({detail})")
         return k_hi
     return brentq(lambda k: model_ms(k) - observed, cfg.min_factor, k_hi, xtol=1e-9)
+
+
+def _burst_prefill_factor(
+    obs: Observation, cfg: CorrectionConfig, notes: list[str], replicas: int, service_ms: float, rps: float,
+    g: float, ratio: float,
+) -> float:
+    """The service-time factor k with the interval's burst in the queue model (planner.burst).
+
+    The share of requests in the peak window met that window's queue, the rest the
+    rest of the interval's; each part's wait is the window-limited M/G/c wait, finite
+    at any load, so a burst above the pool's capacity is explained by its backlog
+    rather than by slow engines.
+    """
+    classes = arrival_classes(rps=rps, ratio=ratio, window_s=obs.peak_window_s, interval_s=obs.interval_s)
+
+    def model_ms(k: float) -> float:
+        s = k * service_ms / 1000.0
+        total = 0.0
+        for share, rate, window_s in classes:
+            stationary = mean_wait_s(servers=replicas, arrival_rps=rate, service_s=s, variability=g)
+            total += share * (s + window_mean_wait_s(servers=replicas, arrival_rps=rate, service_s=s, variability=g,
+                                                     window_s=window_s, stationary_wait_s=stationary))
+        return 1000.0 * total
+
+    observed = obs.avg_ttft_ms
+    detail = (f"{observed:.4g} ms observed vs M/G/{replicas} model with a {obs.peak_window_s:g} s burst at "
+              f"{ratio:.2f}x {rps:.3g} rps, service {service_ms:.4g} ms")
+    if observed <= model_ms(cfg.min_factor):
+        notes.append(f"prefill: factor clamped to min_factor {cfg.min_factor:g} ({detail})")
+        return cfg.min_factor
+    if observed >= model_ms(cfg.max_factor):
+        notes.append(f"prefill: factor clamped to max_factor {cfg.max_factor:g} ({detail})")
+        return cfg.max_factor
+    return brentq(lambda k: model_ms(k) - observed, cfg.min_factor, cfg.max_factor, xtol=1e-9)
 
 
 def _decode_factor(

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+from planner.burst import expected_peak_ratio, recent_peaks
 from planner.config import PlannerConfig, PredictorConfig, SloTarget
 from planner.correct import correction_factors
 from planner.decide import decide
@@ -67,10 +68,16 @@ def apply_what_if(obs: Observation, what_if: WhatIf | None) -> Observation:
     k = what_if.load_multiplier
     history = obs.history
     if history is not None:
-        history = dataclasses.replace(history, num_requests=tuple(n * k for n in history.num_requests))
+        history = dataclasses.replace(
+            history,
+            num_requests=tuple(n * k for n in history.num_requests),
+            # peaks scale with the load, so the burst ratio stays as observed
+            peak_rps=None if history.peak_rps is None else tuple(p * k for p in history.peak_rps),
+        )
     return dataclasses.replace(
         obs,
         num_requests=None if obs.num_requests is None else obs.num_requests * k,
+        peak_rps=None if obs.peak_rps is None else obs.peak_rps * k,
         history=history,
     )
 
@@ -93,6 +100,8 @@ def history_for_prediction(obs: Observation) -> LoadHistory:
         avg_isl_tokens=(obs.avg_isl_tokens if obs.avg_isl_tokens is not None else nan,),
         avg_osl_tokens=(obs.avg_osl_tokens if obs.avg_osl_tokens is not None else nan,),
         interval_s=obs.interval_s,
+        peak_rps=None if obs.peak_window_s is None else (obs.peak_rps if obs.peak_rps is not None else nan,),
+        peak_window_s=obs.peak_window_s,
     )
 
 
@@ -127,7 +136,17 @@ def predict_next(
     history = history_for_prediction(obs)
     if not has_load_data(history):
         return None
-    return forecast_next(history, cfg, cache=cache)
+    forecast = forecast_next(history, cfg, cache=cache)
+    if cfg.burst_lookback_intervals < 1:
+        return forecast
+    ratio, note = expected_peak_ratio(history, lookback_intervals=cfg.burst_lookback_intervals)
+    return dataclasses.replace(
+        forecast,
+        peak_ratio=ratio,
+        peak_window_s=history.peak_window_s if ratio is not None else None,
+        recent_peaks=recent_peaks(history, lookback_intervals=cfg.burst_lookback_intervals),
+        notes=forecast.notes + (note,),
+    )
 
 
 def size_pools(

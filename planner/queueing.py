@@ -101,40 +101,64 @@ def replicas_for_ttft(
     share: float,
     variability: float,
     max_utilization_frac: float,
+    classes: Sequence[tuple[float, float]] | None = None,
 ) -> tuple[int, dict[str, float]]:
     """Fewest servers letting `share` of the requests wait no longer than their slack.
 
     service_s: mean service time, seconds (offered load = arrival_rps x service_s).
     slack_s: equally likely per-request wait budgets, seconds: TTFT target minus each
         request class's own service time (only classes that can meet the target).
+    classes: optional (share of requests, arrival rate in requests/s) parts of the
+        interval with their own rates (planner.burst: a burst and the rest); each is
+        a stationary M/G/c at its rate, a part at or above saturation meets nothing.
+        None: one part at arrival_rps.
     With the Allen-Cunneen tail P(W > t) = C exp(-(c - a) t / (g S)), the share
-    meeting the target is mean_i(1 - C exp(-(c - a) slack_i / (g S))). With one
-    slack this is the classic "S + Wq_share <= target". Utilisation stays within
-    the cap either way. Returns the count and its queue numbers (utilisation,
-    P(wait), mean and `share`-quantile waits in ms, predicted share met).
+    meeting the target is mean_i(1 - C exp(-(c - a) slack_i / (g S))), weighted over
+    the parts. With one slack and one part this is the classic "S + Wq_share <=
+    target". Utilisation at the mean rate stays within the cap either way. Returns
+    the count and its queue numbers (utilisation, P(wait), mean and `share`-quantile
+    waits in ms of the busiest part, predicted share met).
     """
     slack = np.asarray(slack_s, dtype=float)
     if slack.size == 0 or np.any(slack < 0):
         raise ValueError(f"sizing: slack_s must be non-empty and >= 0, got {slack.tolist()}")
+    parts = [(1.0, arrival_rps)] if classes is None else [(w, r) for w, r in classes if w > 0]
+    if not parts or any(r < 0 for _, r in parts):
+        raise ValueError(f"sizing: classes must hold (share > 0, rate >= 0) pairs, got {classes!r}")
     a = arrival_rps * service_s
+    loads = [r * service_s for _, r in parts]
+    weights = [w / sum(w for w, _ in parts) for w, _ in parts]
+    busiest = int(np.argmax(loads))
     c_min = max(1, ceil_replicas(a / max_utilization_frac))
-    b = 1.0
+    b = [1.0] * len(parts)
     for c in range(1, MAX_REPLICAS_SEARCH + 1):
-        b = a * b / (c + a * b)  # Erlang B(c, a), incrementally
+        for j, load in enumerate(loads):
+            b[j] = load * b[j] / (c + load * b[j])  # Erlang B(c, load), incrementally
         if c < c_min or a >= c:
             continue
-        p_wait = c * b / (c - a * (1.0 - b))
-        scale = variability * service_s / (c - a)
-        if variability <= 0 or a <= 0:
-            met = 1.0
-        else:
-            met = float(np.mean(1.0 - p_wait * np.exp(-slack / scale)))
+        met = 0.0
+        queue: dict[str, float] = {}
+        for j, load in enumerate(loads):
+            if load >= c:
+                part_met, p_wait, scale = 0.0, 1.0, math.inf
+            else:
+                p_wait = c * b[j] / (c - load * (1.0 - b[j])) if load > 0 else 0.0
+                scale = variability * service_s / (c - load)
+                part_met = 1.0 if (variability <= 0 or load <= 0) else float(np.mean(1.0 - p_wait * np.exp(-slack / scale)))
+            met += weights[j] * part_met
+            if j == busiest:
+                queue = {"p_wait_frac": p_wait, "scale_s": scale}
         if met >= share - 1e-12:
-            wait_q = 0.0 if (variability <= 0 or p_wait <= 1.0 - share) else scale * math.log(p_wait / (1.0 - share))
+            p_wait, scale = queue["p_wait_frac"], queue["scale_s"]
+            if not math.isfinite(scale):
+                wait_q = math.inf
+            else:
+                wait_q = 0.0 if (variability <= 0 or p_wait <= 1.0 - share) else scale * math.log(p_wait / (1.0 - share))
             return c, {
                 "utilization_frac": a / c,
+                "peak_utilization_frac": loads[busiest] / c,
                 "p_wait_frac": p_wait,
-                "mean_wait_ms": 1000.0 * p_wait * scale,
+                "mean_wait_ms": 1000.0 * p_wait * scale if math.isfinite(scale) else math.inf,
                 "wait_quantile_ms": 1000.0 * wait_q,
                 "ttft_quantile_ms": 1000.0 * (service_s + wait_q),
                 "ttft_met_frac": met,

@@ -39,6 +39,7 @@ from typing import Literal
 
 import numpy as np
 
+from planner.burst import arrival_classes, history_classes
 from planner.config import SizingConfig, SloTarget
 from planner.profile import DecodeProfile, PrefillProfile
 from planner.queueing import (
@@ -195,14 +196,34 @@ def size_prefill(
         effective_target_s = service_s * (1.0 + cfg.unreachable_slack_frac)
         slack_s = np.array([effective_target_s - service_s])
     g = variability_factor(cfg.prefill_arrival_cv, cfg.prefill_service_cv)
-    replicas, queue = replicas_for_ttft(
-        arrival_rps=rps,
+    queue_kw = dict(
         service_s=service_s,
         slack_s=slack_s,
         share=cfg.ttft_quantile,
         variability=g,
         max_utilization_frac=cfg.prefill_max_utilization_frac,
     )
+    replicas, queue = replicas_for_ttft(arrival_rps=rps, **queue_kw)
+    burst = ""
+    if cfg.burst_basis != "off" and forecast.peak_ratio is not None and forecast.peak_window_s is not None:
+        # A share of each interval's requests arrives in its peak window at several times the
+        # mean rate: the queue those requests meet is the burst's, not the interval mean's.
+        parts, burst_rps, source = _burst_parts(forecast, basis=cfg.burst_basis, rps=rps, interval_s=interval_s)
+        if len(parts) > 1:
+            r_burst, q_burst = replicas_for_ttft(arrival_rps=burst_rps, classes=parts, **queue_kw)
+            share, peak_rps = max(parts, key=lambda p: p[1])
+            numbers.update(
+                peak_ratio=forecast.peak_ratio,
+                peak_window_s=forecast.peak_window_s,
+                burst_share_frac=share,
+                burst_rps=peak_rps,
+                replicas_flat=float(replicas),
+                replicas_for_burst=float(r_burst),
+            )
+            burst = (f"; burst ({source}): {share:.0%} of requests at {peak_rps:.3g} rps in "
+                     f"{forecast.peak_window_s:g} s peaks -> {r_burst} replicas, {replicas} flat")
+            if r_burst >= replicas:
+                replicas, queue = r_burst, q_burst
     numbers.update(queue)
     numbers.update(
         correction_used=corr,
@@ -234,7 +255,27 @@ def size_prefill(
             f"whose prefill fits in it (ISL {isl:.0f}, CV {cfg.isl_cv:g}) with {replicas} replicas at {rps:.3g} rps "
             f"({basis}), utilisation {queue['utilization_frac']:.2f}"
         )
+    msg += burst
     return PoolSizing("prefill", replicas, numbers, msg)
+
+
+def _burst_parts(
+    forecast: Forecast, *, basis: str, rps: float, interval_s: float
+) -> tuple[list[tuple[float, float]], float, str]:
+    """(share, rate) parts of the traffic to size prefill for, their mean rate (rps), and where they came from.
+
+    history: the recent intervals' peak and off-peak parts as they came, each
+    interval weighted by its requests (planner.burst.history_classes); mean /
+    upper: the forecast burst ratio applied to the mean / sized forecast rate.
+    """
+    if basis == "history" and forecast.recent_peaks:
+        parts = list(history_classes(forecast.recent_peaks, window_s=forecast.peak_window_s, interval_s=interval_s))
+        mean_rps = sum(n for n, _ in forecast.recent_peaks) / (len(forecast.recent_peaks) * interval_s)
+        return parts, mean_rps, f"last {len(forecast.recent_peaks)} intervals"
+    base = rps if basis == "upper" else forecast.num_requests / interval_s
+    classes = arrival_classes(rps=base, ratio=forecast.peak_ratio, window_s=forecast.peak_window_s,
+                              interval_s=interval_s)
+    return [(w, r) for w, r, _ in classes], base, f"{forecast.peak_ratio:.2f}x the {basis} forecast"
 
 
 # -- decode --------------------------------------------------------------------

@@ -31,6 +31,10 @@ class LoadHistory:
     avg_isl_tokens / avg_osl_tokens: mean input / output length per interval;
         NaN where the interval had no requests.
     interval_s: the bin width, seconds.
+    peak_rps: optional, per interval: the highest arrival rate over any
+        `peak_window_s` sub-window of it, requests/s (see Observation.peak_rps);
+        NaN where unknown. None: the signal is not collected at all.
+    peak_window_s: the sub-window those peaks were measured over, seconds.
     """
 
     t_s: tuple[float, ...]
@@ -38,10 +42,17 @@ class LoadHistory:
     avg_isl_tokens: tuple[float, ...]
     avg_osl_tokens: tuple[float, ...]
     interval_s: float
+    peak_rps: tuple[float, ...] | None = None
+    peak_window_s: float | None = None
 
     def __post_init__(self) -> None:
         n = len(self.t_s)
-        for name in ("num_requests", "avg_isl_tokens", "avg_osl_tokens"):
+        names = ("num_requests", "avg_isl_tokens", "avg_osl_tokens")
+        if self.peak_rps is not None:
+            names += ("peak_rps",)
+            if not (self.peak_window_s is not None and self.peak_window_s > 0):
+                raise ValueError(f"LoadHistory: peak_rps needs peak_window_s > 0, got {self.peak_window_s!r}")
+        for name in names:
             if len(getattr(self, name)) != n:
                 raise ValueError(
                     f"LoadHistory: {name} has {len(getattr(self, name))} points, t_s has {n}"
@@ -70,6 +81,13 @@ class Observation:
 
     Averages are over the last interval; None means "no data". `stale` lists
     why the data can't be trusted (e.g. "prometheus: newest sample 340 s old").
+
+    peak_rps: the highest arrival rate over any `peak_window_s` sub-window of the
+    interval, requests/s (e.g. max over the interval of a 15 s rate). Bursts
+    shorter than the interval hide in its mean rate; the ratio of the two is
+    the interval's burst ratio (planner.burst). None: not measured, and the
+    planner behaves as without it. `notes` says why a signal that does not
+    make the observation stale was missing.
     """
 
     taken_at_s: float
@@ -82,6 +100,9 @@ class Observation:
     history: LoadHistory | None = None
     pods: tuple[PodMetrics, ...] = ()
     stale_reasons: tuple[str, ...] = ()
+    peak_rps: float | None = None
+    peak_window_s: float | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def is_stale(self) -> bool:
@@ -144,6 +165,13 @@ class Forecast:
     num_requests_p90: float
     predictor: str
     notes: tuple[str, ...] = ()
+    # Sub-interval burstiness expected next interval (planner.burst): the peak
+    # `peak_window_s` arrival rate over the interval's mean rate, >= 1. None: unknown,
+    # sizing treats arrivals as Poisson within the interval.
+    peak_ratio: float | None = None
+    peak_window_s: float | None = None
+    # (requests, peak rps) of the recent intervals that ratio came from, oldest first.
+    recent_peaks: tuple[tuple[float, float], ...] = ()
 
 
 class ReasonCode(str, enum.Enum):

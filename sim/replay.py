@@ -15,6 +15,7 @@ from 0 to the end of the interval in which the last request finished.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -44,10 +45,20 @@ class Scenario:
     router: str = "least-loaded"
     history_intervals: int = 288
     max_drain_s: float = 6 * 3600.0
+    # The frontend's peak arrival rate per interval, as the collect step's default
+    # query reads it: the max over the interval, every peak_step_s, of the rate over
+    # the last peak_window_s. None: not measured (the planner then assumes flat arrivals).
+    peak_window_s: float | None = 15.0
+    peak_step_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
             raise ValueError(f"Scenario: interval_s must be > 0, got {self.interval_s}")
+        if self.peak_window_s is not None and not (0 < self.peak_window_s and 0 < self.peak_step_s <= self.interval_s):
+            raise ValueError(
+                f"Scenario: need peak_window_s > 0 and 0 < peak_step_s <= interval_s, got "
+                f"{self.peak_window_s}, {self.peak_step_s}"
+            )
         if self.history_intervals < 1:
             raise ValueError(f"Scenario: history_intervals must be >= 1, got {self.history_intervals}")
 
@@ -173,7 +184,7 @@ def replay(
     """
     wall0 = time.perf_counter()
     interval = scenario.interval_s
-    first = _first_interval_observation(trace, interval, scenario.sim.startup_s)
+    first = _first_interval_observation(trace, scenario)
     p0, d0 = policy.initial_fleet(first)
     sim = FleetSim(
         trace,
@@ -186,7 +197,8 @@ def replay(
     window_s = getattr(policy, "stabilization_window_s", 0.0)
     log = _DecisionLog(window_s)
     tl = Timeline()
-    hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": []}
+    hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": [], "peak": []}
+    arrivals_s = np.asarray(trace.arrival_s, dtype=float)
     n_total = len(trace)
     last_arrival = trace.duration_s
     policy_wall = 0.0
@@ -200,6 +212,8 @@ def replay(
         hist["n"].append(float(stats.arrivals))
         hist["isl"].append(stats.isl_sum / stats.arrivals if stats.arrivals else math.nan)
         hist["osl"].append(stats.osl_sum / stats.completions if stats.completions else math.nan)
+        peak = peak_rate_rps(arrivals_s, end_s=t, scenario=scenario)
+        hist["peak"].append(math.nan if peak is None else peak)
         h0 = max(0, len(hist["t"]) - scenario.history_intervals)
         history = LoadHistory(
             t_s=tuple(hist["t"][h0:]),
@@ -207,8 +221,11 @@ def replay(
             avg_isl_tokens=tuple(hist["isl"][h0:]),
             avg_osl_tokens=tuple(hist["osl"][h0:]),
             interval_s=interval,
+            peak_rps=None if scenario.peak_window_s is None else tuple(hist["peak"][h0:]),
+            peak_window_s=scenario.peak_window_s,
         )
         obs = interval_observation(stats, taken_at_s=t, interval_s=interval, history=history, pods=pods)
+        obs = dataclasses.replace(obs, peak_rps=peak, peak_window_s=scenario.peak_window_s)
         finished = sim.done
         reason = ""
         if not finished:
@@ -254,6 +271,25 @@ def replay(
     )
 
 
+def peak_rate_rps(arrival_s: np.ndarray, *, end_s: float, scenario: Scenario) -> float | None:
+    """Highest arrival rate over a `peak_window_s` window ending in the interval that ends at end_s, requests/s.
+
+    arrival_s: sorted arrival times, seconds. Window ends every `peak_step_s` in
+    (end_s - interval_s, end_s], each window (end - peak_window_s, end]: what
+    max_over_time(rate(requests_total[window])[interval:step]) reads from the
+    frontend's counter (without Prometheus' extrapolation at window edges).
+    None when the scenario does not measure it.
+    """
+    if scenario.peak_window_s is None:
+        return None
+    steps = max(1, round(scenario.interval_s / scenario.peak_step_s))
+    ends = end_s - scenario.interval_s + scenario.peak_step_s * np.arange(1, steps + 1)
+    counts = np.searchsorted(arrival_s, ends, side="right") - np.searchsorted(
+        arrival_s, ends - scenario.peak_window_s, side="right"
+    )
+    return float(counts.max()) / scenario.peak_window_s
+
+
 def _record(tl: Timeline, t: float, obs: Observation, sim: FleetSim, reason: str) -> None:
     tl.t_s.append(t)
     tl.arrivals.append(_nan_if_none(obs.num_requests))
@@ -270,7 +306,7 @@ def _record(tl: Timeline, t: float, obs: Observation, sim: FleetSim, reason: str
     tl.reasons.append(reason)
 
 
-def _first_interval_observation(trace: Trace, interval_s: float, startup_s: float) -> Observation:
+def _first_interval_observation(trace: Trace, scenario: Scenario) -> Observation:
     """The load a policy's initial fleet must carry, for warm-starting it.
 
     No decision can add a serving worker before interval 1 + ceil(startup/interval),
@@ -282,16 +318,23 @@ def _first_interval_observation(trace: Trace, interval_s: float, startup_s: floa
     """
     from sim.traces import bin_trace
 
+    interval_s, startup_s, peak_window_s = scenario.interval_s, scenario.sim.startup_s, scenario.peak_window_s
     m = max(0, math.ceil(startup_s / interval_s - 1e-9))
     h = bin_trace(trace, bin_s=interval_s, end_s=interval_s * (m + 1))
     i = int(np.argmax(h.num_requests))
     n = h.num_requests[i]
     isl = h.avg_isl_tokens[i]
     osl = h.avg_osl_tokens[i]
+    peak = None
+    if peak_window_s is not None:
+        peak = peak_rate_rps(np.asarray(trace.arrival_s, dtype=float), end_s=float(h.t_s[i]), scenario=scenario)
     first = LoadHistory(
-        t_s=(h.t_s[i],), num_requests=(n,), avg_isl_tokens=(isl,), avg_osl_tokens=(osl,), interval_s=interval_s
+        t_s=(h.t_s[i],), num_requests=(n,), avg_isl_tokens=(isl,), avg_osl_tokens=(osl,), interval_s=interval_s,
+        peak_rps=None if peak is None else (peak,), peak_window_s=peak_window_s,
     )
     return Observation(
+        peak_rps=peak,
+        peak_window_s=peak_window_s,
         taken_at_s=0.0,
         interval_s=interval_s,
         num_requests=n,

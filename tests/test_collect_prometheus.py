@@ -80,8 +80,30 @@ def collect_data(prometheus_server: PrometheusServer) -> PrometheusServer:
                              intervals=[FrontendInterval(50, 0.1, 0.01, 500, 100)] * 2)
     write_gauge(w, name="vllm:kv_cache_usage_perc", labels={"namespace": "collect-pct", "pod": "x-decode-1"},
                 points=[(END_S, 57.0)])
+    write_burst_counter(w, labels={"namespace": "collect-burst"})
     prometheus_server.backfill(w.render())
     return prometheus_server
+
+
+def write_burst_counter(w: OpenMetricsWriter, *, labels: dict) -> None:
+    """Requests counter scraped every 5 s over the two intervals before END_S.
+
+    Interval 0 (END_S-120..END_S-60): 60 requests, +5 every 5 s (1 rps flat).
+    Interval 1 (END_S-60..END_S): 150 requests, 120 of them in its first 15 s
+    (+40 every 5 s: 8 rps), the other 30 spread over the last 45 s.
+    """
+    start_s = END_S - 2 * INTERVAL_S
+    total = 0.0
+    points = [(start_s, total)]
+    for j in range(1, 13):
+        total += 5.0
+        points.append((start_s + 5 * j, total))
+    for j in range(1, 13):
+        total += 40.0 if j <= 3 else 30.0 / 9
+        points.append((END_S - INTERVAL_S + 5 * j, total))
+    for t_s, value in points:
+        w.sample(family="dynamo_frontend_requests", kind="counter", name="dynamo_frontend_requests_total",
+                 labels=labels, value=value, t_s=t_s)
 
 
 def collector(server: PrometheusServer, namespace: str, **overrides) -> PrometheusCollector:
@@ -260,3 +282,46 @@ def test_live_scrape_end_to_end(prometheus_server, live_exporter):
     assert obs.avg_ttft_ms == pytest.approx(350.0, rel=1e-6)
     assert obs.num_requests > 0
     assert not any("newest frontend sample" in r for r in obs.stale_reasons)
+
+
+def test_peak_rate_of_a_burst_and_its_history(collect_data):
+    obs = collector(collect_data, "collect-burst").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=2)
+
+    assert obs.num_requests == pytest.approx(150.0, rel=1e-9)        # 120 + 30
+    # the 15 s window over the burst: 120 requests / 15 s = 8 rps, 3.2x the mean 150/60 = 2.5 rps
+    assert obs.peak_rps == pytest.approx(8.0, rel=1e-9)
+    assert obs.peak_window_s == 15.0
+    assert obs.notes == ()
+    h = obs.history
+    assert h.num_requests == pytest.approx([60.0, 150.0], rel=1e-9)
+    # interval 0 is flat: every full window inside it reads 5 requests / 5 s = 1 rps
+    assert h.peak_rps == pytest.approx([1.0, 8.0], rel=1e-9)
+    assert h.peak_window_s == 15.0
+
+
+def test_missing_peak_rate_is_a_note_not_stale(collect_data):
+    # A 2 s window holds at most one 5 s scrape: rate() has nothing to say.
+    obs = collector(collect_data, "collect-burst", peak_window_s=2.0).collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=2)
+
+    assert obs.peak_rps is None
+    assert any("peak_rps" in n and "no value" in n for n in obs.notes)
+    assert not any("peak_rps" in r for r in obs.stale_reasons)
+    assert obs.num_requests == pytest.approx(150.0, rel=1e-9)
+    assert all(math.isnan(p) for p in obs.history.peak_rps)
+
+
+def test_peak_rate_query_can_be_switched_off(collect_data):
+    obs = collector(collect_data, "collect-burst", queries=QueryTemplates(peak_rps="")).collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=2)
+
+    assert obs.peak_rps is None and obs.peak_window_s is None
+    assert obs.history.peak_rps is None
+    assert any("queries.peak_rps is empty" in n for n in obs.notes)
+
+
+def test_peak_rate_query_renders_window_and_step(collect_data):
+    c = collector(collect_data, "collect-burst", peak_window_s=30.0, peak_step_s=10.0)
+    assert c.render("peak_rps", interval_s=60.0) == (
+        'max_over_time(sum(rate(dynamo_frontend_requests_total{namespace="collect-burst"}[30s]))[60s:10s])'
+    )

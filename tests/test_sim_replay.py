@@ -251,3 +251,36 @@ def test_dynamo_peer_is_optional(tables, cfg, profile, conv):
     result = replay(trace, tables, peer, scenario=Scenario())
     assert result.timeline.reasons[1].startswith("dynamo-peer: predicted")
     assert np.isfinite(result.requests.finish_s).all()
+
+
+@pytest.mark.parametrize("arrivals, end_s, expected", [
+    # windows (end - 15, end] for end = 5, 10, ..., 60: the first holds 0.5, 1, 1.5 -> 3 / 15 s
+    pytest.param([0.5, 1.0, 1.5, 20.0, 21.0], 60.0, 3 / 15, id="3 arrivals in one 15 s window = 0.2 rps"),
+    pytest.param([50.0 + 0.1 * i for i in range(30)], 60.0, 30 / 15, id="30 in 3 s = 2 rps over 15 s"),
+    # interval 2 (60..120]: its first window (50, 65] reaches back into interval 1
+    pytest.param([55.0, 56.0, 61.0, 100.0], 120.0, 3 / 15, id="windows reach back across the boundary"),
+    pytest.param([], 60.0, 0.0, id="no arrivals: 0"),
+])
+def test_peak_rate_is_the_busiest_window(arrivals, end_s, expected):
+    from sim.replay import peak_rate_rps
+
+    got = peak_rate_rps(np.asarray(arrivals, dtype=float), end_s=end_s, scenario=Scenario(interval_s=60))
+    assert got == pytest.approx(expected)
+
+
+def test_replay_observations_carry_the_peak_rate(tables, conv):
+    from sim.replay import peak_rate_rps
+
+    trace = time_window(conv, 0, 300)
+    rec = _Recorder()
+    replay(trace, tables, rec, scenario=Scenario(interval_s=60))
+    third = rec.seen[2].observation
+    assert third.peak_window_s == 15.0
+    assert third.peak_rps == pytest.approx(peak_rate_rps(np.asarray(trace.arrival_s), end_s=180.0,
+                                                         scenario=Scenario(interval_s=60)))
+    assert third.peak_rps >= third.num_requests / 60.0  # the busiest 15 s is at least as busy as the minute
+    assert len(third.history.peak_rps) == 3 and third.history.peak_rps[-1] == third.peak_rps
+    assert rec.first.peak_rps is not None  # the warm start sees it too
+    off = _Recorder()
+    replay(trace, tables, off, scenario=Scenario(interval_s=60, peak_window_s=None))
+    assert off.seen[2].observation.peak_rps is None and off.seen[2].observation.history.peak_rps is None
