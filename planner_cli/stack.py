@@ -4,7 +4,7 @@
 data in the state folder (default `.stack/`):
 
 - etcd (Debian etcd-server): the virtual connector's keys
-- the routing service (`sla-planner router`), models persisted in the state folder
+- the routing service (`sla-planner router`), models and training samples persisted in the state folder
 - the simulated fleet (`python -m sim.live`) replaying a real trace in wall-clock
   time: Dynamo/vLLM metrics on /metrics, routing through the routing service,
   scaling to the planner's etcd decisions after the startup delay
@@ -313,6 +313,8 @@ def _write_router_config(opts: StackOptions, state_dir: Path) -> Path:
     data = yaml.safe_load(ROUTER_TEMPLATE.read_text()) or {}
     data["profile_dir"] = str(DEFAULT_PROFILE)
     data.setdefault("models", {})["dir"] = str(state_dir / "router-models")
+    # Training samples survive a router restart, as models do.
+    data.setdefault("samples", {})["path"] = str(state_dir / "router-samples.sqlite")
     data.setdefault("auth", {})["token_env"] = TOKEN_ENV
     path = state_dir / "routing.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -115,15 +115,21 @@ def test_etcd_restart_loses_or_duplicates_no_decision(stack):
     _assert_decisions_consistent(stack)
 
 
-def test_router_restart_keeps_serving_the_published_model(stack):
+def test_router_restart_keeps_serving_the_published_model_and_the_samples(stack):
     version = _publish_model(stack)
     stack.wait_for(lambda: stack.fleet()["router"]["model_versions"].get(version, 0) > 0, timeout_s=30,
                    what=f"requests routed with model {version}")
+    samples_before = stack.router("GET", "/v1/samples?limit=1", admin=True)["stats"]
+    assert samples_before["stored"] > 0, samples_before
     stack.stop("router")
     time.sleep(3.0)
     fallbacks_down = sum(stack.fleet()["router"]["fallbacks"].values())
     stack.start("router")
     assert stack.router("GET", "/v1/models")["active"] == version, "the restarted router lost the published model"
+    # The training samples persist too (samples.path in the stack's state folder).
+    samples_after = stack.router("GET", "/v1/samples?limit=1", admin=True)["stats"]
+    assert samples_after["last_seq"] >= samples_before["last_seq"], (samples_before, samples_after)
+    assert samples_after["stored"] >= samples_before["stored"], (samples_before, samples_after)
     served_at_restart = stack.fleet()["router"]["model_versions"].get(version, 0)
     stack.wait_for(lambda: stack.fleet()["router"]["model_versions"].get(version, 0) > served_at_restart + 20,
                    timeout_s=60, what=f"requests routed with model {version} after the restart")
