@@ -23,8 +23,9 @@
    per routed request (from /proc), the load generator's own CPU per request
    (it shares the machine), and the machine's load average.
 3. The same route + batched-completion calls made in-process on the ASGI app
-   (no server, no sockets), CPU time over the batch: the service's own cost,
-   so the difference to 2 is uvicorn, the event loop and the sockets.
+   (no server, no sockets), CPU time over the batch, and once more on the
+   service object alone: the differences are the HTTP layer's share. The
+   server's CPU for calls that do no routing (404s) gives the HTTP floor.
 
 Writes benchmarks/results/routing.json and prints a markdown table.
 Run: .venv/bin/python benchmarks/bench_routing.py [--http-seconds 60] [--http-rps 500]
@@ -260,6 +261,13 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
             result = json.loads(out.read_text())
             server_cpu_s = _cpu_seconds(server.pid) - cpu0
             health = httpx.get(f"{url}/healthz", timeout=5).json()
+            # The HTTP floor: a call through the same server, guard, validation and
+            # error answer that does no routing work (a 404 for an unknown request).
+            with httpx.Client(base_url=url, timeout=5) as client:
+                probe_calls, cpu1 = 2000, _cpu_seconds(server.pid)
+                for _ in range(probe_calls):
+                    client.post("/v1/requests/no-such-request/first_token", json={})
+                floor_cpu_s = _cpu_seconds(server.pid) - cpu1
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -274,6 +282,7 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
         # Per routed request, its share of the batched completion calls included.
         "server_cpu_ms_per_route": round(server_cpu_s / result["route_requests"] * 1e3, 3)
         if result["route_requests"] else None,
+        "server_cpu_ms_per_404_call": round(floor_cpu_s / probe_calls * 1e3, 3),
         "load_avg_1m_before": round(load0[0], 2),
         "load_avg_1m_after": round(load1[0], 2),
         "load_avg_5m_before": round(load0[1], 2),
@@ -294,6 +303,7 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
 
     from routing.app import create_app
     from routing.config import RouterConfig
+    from routing.picker import RouteRequest
     from routing.registry import Endpoint
 
     cfg = RouterConfig.model_validate({"profile_dir": str(PROFILE_DIR), "seed": 0, "picker": PICKER})
@@ -341,6 +351,18 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
                 events += 1
         return events
 
+    def direct(n: int, first: int) -> None:
+        # The service alone: the same route and completion calls without HTTP or ASGI.
+        due: list[str] = []
+        for i in range(first, first + n):
+            req = RouteRequest(request_id=f"svc-{i}", input_tokens=int(min(rng.lognormal(7.0, 0.8), 16000)),
+                               ttft_slo_ms=SLO["ttft_ms"], tpot_slo_ms=SLO["tpot_ms"], prefix_cache_hit_frac=0.2,
+                               critical=True)
+            svc.route(req)
+            due.append(req.request_id)
+            if len(due) > 400:
+                svc.completed(due.pop(0), output_tokens=100, observed_ttft_ms=120.0, observed_tpot_ms=9.0)
+
     async def main() -> dict:
         await run(1000, 0)  # warm-up and steady state, not counted
         gc.collect()
@@ -348,9 +370,13 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
         c0 = time.process_time()
         events = await run(routes, 1000)
         cpu_s = time.process_time() - c0
+        c0 = time.process_time()
+        direct(routes, 0)
+        svc_cpu_s = time.process_time() - c0
         return {"routes": routes, "events_calls": events, "statuses": dict(statuses),
                 "cpu_ms_per_route": round(cpu_s / routes * 1e3, 3),
-                "cpu_ms_per_call": round(cpu_s / (routes + events) * 1e3, 3)}
+                "cpu_ms_per_call": round(cpu_s / (routes + events) * 1e3, 3),
+                "service_only_cpu_ms_per_route": round(svc_cpu_s / routes * 1e3, 3)}
 
     load0 = os.getloadavg()[0]
     out = asyncio.run(main())
@@ -611,6 +637,10 @@ def markdown(result: dict) -> str:
                   f"| server CPU per routed request (its completion included) | {h['server_cpu_ms_per_route']} ms |",
                   f"| same calls in-process (ASGI app, no server or sockets) | "
                   f"{(result.get('asgi_in_process') or {}).get('cpu_ms_per_route')} ms |",
+                  f"| same calls on the service object (no HTTP layer at all) | "
+                  f"{(result.get('asgi_in_process') or {}).get('service_only_cpu_ms_per_route')} ms |",
+                  f"| server CPU per call that does no routing (404, same server) | "
+                  f"{h['server_cpu_ms_per_404_call']} ms |",
                   f"| load generator CPU per request ({h['client'].split(',')[0]}) | "
                   f"{h['generator_cpu_ms_per_route']} ms |",
                   f"| machine load average (1 min) before / after | {h['load_avg_1m_before']} / "
