@@ -345,7 +345,7 @@ ABLATION = {
                                                      "correction": {"burst_aware": False}},
     "burst ratio x mean forecast": {"sizing": {"burst_basis": "mean"}},
     "burst ratio x upper forecast": {"sizing": {"burst_basis": "upper"}},
-    "burst lookback 10 intervals": {"predictor": {"burst_lookback_intervals": 10}},
+    "burst lookback 5 intervals": {"predictor": {"burst_lookback_intervals": 5}},
 }
 
 
@@ -395,7 +395,7 @@ def merge(parts: list[str]) -> dict:
     """Combine control-quality result files (same traces, same seeds) into one table.
 
     Rows of a trace from every part are put together, a later part's row replacing an
-    earlier one of the same policy; the oracle gives every row its GPU-hours ratio.
+    earlier one of the same policy in its place; the oracle gives every row its GPU-hours ratio.
     """
     merged: dict[str, dict] = {}
     meta = None
@@ -406,8 +406,10 @@ def merge(parts: list[str]) -> dict:
             slot = merged.setdefault(t["trace"], {k: v for k, v in t.items() if k != "rows"} | {"rows": []})
             if "oracle_attainment" in t:
                 slot.update({k: v for k, v in t.items() if k != "rows"})
-            names = {r.get("policy") for r in t["rows"]}
-            slot["rows"] = [r for r in slot["rows"] if r.get("policy") not in names] + t["rows"]
+            # A later part's row replaces an earlier one in its place; new policies go last.
+            new = {r.get("policy"): r for r in t["rows"]}
+            kept = [new.pop(r.get("policy"), r) for r in slot["rows"]]
+            slot["rows"] = kept + list(new.values())
     for t in merged.values():
         oracle = next((r for r in t["rows"] if r.get("policy") == "oracle"), None)
         for r in t["rows"]:
