@@ -25,7 +25,8 @@
 3. The same route + batched-completion calls made in-process on the ASGI app
    (no server, no sockets), CPU time over the batch, and once more on the
    service object alone: the differences are the HTTP layer's share. The
-   server's CPU for calls that do no routing (404s) gives the HTTP floor.
+   server's CPU for calls that do no routing (404s) gives the HTTP floor, and
+   the in-process calls with 1 ms of idle between them what waking up costs.
 
 Writes benchmarks/results/routing.json and prints a markdown table.
 Run: .venv/bin/python benchmarks/bench_routing.py [--http-seconds 60] [--http-rps 500]
@@ -335,7 +336,7 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
         await app(scope, receive, send)
         statuses[str(started["status"])] = statuses.get(str(started["status"]), 0) + 1
 
-    async def run(n: int, first: int) -> int:
+    async def run(n: int, first: int, *, idle_s: float = 0.0) -> int:
         due: list[str] = []
         events = 0
         for i in range(first, first + n):
@@ -343,6 +344,8 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
             await call("/v1/route", {"request_id": rid, "input_tokens": int(min(rng.lognormal(7.0, 0.8), 16000)),
                                      "slo": SLO, "prefix_cache_hit_frac": 0.2, "critical": True})
             due.append(rid)
+            if idle_s:
+                await asyncio.sleep(idle_s)
             if len(due) >= 400 and i % 25 == 0:  # about 0.8 s of traffic at 500 req/s in flight
                 batch, due = due[:25], due[25:]
                 await call("/v1/requests/events", {"events": [
@@ -373,10 +376,17 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
         c0 = time.process_time()
         direct(routes, 0)
         svc_cpu_s = time.process_time() - c0
+        # The same calls with the process idle 1 ms between them, as a server is
+        # between requests: what waking up costs (caches, the VM's idle exits).
+        idle_routes = routes // 2
+        c0 = time.process_time()
+        await run(idle_routes, 1000 + routes, idle_s=0.001)
+        idle_cpu_s = time.process_time() - c0
         return {"routes": routes, "events_calls": events, "statuses": dict(statuses),
                 "cpu_ms_per_route": round(cpu_s / routes * 1e3, 3),
                 "cpu_ms_per_call": round(cpu_s / (routes + events) * 1e3, 3),
-                "service_only_cpu_ms_per_route": round(svc_cpu_s / routes * 1e3, 3)}
+                "service_only_cpu_ms_per_route": round(svc_cpu_s / routes * 1e3, 3),
+                "cpu_ms_per_route_idle_1ms_between": round(idle_cpu_s / idle_routes * 1e3, 3)}
 
     load0 = os.getloadavg()[0]
     out = asyncio.run(main())
@@ -639,6 +649,8 @@ def markdown(result: dict) -> str:
                   f"{(result.get('asgi_in_process') or {}).get('cpu_ms_per_route')} ms |",
                   f"| same calls on the service object (no HTTP layer at all) | "
                   f"{(result.get('asgi_in_process') or {}).get('service_only_cpu_ms_per_route')} ms |",
+                  f"| in-process ASGI calls with the process idle 1 ms between them | "
+                  f"{(result.get('asgi_in_process') or {}).get('cpu_ms_per_route_idle_1ms_between')} ms |",
                   f"| server CPU per call that does no routing (404, same server) | "
                   f"{h['server_cpu_ms_per_404_call']} ms |",
                   f"| load generator CPU per request ({h['client'].split(',')[0]}) | "
