@@ -42,6 +42,10 @@ def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run
     row("collect", "avg TTFT / ITL ms", f"{_fmt(obs.avg_ttft_ms, 1)} / {_fmt(obs.avg_itl_ms, 2)}")
     row("collect", "history points", str(len(obs.history) if obs.history is not None else 0), stale or "fresh")
     row("collect", "pods reporting", str(len(obs.pods)))
+    if obs.peak_rps is not None or obs.notes:
+        peak = "n/a" if obs.peak_rps is None else f"{obs.peak_rps:.2f} req/s"
+        window = f"busiest {obs.peak_window_s:.0f} s window" if obs.peak_window_s else "not measured"
+        row("collect", "peak arrival rate", peak, "; ".join((window, *obs.notes)))
     row("correct", "prefill / decode factor", f"{corr.prefill:.3f} / {corr.decode:.3f}",
         ("enabled" if corr.enabled else "disabled") + ("; " + "; ".join(corr.notes) if corr.notes else ""))
     if fc is None:
@@ -51,6 +55,11 @@ def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run
             f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}",
             fc.predictor + ("; " + "; ".join(fc.notes) if fc.notes else ""))
         row("predict", "ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}")
+        if fc.peak_ratio is not None:
+            recent = ", ".join(f"{n:.0f} req peak {p:.2f}/s" for n, p in fc.recent_peaks)
+            row("predict", "burst ratio next interval", f"{fc.peak_ratio:.2f}",
+                f"peak {fc.peak_window_s or 0:.0f} s rate over the mean rate"
+                + (f"; from {recent}" if recent else ""))
     for pool in POOLS:
         sizing = result.sizing.get(pool)
         if sizing is not None:

@@ -154,3 +154,21 @@ def test_prometheus_unreachable_fails_visibly_and_applies_nothing(prefect_harnes
     # Nothing applied: the local fleet file holds no decision.
     fleet = tmp_path / "fleet.json"
     assert not fleet.exists() or '"decision_id": null' in fleet.read_text() or "decision_id" not in fleet.read_text()
+
+
+def test_decision_table_shows_the_burst_signal(prefect_harness, run_config):
+    import dataclasses
+
+    from flows.planner_flow import planner_flow
+
+    # 600 requests in 60 s is 10 req/s on average; the busiest 15 s ran at 30 req/s.
+    obs = _observation(requests=600.0)
+    hist = dataclasses.replace(obs.history, peak_rps=(10.0,) * (len(obs.history.t_s) - 1) + (30.0,),
+                               peak_window_s=15.0)
+    obs = dataclasses.replace(obs, history=hist, peak_rps=30.0, peak_window_s=15.0)
+    planner_flow(config=run_config, observation=obs, dry_run=True, now_s=1800.0)
+    newest = max(_artifact(artifact_key("decision", "test-ns")), key=lambda a: a.created)
+    rows = {r["item"]: r for r in json.loads(newest.data)}
+    assert rows["peak arrival rate"]["value"] == "30.00 req/s"
+    assert "busiest 15 s window" in rows["peak arrival rate"]["detail"]
+    assert float(rows["burst ratio next interval"]["value"]) > 1.0
