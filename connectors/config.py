@@ -218,7 +218,9 @@ class KubernetesConnectorConfig(_Strict):
         description="entries kept in each history (applied decisions; run recommendations for stabilization)",
     )
     history_max_age_s: float = Field(
-        3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"
+        3600.0, gt=0,
+        description="recommendations replaced longer ago than this are dropped (the one in effect is always kept), s "
+        "(keep >= the stabilization window)",
     )
 
 
