@@ -103,6 +103,8 @@ for _v, _sets in FEATURE_SETS.items():
 _COLUMN = {name: j for j, name in enumerate(TPOT_FEATURES)}
 _ROLE_COL = _COLUMN["role_prefill"]
 _TOKENS_GENERATED_COL = _COLUMN["tokens_generated"]
+# view_feature_matrix copies a registry view's block into columns 2.. in one go.
+assert LOAD_FIELDS[:2] == ("input_tokens", "prefix_cache_hit_frac") and _ROLE_COL == 2 + len(ENDPOINT_FIELDS)
 
 
 def columns_of(names: Sequence[str], target: Target) -> np.ndarray:
@@ -149,8 +151,23 @@ def view_feature_matrix(target: Target, view, *, input_tokens, prefix_cache_hit_
     """feature_matrix for the endpoints of a registry EndpointView (ENDPOINT_FIELDS read by name).
 
     The picker and the service call this, so a new endpoint feature needs no
-    change at their call sites.
+    change at their call sites. A view from the registry carries its endpoint
+    and role columns as one block (ENDPOINT_FIELDS + ROLE_FEATURES), copied in
+    one operation: this runs twice per routed request. Same values and errors
+    as feature_matrix.
     """
+    block = getattr(view, "block", None)
+    if block is not None and target in FEATURES and np.ndim(input_tokens) == 0 and np.ndim(tokens_generated) == 0:
+        n = block.shape[1]
+        if np.ndim(prefix_cache_hit_frac) == 0 or np.shape(prefix_cache_hit_frac) == (n,):
+            out = np.empty((n, len(FEATURES[target])), dtype=float)
+            out[:, 0] = input_tokens
+            out[:, 1] = prefix_cache_hit_frac
+            out[:, 2 : _ROLE_COL + 3] = block.T
+            if target == "tpot":
+                out[:, _TOKENS_GENERATED_COL] = tokens_generated
+            _check_finite(out, FEATURES[target])
+            return out
     return feature_matrix(
         target, role=view.role_code, tokens_generated=tokens_generated, input_tokens=input_tokens,
         prefix_cache_hit_frac=prefix_cache_hit_frac, **{f: getattr(view, f) for f in ENDPOINT_FIELDS},

@@ -327,7 +327,8 @@ class Picker:
             score = pred_ttft + pred_tpot * osl
         return _Stage(
             reg=reg, idx=idx, view=view, hit=hit, pred_ttft=pred_ttft, pred_tpot=pred_tpot, h_ttft=h_ttft, h_tpot=h_tpot,
-            valid=_per_endpoint(valid, n).astype(bool), positive=_per_endpoint(positive, n).astype(bool),
+            valid=_per_endpoint(valid, n).astype(bool, copy=False),
+            positive=_per_endpoint(positive, n).astype(bool, copy=False),
             blended=_per_endpoint(a * r_ttft + (1 - a) * r_tpot, n),
             binding=_per_endpoint(np.minimum(r_ttft, r_tpot), n), cost=cost, depth=depth,
             score=score,
@@ -471,6 +472,9 @@ def _per_endpoint(x, n: int) -> np.ndarray:
 
 def _margin_ms(strict, margin_frac: float):
     """Headroom an endpoint needs, ms: margin_frac of each finite SLO, 0 where none constrains (inf)."""
+    if np.ndim(strict) == 0:  # the request's own SLO (decode TTFT, prefill TPOT): no array needed
+        strict = float(strict)
+        return strict * margin_frac if np.isfinite(strict) else 0.0
     strict = np.asarray(strict, dtype=float)
     finite = np.isfinite(strict)
     return np.where(finite, strict, 0.0) * margin_frac

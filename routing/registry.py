@@ -29,13 +29,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from routing.features import RAW_FIELDS, ROLE_CODE, ROLES, Role, Target, view_raw_features
+from routing.features import ENDPOINT_FIELDS, RAW_FIELDS, ROLE_CODE, ROLE_FEATURES, ROLES, Role, Target, view_raw_features
 from routing.topology import MISSING
 
 # Columns of the load matrix.
 (ROLE, KV_M, WAIT_M, RUN_M, M_AT, LC_RUN, LC_WAIT, PREFILL_TIF, DECODE_TIF, MAX_KV, MIN_TTFT, MIN_TPOT,
  BATCH_TIF, BATCH_AT) = range(14)
 _N_COLS = 14
+# Columns of EndpointView.block: the endpoint's feature columns in feature order.
+BLOCK_FIELDS: tuple[str, ...] = ENDPOINT_FIELDS + ROLE_FEATURES
+assert BLOCK_FIELDS[:8] == (
+    "kv_usage_frac", "waiting_requests", "running_requests", "prefill_tokens_in_flight", "decode_tokens_in_flight",
+    "prefill_batch_tokens", "prefill_batch_elapsed_ms", "prefill_queued_tokens",
+) and len(BLOCK_FIELDS) == 11, "EndpointView.block columns must follow routing.features.ENDPOINT_FIELDS"
+_ROLE_CODES = np.arange(len(ROLES), dtype=float)
 
 
 class RegistryError(ValueError):
@@ -113,6 +120,10 @@ class EndpointView(NamedTuple):
     min_ttft_slo_ms: np.ndarray  # inf when nothing awaits a first token there
     min_tpot_slo_ms: np.ndarray  # inf when nothing decodes there
     idle: np.ndarray  # nothing in flight (lifecycle) and no running requests (metrics)
+    # (11, n) float: the ENDPOINT_FIELDS arrays above as rows, then the role
+    # one-hot (BLOCK_FIELDS); routing.features copies it into a feature
+    # matrix in one operation. None in views built by hand.
+    block: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -296,32 +307,41 @@ class EndpointRegistry:
         # Token sums go up and down by fractional amounts (prefix hits): keep
         # float round-off (-1e-12) from showing up as negative load.
         np.maximum(rows[:, LC_RUN : DECODE_TIF + 1], 0.0, out=rows[:, LC_RUN : DECODE_TIF + 1])
-        batch = np.clip(rows[:, BATCH_TIF], 0.0, rows[:, PREFILL_TIF])
+        prefill_tif, decode_tif = rows[:, PREFILL_TIF], rows[:, DECODE_TIF]
+        batch = np.clip(rows[:, BATCH_TIF], 0.0, prefill_tif)
         # BATCH_AT is +inf while nothing awaits a first token: elapsed 0.
         elapsed_ms = np.maximum(now_s - rows[:, BATCH_AT], 0.0) * 1e3
         fresh = rows[:, M_AT] >= now_s - self.metrics_max_age_s
         role = rows[:, ROLE]
-        held = np.where(role == ROLE_CODE["prefill"], rows[:, PREFILL_TIF], rows[:, DECODE_TIF])
+        held = np.where(role == ROLE_CODE["prefill"], prefill_tif, decode_tif)
         kv = np.minimum(held / rows[:, MAX_KV], 1.0)
         running, waiting = rows[:, LC_RUN], rows[:, LC_WAIT]
         if fresh.any():  # otherwise (lifecycle only) skip three selects
             kv = np.where(fresh, rows[:, KV_M], kv)
             running = np.where(fresh, rows[:, RUN_M], running)
             waiting = np.where(fresh, rows[:, WAIT_M], waiting)
+        queued = prefill_tif - batch
+        # The feature columns as the rows of one block (BLOCK_FIELDS): the
+        # feature matrix copies them in one operation, not column by column.
+        block = np.empty((len(BLOCK_FIELDS), idx.size))
+        for j, col in enumerate((kv, waiting, running, prefill_tif, decode_tif, batch, elapsed_ms, queued)):
+            block[j] = col
+        np.equal(role, _ROLE_CODES[:, None], out=block[8:], casting="unsafe")
         return EndpointView(
             idx=idx,
             role_code=role.astype(np.int64),
             kv_usage_frac=kv,
             waiting_requests=waiting,
             running_requests=running,
-            prefill_tokens_in_flight=rows[:, PREFILL_TIF],
-            decode_tokens_in_flight=rows[:, DECODE_TIF],
+            prefill_tokens_in_flight=prefill_tif,
+            decode_tokens_in_flight=decode_tif,
             prefill_batch_tokens=batch,
             prefill_batch_elapsed_ms=elapsed_ms,
-            prefill_queued_tokens=rows[:, PREFILL_TIF] - batch,
+            prefill_queued_tokens=queued,
             min_ttft_slo_ms=rows[:, MIN_TTFT],
             min_tpot_slo_ms=rows[:, MIN_TPOT],
             idle=(rows[:, LC_RUN] == 0) & (running == 0),
+            block=block,
         )
 
     def max_kv_tokens(self, idx: np.ndarray) -> np.ndarray:

@@ -277,3 +277,114 @@ def test_model_store_restores_an_old_feature_set_document(tmp_path):
     restored = ModelStore(directory=tmp_path).active
     assert restored.version == "pre-upgrade" and restored.feature_set == 1
     assert restored.predict("ttft", np.ones((2, len(FEATURES["ttft"])))).tolist() == [7.0, 7.0]
+
+
+def _forest(max_leaf_nodes: int, *, max_iter: int, seed: int = 0):
+    x, y = _data(n=4000, seed=seed)
+    with threadpool_limits(1):
+        est = HistGradientBoostingRegressor(max_iter=max_iter, max_leaf_nodes=max_leaf_nodes, min_samples_leaf=2,
+                                            early_stopping=False, random_state=0).fit(x, y)
+    reg = export_hist_gradient_boosting(est)
+    doc = model_document(version="v", ttft_mean=reg, tpot_mean=linear("tpot", 1.0))
+    return est, reg, parse_model_document(json.loads(json.dumps(doc)))
+
+
+def _walk(reg: dict, x: np.ndarray) -> np.ndarray:
+    """The documented semantics, one row and one tree at a time: left when x <= threshold (NaN: right)."""
+    out = []
+    for row in x:
+        raw = reg["baseline"]
+        for t in reg["trees"]:
+            node = 0
+            while not t["is_leaf"][node]:
+                node = t["left"][node] if row[t["feature"][node]] <= t["threshold"][node] else t["right"][node]
+            raw += t["value"][node]
+        out.append(raw)
+    return np.maximum(np.array(out), 0.0)
+
+
+def _rows(reg: dict, n: int, *, seed: int) -> np.ndarray:
+    """Random rows: some columns shared by every row (as the request's own size is in a pick), some values
+    exactly on split thresholds, the rest uniform over the training range."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1000, (n, len(FEATURES["ttft"])))
+    x[:, 0] = x[0, 0]
+    x[:, 1] = rng.choice([0.0, 250.0])
+    thr = [(t["feature"][i], t["threshold"][i]) for t in reg["trees"] for i in range(len(t["is_leaf"]))
+           if not t["is_leaf"][i]]
+    for r in range(0, n, 3):
+        f, v = thr[int(rng.integers(len(thr)))]
+        x[r, f] = v
+    return x
+
+
+def _compiled(model, *, narrow):
+    """The same forest compiled again with 32-bit (narrow) or 64-bit masks."""
+    from routing.models import _BitvectorTrees
+
+    fast = model._models[("ttft", "mean")]
+    doc = model.document["targets"]["ttft"]["mean"]
+    checked = []
+    for tree in doc["trees"]:
+        is_leaf = np.array(tree["is_leaf"])
+        checked.append((0, type("T", (), {"value": tree["value"], "threshold": tree["threshold"]}), is_leaf,
+                        np.where(is_leaf, 0, np.array(tree["feature"])), np.array(tree["left"]), np.array(tree["right"])))
+    out = _BitvectorTrees.build(checked, n_features=len(FEATURES["ttft"]), baseline=fast.baseline,
+                                log_link=fast.log_link, narrow=narrow)
+    assert out.narrow is narrow
+    return out
+
+
+@pytest.mark.parametrize("n_rows", [
+    pytest.param(1, id="one row: every feature looked up once"),
+    pytest.param(2, id="two rows"),
+    pytest.param(50, id="a pick's candidates (100 endpoints / 2 roles)"),
+    pytest.param(300, id="300 rows: three 128-row blocks"),
+])
+def test_32_bit_masks_match_64_bit_masks_bit_for_bit_and_sklearn(n_rows):
+    # 31 leaves (the retrain flow's default) takes the 32-bit path; forcing the
+    # 64-bit de Bruijn path on the same forest must give identical floats, since
+    # both sum the same leaf values in the same order.
+    est, reg, model = _forest(31, max_iter=60)
+    x = _rows(reg, n_rows, seed=n_rows)
+    narrow, wide = _compiled(model, narrow=True), _compiled(model, narrow=False)
+    got = model.predict("ttft", x)
+    assert np.array_equal(narrow.raw(x), wide.raw(x))
+    assert np.array_equal(got, np.maximum(wide.raw(x), 0.0))
+    np.testing.assert_allclose(got, np.maximum(est.predict(x), 0), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(got, _walk(reg, x), rtol=1e-12, atol=1e-9)
+
+
+def test_rows_that_differ_only_in_shared_columns_are_not_broadcast_wrongly():
+    # Every row equal except one column: the shared-feature shortcut applies to
+    # all other columns and must still give each row its own leaf.
+    est, reg, model = _forest(31, max_iter=40, seed=4)
+    x = np.tile(_rows(reg, 1, seed=5), (40, 1))
+    x[:, 2] = np.linspace(0, 1000, 40)
+    np.testing.assert_allclose(model.predict("ttft", x), np.maximum(est.predict(x), 0), rtol=1e-9, atol=1e-9)
+    assert np.unique(model.predict("ttft", x)).size > 1
+    same = np.tile(x[:1], (7, 1))  # all columns shared
+    assert np.array_equal(model.predict("ttft", same), np.repeat(model.predict("ttft", x[:1]), 7))
+
+
+@pytest.mark.parametrize("max_leaf_nodes, evaluator", [
+    pytest.param(31, ("_BitvectorTrees", True), id="32-bit masks"),
+    pytest.param(50, ("_BitvectorTrees", False), id="64-bit masks"),
+    pytest.param(120, ("_CompiledTrees", None), id="level-by-level walk"),
+])
+def test_nan_goes_right_in_every_evaluator(max_leaf_nodes, evaluator):
+    # The format stores no missing-value direction (the router never builds a
+    # NaN row); a NaN handed to predict directly fails "<=" and goes right, the
+    # same in all three evaluators.
+    _, reg, model = _forest(max_leaf_nodes, max_iter=10, seed=1)
+    fast = model._models[("ttft", "mean")]
+    assert (type(fast).__name__, getattr(fast, "narrow", None)) == evaluator
+    x = _rows(reg, 30, seed=7)
+    x[::2, 2] = np.nan
+    x[1::4, 0] = np.nan
+    np.testing.assert_allclose(model.predict("ttft", x), _walk(reg, x), rtol=1e-12, atol=1e-9)
+
+
+def test_empty_input_gives_empty_prediction():
+    _, _, model = _forest(31, max_iter=5)
+    assert model.predict("ttft", np.empty((0, len(FEATURES["ttft"])))).shape == (0,)

@@ -263,3 +263,60 @@ def test_dispatch_features_carry_the_batch_progress_into_the_ttft_sample():
     (s,) = reg.first_token("b", now_s=0.6)
     assert (s.features["prefill_batch_tokens"], s.features["prefill_batch_elapsed_ms"]) == (1000, pytest.approx(400))
     assert s.observed_ms == pytest.approx(200)  # (0.6 - 0.4) s
+
+
+def _busy_fleet(seed: int):
+    """A mixed fleet with requests in flight at several stages and fresh metrics on a few endpoints."""
+    rng = np.random.default_rng(seed)
+    specs = [(f"p{i}", "prefill") for i in range(6)] + [(f"d{i}", "decode") for i in range(6)] + \
+        [(f"a{i}", "aggregated") for i in range(4)]
+    reg = fleet(*specs)
+    t = 0.0
+    for k in range(60):
+        t += 0.01
+        p, d, a = f"p{rng.integers(6)}", f"d{rng.integers(6)}", f"a{rng.integers(4)}"
+        agg = k % 3 == 0
+        reg.dispatched(inflight(f"r{k}", prefill=None if agg else p, decode=a if agg else d,
+                                input_tokens=int(rng.integers(10, 4000)), hit=float(rng.uniform(0, 0.6)),
+                                ttft=float(rng.uniform(100, 900)), tpot=float(rng.uniform(5, 50)), t=t))
+        if k % 4 == 1:
+            reg.first_token(f"r{k - 1}", now_s=t)
+        if k % 7 == 2:
+            reg.completed(f"r{k - 2}", now_s=t, output_tokens=int(rng.integers(2, 300)))
+    reg.observe_metrics("d1", now_s=t, kv_usage_frac=0.37, waiting_requests=2, running_requests=9)
+    reg.observe_metrics("p2", now_s=t - 100.0, kv_usage_frac=0.9, waiting_requests=5, running_requests=5)  # stale
+    return reg, t
+
+
+@pytest.mark.parametrize("target, hit", [
+    pytest.param("ttft", 0.25, id="ttft, one prefix-hit fraction for all"),
+    pytest.param("tpot", "per endpoint", id="tpot, a prefix-hit fraction per endpoint"),
+])
+def test_view_block_gives_the_same_feature_matrix_as_the_named_fields(target, hit):
+    # The registry hands its feature columns over as one block; the matrix built
+    # from it must equal, value for value, the one built field by field.
+    from routing.features import ENDPOINT_FIELDS, view_feature_matrix
+
+    reg, t = _busy_fleet(seed=3)
+    for role in ("prefill", "decode", "aggregated"):
+        idx = reg.candidates(role)
+        view = reg.view(idx, now_s=t + 0.05)
+        hits = np.linspace(0, 0.5, idx.size) if hit == "per endpoint" else hit
+        fast = view_feature_matrix(target, view, input_tokens=1234.0, prefix_cache_hit_frac=hits)
+        slow = feature_matrix(target, role=view.role_code, input_tokens=1234.0, prefix_cache_hit_frac=hits,
+                              tokens_generated=0.0, **{f: getattr(view, f) for f in ENDPOINT_FIELDS})
+        assert np.array_equal(fast, slow)
+        for j, f in enumerate(ENDPOINT_FIELDS):
+            assert np.array_equal(view.block[j], getattr(view, f))
+        assert fast[:, 2:].sum() > 0  # the fleet is busy: the comparison is not between zeros
+
+
+def test_view_feature_matrix_still_refuses_bad_request_values():
+    from routing.features import view_feature_matrix
+
+    reg = fleet(("p0", "prefill"), ("d0", "decode"))
+    view = reg.view(reg.candidates("prefill"), now_s=0.0)
+    with pytest.raises(ValueError, match="feature input_tokens: row 0 must be finite and >= 0, got -5.0"):
+        view_feature_matrix("ttft", view, input_tokens=-5.0, prefix_cache_hit_frac=0.0)
+    with pytest.raises(ValueError, match="feature prefix_cache_hit_frac: row 0 must be finite and >= 0, got nan"):
+        view_feature_matrix("tpot", view, input_tokens=5.0, prefix_cache_hit_frac=float("nan"))
