@@ -53,8 +53,17 @@ class RunningStack:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return json.loads(resp.read() or b"null")
 
-    def prefect(self, method: str, path: str, body: dict | None = None):
-        return self.http(method, self.urls["prefect_api"] + path, body)
+    def prefect(self, method: str, path: str, body: dict | None = None, *, attempts: int = 5):
+        """A Prefect API call, retried on 503 (the server's answer while its SQLite database is
+        locked by a busy moment), as Prefect's own client does. A POST that creates something
+        must carry an idempotency key so a retry cannot create it twice."""
+        for attempt in range(attempts):
+            try:
+                return self.http(method, self.urls["prefect_api"] + path, body)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 503 or attempt == attempts - 1:
+                    raise
+                time.sleep(1.0 + attempt)
 
     def router(self, method: str, path: str, body: dict | None = None, *, admin: bool = False):
         headers = {"Authorization": f"Bearer {self.token}"} if admin else None

@@ -209,7 +209,8 @@ def _publish_model(stack: RunningStack) -> str:
         outcomes = []
         deadline = time.time() + 300.0
         while time.time() < deadline:
-            started = stack.prefect("POST", f"/deployments/{retrain_id}/create_flow_run", {"parameters": params})
+            started = stack.prefect("POST", f"/deployments/{retrain_id}/create_flow_run",
+                                    {"parameters": params, "idempotency_key": f"faults-retrain-{len(outcomes)}"})
             run = stack.wait_for(lambda: (r := stack.prefect("GET", f"/flow_runs/{started['id']}"))["state_type"]
                                  in ("COMPLETED", "FAILED", "CRASHED") and r,
                                  timeout_s=240, what="the retrain run to finish")
