@@ -178,6 +178,7 @@ def bench_picks(profile, *, sizes, picks: int, document: dict | None, seed: int)
         tiers: list[str] = []
         warmup = 200
         gc.collect()
+        load0 = os.getloadavg()[0]
         for k in range(picks + warmup):
             req = next(stream)
             now = k * 0.002
@@ -205,6 +206,8 @@ def bench_picks(profile, *, sizes, picks: int, document: dict | None, seed: int)
             "cpu_p99_ms": round(float(np.percentile(c, 99)), 4),
             "routed_frac": round(outcomes["routed"] / len(wall), 4),
             "tiers": {t: tiers.count(t) for t in sorted(set(tiers))},
+            "load_avg_1m_before": round(load0, 2),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2),
         })
         print(f"  pick n={n:5d} {rows[-1]['model']}: p50 {rows[-1]['p50_ms']:.3f} ms, p99 {rows[-1]['p99_ms']:.3f} ms "
               f"(cpu p99 {rows[-1]['cpu_p99_ms']:.3f} ms)", flush=True)
@@ -576,6 +579,9 @@ def main() -> int:
     ap.add_argument("--asgi-routes", type=int, default=3000, help="route calls timed in-process (default: %(default)s)")
     ap.add_argument("--skip-picks", action="store_true", help="HTTP only (with --out elsewhere: no pick rows)")
     ap.add_argument("--skip-http", action="store_true")
+    ap.add_argument("--keep-http", action="store_true",
+                    help="with --skip-http: keep the in-process ASGI and HTTP sections of the existing --out file "
+                         "(a pick-only re-run without another HTTP load test)")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -611,6 +617,11 @@ def main() -> int:
                                     document=document))
             print(f"  route p50 {lower[-1]['p50_ms']} ms, p99 {lower[-1]['p99_ms']} ms, errors {lower[-1]['errors']}",
                   flush=True)
+    kept = {}
+    if args.skip_http and args.keep_http and Path(args.out).is_file():
+        old = json.loads(Path(args.out).read_text())
+        kept = {k: old.get(k) for k in ("asgi_in_process", "http_route", "http_route_lower_rates")}
+        asgi, http, lower = kept["asgi_in_process"], kept["http_route"], kept["http_route_lower_rates"] or []
     result = {
         "benchmark": "routing",
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
@@ -623,9 +634,10 @@ def main() -> int:
         "http_route": http,
         "http_route_lower_rates": lower,
         "targets": {"pick_p99_ms_at_100": 1.0, "http_p99_ms": 10.0, "http_errors": 0},
-        "pending": "SLO attainment with SLO-aware + topology routing vs round-robin and least-loaded on a real "
-                   "trace needs the fleet simulator: not measured yet",
+        "see_also": "SLO attainment per router in the fleet simulator: bench_routing_sim.py, results/routing_sim.json",
     }
+    if kept:
+        result["http_sections_from_earlier_run"] = True
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print()
     print(markdown(result))
@@ -633,9 +645,11 @@ def main() -> int:
 
 
 def markdown(result: dict) -> str:
-    lines = ["| endpoints | latency model | pick p50 (ms) | pick p99 (ms) | CPU p99 (ms) |", "|---|---|---|---|---|"]
+    lines = ["| endpoints | latency model | pick p50 (ms) | pick p99 (ms) | CPU p50 (ms) | CPU p99 (ms) | load avg |",
+             "|---|---|---|---|---|---|---|"]
     for r in result["pick"]:
-        lines.append(f"| {r['endpoints']} | {r['model']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_p99_ms']:.3f} |")
+        lines.append(f"| {r['endpoints']} | {r['model']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['cpu_p50_ms']:.3f} | "
+                     f"{r['cpu_p99_ms']:.3f} | {r.get('load_avg_1m_before')} |")
     h = result["http_route"]
     if h:
         lines += ["", "| HTTP /v1/route | value |", "|---|---|",
