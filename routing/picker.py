@@ -162,6 +162,10 @@ class Picker:
         self.config = config
         self.predictor = predictor
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        # Topology candidate sets depend only on the registry's endpoints and
+        # labels; the registry hands out new candidate arrays on every
+        # register/deregister, so the arrays themselves are the cache key.
+        self._topology_cache: tuple | None = None
 
     # -- public API --------------------------------------------------------
 
@@ -247,10 +251,14 @@ class Picker:
             raise NoEndpointError("no prefill endpoint is registered")
         if level is None:
             return prefill_idx, False, ""
-        li = reg.level_index(level)
-        mask = prefill_has_local_decode(reg.domain_codes(prefill_idx)[:, li], reg.domain_codes(decode_idx)[:, li])
-        if mask.any():
-            return prefill_idx[mask], False, ""
+        cache = self._topology_for(reg, prefill_idx, decode_idx)
+        local = cache.get("prefill")
+        if local is None:
+            li = reg.level_index(level)
+            mask = prefill_has_local_decode(reg.domain_codes(prefill_idx)[:, li], reg.domain_codes(decode_idx)[:, li])
+            local = cache["prefill"] = prefill_idx[mask]
+        if local.size:
+            return local, False, ""
         message = f"no prefill endpoint shares a {level} domain with a decode endpoint"
         if self.config.topology.policy == "fail":
             raise TopologyError(f"{message} (topology policy fail)")
@@ -260,18 +268,28 @@ class Picker:
         level = self.config.topology.level
         if level is None:
             return decode_idx, False, ""
-        li = reg.level_index(level)
-        code = reg.domain_codes(np.array([p]))[0, li]
-        if code != MISSING:
-            same = decode_idx[reg.domain_codes(decode_idx)[:, li] == code]
-            if same.size:
-                return same, False, ""
+        cache = self._topology_for(reg, reg.candidates("prefill"), decode_idx)
+        same = cache.get(p)
+        if same is None:
+            li = reg.level_index(level)
+            code = reg.domain_codes(np.array([p]))[0, li]
+            same = decode_idx[reg.domain_codes(decode_idx)[:, li] == code] if code != MISSING else decode_idx[:0]
+            cache[p] = same
+        if same.size:
+            return same, False, ""
         domain = reg.endpoint_at(p).domains.get(level)
         where = f"{level} {domain!r}" if domain is not None else f"(prefill {prefill_id} has no {level} label)"
         message = f"no decode endpoint in {where} of prefill {prefill_id}"
         if self.config.topology.policy == "fail":
             raise TopologyError(f"{message} (topology policy fail)")
         return decode_idx, True, f"{message}; fallback: any decode endpoint"
+
+    def _topology_for(self, reg: EndpointRegistry, prefill_idx: np.ndarray, decode_idx: np.ndarray) -> dict:
+        """Cached candidate sets for this registry state: "prefill" -> local prefill slots, slot -> same-domain decode."""
+        c = self._topology_cache
+        if c is None or c[0] is not reg or c[1] is not prefill_idx or c[2] is not decode_idx or c[3] is not self.config:
+            c = self._topology_cache = (reg, prefill_idx, decode_idx, self.config, {})
+        return c[4]
 
     def _evaluate(
         self, request: RouteRequest, reg: EndpointRegistry, idx: np.ndarray, now_s: float, model, stage: str,
@@ -299,7 +317,13 @@ class Picker:
         if stage == "decode":
             topo = self.config.topology
             if topo.qos:
-                depth = shared_depth(reg.domain_codes(np.array([prefill_slot]))[0], reg.domain_codes(idx))
+                cache = self._topology_for(reg, reg.candidates("prefill"), reg.candidates("decode"))
+                hit_depth = cache.get(("depth", prefill_slot))
+                if hit_depth is not None and hit_depth[0] is idx:
+                    depth = hit_depth[1]
+                else:
+                    depth = shared_depth(reg.domain_codes(np.array([prefill_slot]))[0], reg.domain_codes(idx))
+                    cache[("depth", prefill_slot)] = (idx, depth)
                 table = cost_table_ms(topo.qos, reg.levels, kv_bytes=request.input_tokens * topo.kv_bytes_per_token)
                 cost = table[depth]
             strict_ttft = req_ttft

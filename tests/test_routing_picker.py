@@ -306,3 +306,33 @@ def test_estimate_grows_linearly_beyond_the_longest_profiled_prompt(estimate_pic
     # the clamped TTFT at the longest; behind a batch of 2x that just started, the same.
     assert _estimate_ttft(estimate_picker, input_tokens=3 * hi) == pytest.approx(3 * at_hi, rel=1e-6)
     assert _estimate_ttft(estimate_picker, input_tokens=hi, ahead=((2 * hi, 1.0),)) == pytest.approx(3 * at_hi, rel=1e-6)
+
+
+def test_topology_candidates_follow_registry_changes_between_picks():
+    # The picker keeps each registry state's same-domain candidate sets; every
+    # register/deregister must be seen by the next pick on the same picker.
+    from routing.picker import TopologyError
+    from routing.registry import Endpoint
+
+    qos = {lvl: {"latency_ms": ms, "bandwidth_gbyte_per_s": 10.0} for lvl, ms in (("none", 5.0), ("zone", 1.0))}
+    pk = picker({"topology": {"level": "zone", "policy": "fail", "levels": ["zone"], "qos": qos},
+                 "slo": {"exploration_frac": 0.0}})
+    reg = fleet(("p_a", "prefill", {"zone": "a"}), ("p_b", "prefill", {"zone": "b"}),
+                ("d_a", "decode", {"zone": "a"}), levels=("zone",))
+    first = pk.pick(req("r1", ttft=500.0, tpot=50.0), reg, 1.0)
+    # Only zone a has a decode endpoint: p_b is not a candidate.
+    assert (first.prefill.endpoint_id, first.decode.endpoint_id) == ("p_a", "d_a")
+    # Shared zone: weight 1 * (1 ms + 0 KV bytes / bandwidth) = 1 ms (kv_bytes_per_token defaults to 0).
+    assert first.decode.shared_level == "zone" and first.decode.transfer_cost_ms == pytest.approx(1.0)
+    occupy(reg, "p_a", request_id="busy", input_tokens=20_000)  # TTFT 50 + 10 + 200 on p_a: p_b would win
+    assert pk.pick(req("r2", ttft=500.0, tpot=50.0), reg, 1.0).prefill.endpoint_id == "p_a"
+    reg.register(Endpoint(id="d_b", role="decode", domains={"zone": "b"}))
+    second = pk.pick(req("r3", ttft=500.0, tpot=50.0), reg, 1.0)
+    assert (second.prefill.endpoint_id, second.decode.endpoint_id) == ("p_b", "d_b")
+    reg.register(Endpoint(id="d_b", role="decode", domains={"zone": "c"}))  # relabelled in place
+    assert pk.pick(req("r4", ttft=500.0, tpot=50.0), reg, 1.0).prefill.endpoint_id == "p_a"
+    reg.deregister("d_a")
+    with pytest.raises(TopologyError, match="no prefill endpoint shares a zone domain"):
+        pk.pick(req("r5", ttft=500.0, tpot=50.0), reg, 1.0)
+    with pytest.raises(TopologyError, match="no decode endpoint in zone 'a' of prefill p_a"):
+        pk.pick_decode(req("r6", ttft=500.0, tpot=50.0), reg, 1.0, prefill_id="p_a")
