@@ -580,8 +580,8 @@ def main() -> int:
     ap.add_argument("--skip-picks", action="store_true", help="HTTP only (with --out elsewhere: no pick rows)")
     ap.add_argument("--skip-http", action="store_true")
     ap.add_argument("--keep-http", action="store_true",
-                    help="with --skip-http: keep the in-process ASGI and HTTP sections of the existing --out file "
-                         "(a pick-only re-run without another HTTP load test)")
+                    help="with --skip-http: still run the in-process ASGI part, keep the HTTP sections of the "
+                         "existing --out file (a re-run without another HTTP load test)")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -602,10 +602,11 @@ def main() -> int:
         picks += bench_picks(profile, sizes=(10, 100, 1000), picks=args.picks, document=doc, seed=0)
     http = asgi = None
     lower: list[dict] = []
-    if not args.skip_http:
+    if not args.skip_http or args.keep_http:
         print(f"in-process ASGI: {args.asgi_routes} route calls ...", flush=True)
         asgi = bench_asgi_cpu(endpoints=args.http_endpoints, document=document, routes=args.asgi_routes)
         print(f"  CPU {asgi['cpu_ms_per_route']} ms per route call (completions included)", flush=True)
+    if not args.skip_http:
         print(f"HTTP: {args.http_rps:g} req/s for {args.http_seconds:g} s ...", flush=True)
         http = bench_http(rps=args.http_rps, seconds=args.http_seconds, endpoints=args.http_endpoints,
                           document=document)
@@ -620,8 +621,8 @@ def main() -> int:
     kept = {}
     if args.skip_http and args.keep_http and Path(args.out).is_file():
         old = json.loads(Path(args.out).read_text())
-        kept = {k: old.get(k) for k in ("asgi_in_process", "http_route", "http_route_lower_rates")}
-        asgi, http, lower = kept["asgi_in_process"], kept["http_route"], kept["http_route_lower_rates"] or []
+        kept = {k: old.get(k) for k in ("http_route", "http_route_lower_rates")}
+        http, lower = kept["http_route"], kept["http_route_lower_rates"] or []
     result = {
         "benchmark": "routing",
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
