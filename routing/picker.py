@@ -287,9 +287,11 @@ class Picker:
     def _topology_for(self, reg: EndpointRegistry, prefill_idx: np.ndarray, decode_idx: np.ndarray) -> dict:
         """Cached candidate sets for this registry state: "prefill" -> local prefill slots, slot -> same-domain decode."""
         c = self._topology_cache
-        if c is None or c[0] is not reg or c[1] is not prefill_idx or c[2] is not decode_idx or c[3] is not self.config:
-            c = self._topology_cache = (reg, prefill_idx, decode_idx, self.config, {})
-        return c[4]
+        level = self.config.topology.level  # compared too: a config edited in place changes the sets
+        if (c is None or c[0] is not reg or c[1] is not prefill_idx or c[2] is not decode_idx
+                or c[3] is not self.config or c[4] != level):
+            c = self._topology_cache = (reg, prefill_idx, decode_idx, self.config, level, {})
+        return c[5]
 
     def _evaluate(
         self, request: RouteRequest, reg: EndpointRegistry, idx: np.ndarray, now_s: float, model, stage: str,
