@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     # Prefect's ephemeral API starts with the first flow run; on a busy machine it needs
     # longer than its 20 s default.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    # The ephemeral server's telemetry service would phone home (and, offline, log an error and
+    # contend for the SQLite database with the flow runs); a local run keeps to itself.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if not args.verbose:
         # The printed table is the output; Prefect's per-task INFO lines stay in the UI.
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -145,7 +148,13 @@ def _line(t: float, requests: float | None, out: dict) -> str:
     d, cur = out["decision"], out["current"]
     fc = out["forecast"]
     forecast = "n/a" if fc is None else f"{fc['num_requests_p90']:.0f}"
-    codes = ",".join(r["code"] for r in d["reasons"])
+    # Each reason once, with the pools it applies to: "sla_sizing, scale_up" rather than every code per pool.
+    pools: dict[str, list[str]] = {}
+    for r in d["reasons"]:
+        pools.setdefault(r["code"], [])
+        if r.get("pool") and r["pool"] not in pools[r["code"]]:
+            pools[r["code"]].append(r["pool"])
+    codes = ", ".join(code if len(p) != 1 else f"{code} ({p[0]})" for code, p in pools.items())
     return (
         f"{t:>6.0f}  {requests or 0:>6.0f}  {forecast:>8}  "
         f"{cur['prefill']:>3} -> {d['prefill_replicas']:<3}  {cur['decode']:>3} -> {d['decode_replicas']:<3}  {codes}"
