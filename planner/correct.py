@@ -108,10 +108,18 @@ def _prefill_factor(
             f"on {prefill_replicas} replicas); plain TTFT ratio used"
         )
         return _bound("prefill", observed / service_ms, cfg, notes, f"{observed:.4g} ms / {service_ms:.4g} ms")
+    return _solve_prefill_factor(model_ms, observed, cfg, notes, detail,
+                                 k_hi=min(cfg.max_factor, k_unstable * (1.0 - 1e-9)))
+
+
+def _solve_prefill_factor(
+    model_ms, observed: float, cfg: CorrectionConfig, notes: list[str], detail: str, *, k_hi: float
+) -> float:
+    """The k in [min_factor, k_hi] where the queue model's mean TTFT (rising in k) meets the
+    observed one; clamped to an end of that range, with a note, when it lies outside."""
     if observed <= model_ms(cfg.min_factor):
         notes.append(f"prefill: factor clamped to min_factor {cfg.min_factor:g} ({detail})")
         return cfg.min_factor
-    k_hi = min(cfg.max_factor, k_unstable * (1.0 - 1e-9))
     if observed >= model_ms(k_hi):
         notes.append(f"prefill: factor clamped to max_factor {cfg.max_factor:g} ({detail})" if k_hi == cfg.max_factor
                      else f"prefill: factor {k_hi:.3g}, the most the queue model allows ({detail})")
@@ -141,16 +149,9 @@ def _burst_prefill_factor(
                                                      window_s=window_s, stationary_wait_s=stationary))
         return 1000.0 * total
 
-    observed = obs.avg_ttft_ms
-    detail = (f"{observed:.4g} ms observed vs M/G/{replicas} model with a {obs.peak_window_s:g} s burst at "
-              f"{ratio:.2f}x {rps:.3g} rps, service {service_ms:.4g} ms")
-    if observed <= model_ms(cfg.min_factor):
-        notes.append(f"prefill: factor clamped to min_factor {cfg.min_factor:g} ({detail})")
-        return cfg.min_factor
-    if observed >= model_ms(cfg.max_factor):
-        notes.append(f"prefill: factor clamped to max_factor {cfg.max_factor:g} ({detail})")
-        return cfg.max_factor
-    return brentq(lambda k: model_ms(k) - observed, cfg.min_factor, cfg.max_factor, xtol=1e-9)
+    detail = (f"{obs.avg_ttft_ms:.4g} ms observed vs M/G/{replicas} model with a {obs.peak_window_s:g} s burst "
+              f"at {ratio:.2f}x {rps:.3g} rps, service {service_ms:.4g} ms")
+    return _solve_prefill_factor(model_ms, obs.avg_ttft_ms, cfg, notes, detail, k_hi=cfg.max_factor)
 
 
 def _decode_factor(
