@@ -147,7 +147,7 @@ def test_worker_killed_mid_run_next_scheduled_run_is_correct(stack):
     killed_s = time.time()
     # The machine running the worker dies: the worker and the flow run it started go together.
     flow_run_pids = [p for p in stack_cli.marked_processes(stack.state["marker"])
-                     if f"PREFECT__FLOW_RUN_ID={victim['id']}".encode() in _environ(p)]
+                     if f"PREFECT__FLOW_RUN_ID={victim['id']}".encode() in stack_cli._environ(p)]
     stack.stop("prefect-worker", sig=signal.SIGKILL, grace_s=0.0)
     for pid in flow_run_pids:
         stack_cli._signal_pid(pid, signal.SIGKILL)
@@ -186,14 +186,6 @@ def test_no_request_lost_through_the_faults(stack):
     counted = stack.prom("sum(dynamo_frontend_requests_total)")
     assert float(counted[0]["value"][1]) == total, counted
     _assert_decisions_consistent(stack)
-
-
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def _publish_model(stack: RunningStack) -> str:
