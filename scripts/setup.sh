@@ -35,4 +35,6 @@ fi
 
 export UV_COMPILE_BYTECODE=1   # otherwise every import recompiles when PYTHONDONTWRITEBYTECODE=1
 uv sync --frozen --extra dev --python 3.11
+# Dynamo 1.6.1 in its own environment (.venv-dynamo): the tests run its connectors, client, frontend and mocker.
+bash scripts/install_dynamo.sh >/dev/null
 echo "setup: done (.venv ready)"
