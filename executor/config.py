@@ -32,7 +32,11 @@ class RoleConfig(_Strict):
         description="namespace.component.endpoint the worker registers (Dynamo's mocker: "
         "dynamo.prefill.generate for prefill, dynamo.backend.generate for decode)",
     )
-    system_port_base: int = Field(ge=1024, le=65000, description="worker slot k serves /metrics on this + k")
+    system_port_base: int = Field(
+        ge=1024, le=32700,
+        description="worker slot k serves /metrics on this + k (Dynamo 1.6.1 reads DYN_SYSTEM_PORT as an i16: "
+        "ports above 32767 make the worker exit at start)",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
 
     @field_validator("command")
