@@ -5,9 +5,13 @@ data in the state folder (default `.stack/`):
 
 - etcd (Debian etcd-server): the virtual connector's keys
 - the routing service (`sla-planner router`), models and training samples persisted in the state folder
-- the simulated fleet (`python -m sim.live`) replaying a real trace in wall-clock
-  time: Dynamo/vLLM metrics on /metrics, routing through the routing service,
-  scaling to the planner's etcd decisions after the startup delay
+- the fleet, one of:
+  - `--fleet sim` (default, the fast path): the simulated fleet (`python -m sim.live`)
+    replaying a real trace in wall-clock time: Dynamo/vLLM metrics on /metrics, routing
+    through the routing service, scaling to the planner's etcd decisions after the startup delay
+  - `--fleet dynamo`: real Dynamo 1.6.1 on CPU (planner_cli.stack_dynamo): its frontend,
+    mocker workers started and drained by the fleet executor on the planner's decisions,
+    and a load generator replaying the trace over HTTP
 - Prometheus (Debian prometheus) scraping the fleet and the router
 - the Prefect server with its UI, a process worker, and the deployments of
   prefect.yaml (the planner every adjustment interval, the retrain flow when
@@ -49,6 +53,7 @@ ETCD_BIN = "/usr/bin/etcd"
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 # Start order; `down` stops them all at once.
 COMPONENTS = ("prefect-server", "etcd", "router", "fleet", "prometheus", "prefect-worker")
+FLEETS = ("sim", "dynamo")
 # Flow runs send a heartbeat this often (Prefect's minimum is 30 s); one silent for
 # ZOMBIE_AFTER_S after its Running event or a heartbeat lost its process and is marked Crashed.
 HEARTBEAT_S = 30
@@ -92,6 +97,14 @@ class StackOptions:
     router_port: int = 8080
     fleet_port: int = 8090
     start_timeout_s: float = 180.0
+    fleet: str = "sim"  # sim | dynamo (FLEETS)
+    frontend_port: int = 8000
+    worker_port_base: int = 21300  # Dynamo worker k of a role serves metrics here (+100 for decode) + k; < 32768
+    mocker_speedup: float = 1.0  # Dynamo mocker: times faster than the profiled engine
+
+    def __post_init__(self) -> None:
+        if self.fleet not in FLEETS:
+            raise ValueError(f"fleet: expected one of {', '.join(FLEETS)}, got {self.fleet!r}")
 
     def urls(self) -> dict[str, str]:
         return {
@@ -101,6 +114,7 @@ class StackOptions:
             "etcd": f"http://127.0.0.1:{self.etcd_port}",
             "router": f"http://127.0.0.1:{self.router_port}",
             "fleet": f"http://127.0.0.1:{self.fleet_port}",
+            "frontend": f"http://127.0.0.1:{self.frontend_port}",
         }
 
     @classmethod
@@ -156,15 +170,42 @@ def up(opts: StackOptions, *, log=print) -> dict:
         _create_zombie_automation(opts)
         log(f"  {'automation':<15} flow runs silent for {ZOMBIE_AFTER_S:g} s are marked Crashed")
         _launch(state_dir, state, comps["prefect-worker"])
-        _launch(state_dir, state, comps["fleet"])
-        _wait_healthy(state_dir, state, "fleet", timeout_s=opts.start_timeout_s)
-        log(f"  {'fleet':<15} up   {comps['fleet'].health_url}")
+        if opts.fleet == "dynamo":
+            _start_dynamo_fleet(opts, state_dir, state, comps, log=log)
+        else:
+            _launch(state_dir, state, comps["fleet"])
+            _wait_healthy(state_dir, state, "fleet", timeout_s=opts.start_timeout_s)
+            log(f"  {'fleet':<15} up   {comps['fleet'].health_url}")
         _check_running(state_dir, state, "prefect-worker")
         log(f"  {'prefect-worker':<15} up   pool {_work_pool()}")
     except BaseException:
         down(str(state_dir), log=lambda *_: None)
         raise
     return state
+
+
+def _start_dynamo_fleet(opts: StackOptions, state_dir: Path, state: dict, comps: dict, *, log) -> None:
+    """Frontend, then the executor's first workers registered, then the load."""
+    from planner_cli import stack_dynamo
+
+    _launch(state_dir, state, comps["frontend"])
+    _wait_healthy(state_dir, state, "frontend", timeout_s=opts.start_timeout_s)
+    log(f"  {'frontend':<15} up   {comps['frontend'].health_url}")
+    _launch(state_dir, state, comps["executor"])
+
+    def executor_alive() -> None:
+        if _exited(state["components"]["executor"]["pid"]):
+            raise StackError(f"executor exited before its workers registered{_log_tail(state['components']['executor'])}")
+
+    try:
+        stack_dynamo.wait_model_served(opts.urls()["frontend"], timeout_s=opts.start_timeout_s,
+                                       check_alive=executor_alive)
+    except TimeoutError as exc:
+        raise StackError(f"{exc}{_log_tail(state['components']['executor'])}") from None
+    log(f"  {'executor':<15} up   workers registered, model {stack_dynamo.MODEL_NAME!r} served")
+    _launch(state_dir, state, comps["loadgen"])
+    _check_running(state_dir, state, "loadgen")
+    log(f"  {'loadgen':<15} up   replaying {Path(opts.trace).name} against {opts.urls()['frontend']}")
 
 
 def down(state_dir: str, *, log=print, grace_s: float = 10.0) -> list[int]:
@@ -219,7 +260,7 @@ def status(state_dir: str) -> list[dict]:
     state_path = Path(state_dir).resolve()
     state = _read_state(state_path)
     out = []
-    for name in COMPONENTS:
+    for name in _component_names(state.get("options", {}).get("fleet", "sim")):
         comp = state["components"].get(name)
         if comp is None:
             out.append({"name": name, "pid": None, "running": False, "healthy": False, "url": None})
@@ -229,6 +270,14 @@ def status(state_dir: str) -> list[dict]:
         healthy = running and (url is None or _http_ok(url))
         out.append({"name": name, "pid": comp.get("pid"), "running": running, "healthy": healthy, "url": url})
     return out
+
+
+def _component_names(fleet: str) -> tuple[str, ...]:
+    if fleet != "dynamo":
+        return COMPONENTS
+    from planner_cli.stack_dynamo import COMPONENTS as DYNAMO
+
+    return tuple(n for n in COMPONENTS if n != "fleet") + DYNAMO
 
 
 def stop_component(state_dir: str, name: str, *, grace_s: float = 10.0, sig: int = signal.SIGTERM) -> None:
@@ -301,6 +350,10 @@ def _write_planner_config(opts: StackOptions, state_dir: Path):
         data["planner"]["decision"]["scale_down_stabilization_s"] = opts.stabilization_s
     data.setdefault("metrics", {})["prometheus_url"] = opts.urls()["prometheus"]
     data["connector"] = {"kind": "virtual", "etcd_url": opts.urls()["etcd"]}
+    if opts.fleet == "dynamo":
+        from planner_cli.stack_dynamo import planner_overrides
+
+        planner_overrides(data, namespace=data["planner"]["namespace"])
     path = state_dir / "planner.yaml"
     path.write_text("# Generated by `sla-planner stack up` from " + opts.planner_config + "\n"
                     + yaml.safe_dump(data, sort_keys=False))
@@ -372,6 +425,10 @@ def _write_prometheus_config(opts: StackOptions, state_dir: Path) -> Path:
         "  - job_name: router\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{opts.router_port}']}}]\n"
     )
+    if opts.fleet == "dynamo":
+        from planner_cli.stack_dynamo import prometheus_jobs
+
+        path.write_text(path.read_text() + prometheus_jobs(opts, state_dir))
     return path
 
 
@@ -420,7 +477,7 @@ def _components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, C
     prefect_env = _prefect_env(opts, state_dir)
     server_env = {k: v for k, v in prefect_env.items() if k != "PREFECT_API_URL"}
     router_cfg = _write_router_config(opts, state_dir)
-    fleet_cfg = _write_fleet_config(opts, state_dir, planner_cfg)
+    fleet_cfg = _write_fleet_config(opts, state_dir, planner_cfg) if opts.fleet == "sim" else None
     prom_cfg = _write_prometheus_config(opts, state_dir)
     comps = [
         Component("etcd", [
@@ -440,8 +497,6 @@ def _components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, C
             str(bin_dir / "sla-planner"), "router", "--host", "127.0.0.1", "--port", str(opts.router_port),
             "--config", str(router_cfg), "--log-level", "warning",
         ], f"{urls['router']}/healthz", needs_token=True),
-        Component("fleet", [py, "-m", "sim.live", "--config", str(fleet_cfg)], f"{urls['fleet']}/healthz",
-                  needs_token=True),
         Component("prefect-server", [
             str(bin_dir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(opts.prefect_port),
         ], f"{urls['prefect_api']}/health", env=server_env),
@@ -449,6 +504,16 @@ def _components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, C
             str(bin_dir / "prefect"), "worker", "start", "--pool", _work_pool(), "--name", "stack-worker",
         ], None, env=prefect_env, needs_token=True),
     ]
+    if opts.fleet == "sim":
+        comps.append(Component("fleet", [py, "-m", "sim.live", "--config", str(fleet_cfg)],
+                               f"{urls['fleet']}/healthz", needs_token=True))
+    else:
+        from planner_cli import stack_dynamo
+
+        comps += stack_dynamo.components(
+            opts, state_dir, namespace=planner_cfg.planner.namespace,
+            profile_dir=planner_cfg.planner.profile.dir or str(DEFAULT_PROFILE), component_cls=Component,
+        )
     return {c.name: c for c in comps}
 
 
@@ -744,7 +809,12 @@ def add_parser(subparsers) -> None:
     u.add_argument("--decode-latency-scale", type=float, default=d.decode_latency_scale,
                    help="simulated decode steps take this many times the profile's (default: %(default)s)")
     u.add_argument("--scrape-interval-s", type=float, default=d.scrape_interval_s)
-    for name in ("prefect", "prometheus", "etcd", "etcd-peer", "router", "fleet"):
+    u.add_argument("--fleet", choices=FLEETS, default=d.fleet,
+                   help="sim: the simulated fleet (fast, the default); dynamo: a Dynamo 1.6.1 frontend and "
+                        "mocker workers on CPU, scaled by the fleet executor, loaded over HTTP")
+    u.add_argument("--mocker-speedup", type=float, default=d.mocker_speedup,
+                   help="--fleet dynamo: mocker engines run this many times faster than profiled (default: 1)")
+    for name in ("prefect", "prometheus", "etcd", "etcd-peer", "router", "fleet", "frontend"):
         attr = f"{name.replace('-', '_')}_port"
         u.add_argument(f"--{name}-port", type=int, default=getattr(d, attr), dest=attr,
                        help=f"default: {getattr(d, attr)}")
@@ -787,6 +857,7 @@ def _run_up(args: argparse.Namespace) -> int:
         decode_latency_scale=args.decode_latency_scale, scrape_interval_s=args.scrape_interval_s,
         prefect_port=args.prefect_port, prometheus_port=args.prometheus_port, etcd_port=args.etcd_port,
         etcd_peer_port=args.etcd_peer_port, router_port=args.router_port, fleet_port=args.fleet_port,
+        fleet=args.fleet, frontend_port=args.frontend_port, mocker_speedup=args.mocker_speedup,
     )
     print(f"starting the stack in {Path(opts.state_dir).resolve()} ...")
     state = up(opts)
@@ -795,7 +866,9 @@ def _run_up(args: argparse.Namespace) -> int:
         f"\nPrefect UI   {urls['prefect_ui']}   (planner runs every {opts.interval_s:g} s, artifacts per run)\n"
         f"Prometheus   {urls['prometheus']}\n"
         f"router       {urls['router']}/v1/models\n"
-        f"fleet        {urls['fleet']}/status\n"
+        + (f"fleet        {urls['fleet']}/status\n" if opts.fleet == "sim" else
+           f"frontend     {urls['frontend']}/v1/models (Dynamo 1.6.1; workers in {Path(opts.state_dir).resolve()}"
+           f"/executor/workers.json; load results in loadgen/summary.json)\n") +
         f"etcd keys    /{state['namespace']}/planner/ at {urls['etcd']}\n"
         f"logs         {Path(opts.state_dir).resolve() / 'logs'}\n"
         f"stop with    sla-planner stack down" + ("" if opts.state_dir == str(DEFAULT_STATE_DIR)
