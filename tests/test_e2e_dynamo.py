@@ -1,0 +1,216 @@
+"""End to end with real Dynamo 1.6.1 in the loop: the planner scales a live frontend and mocker fleet.
+
+`sla-planner stack up --fleet dynamo` starts the Prefect server and worker with
+the planner deployment, etcd, Prometheus, the routing service, Dynamo's own
+frontend, the fleet executor (Dynamo's VirtualConnectorClient, mocker workers
+timed from the H200 profile at real speed) and the load generator replaying
+real Azure conversation requests over HTTP through a clear rise and fall: 30 s
+as recorded (~2 req/s at that offset), 60 s with five copies of the next
+window superposed (~28 req/s), then the recorded rate again. The planner runs
+every 15 s and decides from the frontend's real metrics; scale-down waits 30 s
+of stabilization. Everything is asserted through the Prefect API, etcd, the
+frontend's own metrics, Dynamo's discovery and the load generator's records.
+
+Then one fault: a decode worker is SIGKILLed under load. Its in-flight requests
+fail (the frontend's error count rises), its metrics vanish from Prometheus,
+the planner does not scale on the missing data, and the executor restores the
+decided count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from planner_cli import stack as stack_cli
+from tests.fixtures_dynamo import dynamo_python, free_port_ranges  # noqa: F401
+from tests.fixtures_net import free_port
+from tests.fixtures_stack import local_stack
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+INTERVAL_S = 15.0
+LOW_S, HIGH_S, TAIL_S = 30.0, 60.0, 165.0
+SHAPE = ((LOW_S, 1.0), (HIGH_S, 5.0), (TAIL_S, 1.0))
+COUNT_SCRIPT = """
+import asyncio, json, sys
+from dynamo._core import DistributedRuntime
+async def main(endpoints):
+    rt = DistributedRuntime(asyncio.get_running_loop(), "etcd", "tcp", event_plane="zmq")
+    out = {}
+    for ep in endpoints:
+        client = await rt.endpoint(ep).client()
+        await asyncio.sleep(0.5)
+        out[ep] = len(client.instance_ids())
+    print(json.dumps(out), flush=True)
+    rt.shutdown()
+asyncio.run(main(sys.argv[1:]))
+"""
+
+
+def registered_in_dynamo(python: Path, etcd_url: str, namespace: str) -> dict[str, int]:
+    """Instances per role as Dynamo's own discovery lists them (how its virtual connector counts)."""
+    endpoints = {"prefill": f"{namespace}.prefill.generate", "decode": f"{namespace}.backend.generate"}
+    done = subprocess.run([str(python), "-c", COUNT_SCRIPT, *endpoints.values()], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "ETCD_ENDPOINTS": etcd_url}, stdin=subprocess.DEVNULL)
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    return {role: counts[ep] for role, ep in endpoints.items()}
+
+
+class DynamoStack:
+    """What the tests read beyond RunningStack: the executor's and the load generator's records."""
+
+    def __init__(self, stack):
+        self.stack = stack
+        self.dir = Path(stack.state_dir)
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        path = self.dir / "executor" / "events.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        return [r for r in rows if kind is None or r["event"] == kind]
+
+    def workers(self) -> list[dict]:
+        return json.loads((self.dir / "executor" / "workers.json").read_text())
+
+    def loadgen(self) -> dict:
+        path = self.dir / "loadgen" / "summary.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def requests(self) -> list[dict]:
+        path = self.dir / "loadgen" / "requests.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def registered(self) -> dict[str, int]:
+        python = Path(self.stack.state["components"]["executor"]["argv"][0])  # the Dynamo environment's
+        return registered_in_dynamo(python, self.stack.urls["etcd"], self.stack.namespace)
+
+    def prom_value(self, promql: str) -> float | None:
+        result = self.stack.prom(promql)
+        return float(result[0]["value"][1]) if result else None
+
+
+@pytest.fixture(scope="module")
+def dyn(tmp_path_factory, dynamo_python):  # noqa: F811
+    [worker_base] = free_port_ranges(1, width=200)
+    with local_stack(
+        tmp_path_factory.mktemp("e2e-dynamo"), fleet="dynamo", frontend_port=free_port(),
+        worker_port_base=worker_base, interval_s=INTERVAL_S, shape=SHAPE, trace_start_s=600.0,
+        stabilization_s=30.0, retrain_interval_s=3600.0,
+    ) as stack:
+        yield DynamoStack(stack)
+
+
+@pytest.fixture(scope="module")
+def run(dyn):
+    """The rise and fall, then a snapshot of what every component recorded."""
+    stack = dyn.stack
+    started = stack.wait_for(lambda: dyn.loadgen().get("started_unix_s"), timeout_s=60, what="the load to start")
+    rise_s, fall_s = started + LOW_S, started + LOW_S + HIGH_S
+
+    def scaled_down():
+        ds = stack.decisions()
+        peak = max((d.prefill + d.decode for d in ds), default=0)
+        return any(d.decided_at_s > fall_s and d.prefill + d.decode < peak for d in ds)
+
+    stack.wait_for(scaled_down, timeout_s=LOW_S + HIGH_S + 150, what="a scale-down after the load fell")
+    newest = stack.decisions()[-1]
+    stack.wait_for(lambda: any(e["decision_id"] == newest.decision_id for e in dyn.events("ack")),
+                   timeout_s=120, what=f"the executor to carry out decision {newest.decision_id}")
+    snap = {
+        "rise_s": rise_s, "fall_s": fall_s, "decisions": stack.decisions(), "confirmations": stack.confirmations(),
+        "acks": dyn.events("ack"), "drains": dyn.events("drain"), "requests": dyn.requests(),
+        "registered": dyn.registered(),
+        "runs": stack.flow_runs("planner"), "diagnostics": stack.diagnostics(),
+    }
+    snap["artifacts"] = {r["id"]: stack.artifacts(r["id"]) for r in snap["runs"] if r["state_type"] == "COMPLETED"}
+    return snap
+
+
+def test_scheduled_planner_runs_completed_with_artifacts(run):
+    runs = run["runs"]
+    failed = [(r["name"], r["state"]["message"]) for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
+    assert not failed, f"planner runs failed: {failed}{run['diagnostics']}"
+    assert len(run["artifacts"]) >= 5, f"only {len(run['artifacts'])} completed planner runs"
+    for run_id, artifacts in run["artifacts"].items():
+        keys = {a["key"] for a in artifacts}
+        assert {"sla-planner-decision-dynamo", "sla-planner-summary-dynamo"} <= keys, (run_id, keys)
+
+
+def test_scaled_up_during_the_rise_and_down_after_it(run):
+    ds = run["decisions"]
+    assert ds, f"no decision was written{run['diagnostics']}"
+    rise, fall = run["rise_s"], run["fall_s"]
+    ups = [d for d in ds if rise < d.decided_at_s <= fall + INTERVAL_S and d.prefill + d.decode > 2]
+    assert ups, f"no scale-up above 1+1 workers in [{rise:.0f}, {fall + INTERVAL_S:.0f}]: {ds}"
+    peak = max(ds, key=lambda d: d.prefill + d.decode)
+    downs = [d for d in ds if d.decided_at_s > max(fall, peak.decided_at_s)
+             and d.prefill + d.decode < peak.prefill + peak.decode]
+    assert downs, f"no scale-down after the fall at {fall:.0f} from the peak {peak}: {ds}"
+
+
+def test_every_decision_acknowledged_once_with_the_workers_registered(run):
+    ds = run["decisions"]
+    ids = [d.decision_id for d in ds]
+    assert ids == sorted(set(ids)), f"decision ids not increasing: {ids}"
+    acked = [a["decision_id"] for a in run["acks"]]
+    assert acked == ids, f"executor acks {acked} != decisions {ids}"
+    confirmed = [v for _, v in run["confirmations"]]
+    assert confirmed == ids, f"scaled_decision_id history {confirmed} != decisions {ids}"
+    for d, ack in zip(ds, run["acks"]):
+        # Dynamo's discovery listed exactly the decided workers when the executor acknowledged.
+        assert ack["registered"] == {"prefill": d.prefill, "decode": d.decode}, (d, ack)
+    last = ds[-1]
+    assert run["registered"] == {"prefill": last.prefill, "decode": last.decode}, run["registered"]
+
+
+def test_no_request_failed_while_scaling_down(run):
+    assert run["drains"], "no worker was drained"
+    failed = [r for r in run["requests"] if not r["ok"]]
+    assert not failed, f"{len(failed)} requests failed: {failed[:5]}"
+    assert len(run["requests"]) > 1000
+
+
+def test_frontend_metrics_count_every_request(run, dyn):
+    sent = len(run["requests"])
+    # Two calibration requests before the replay; Prometheus scrapes every second.
+    want = sent + 2
+    dyn.stack.wait_for(lambda: dyn.prom_value("sum(dynamo_frontend_requests_started_total)") == want,
+                       timeout_s=30, what=f"Prometheus to scrape {want} started requests")
+    ok = dyn.prom_value('sum(dynamo_frontend_requests_total{status="success"})')
+    assert ok == want, (ok, want)
+
+
+def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing_data(run, dyn):
+    stack = dyn.stack
+    before = stack.decisions()
+    decode = [w for w in dyn.workers() if w["role"] == "decode"]
+    errors_before = dyn.prom_value('sum(dynamo_frontend_requests_total{status!="success"})') or 0.0
+    # Wait until the victim holds requests (the tail runs at the recorded rate).
+    victim = max(decode, key=lambda w: w["slot"])
+    port = stack.state["options"]["worker_port_base"] + 100 + victim["slot"]
+    stack.wait_for(lambda: (dyn.prom_value(f'sum(vllm:num_requests_running{{instance="127.0.0.1:{port}"}})') or 0) > 0,
+                   timeout_s=60, what="the victim to hold requests")
+    killed_at = time.time()
+    os.kill(victim["pid"], signal.SIGKILL)
+    stack.wait_for(lambda: (dyn.prom_value('sum(dynamo_frontend_requests_total{status!="success"})') or 0)
+                   > errors_before, timeout_s=60, what="the frontend's error count to rise")
+    stack.wait_for(lambda: any(w["role"] == "decode" and w["slot"] == victim["slot"] and w["pid"] != victim["pid"]
+                               for w in dyn.workers()), timeout_s=60, what="the executor to restart the worker")
+    restored = stack.wait_for(
+        lambda: (r := dyn.registered())["decode"] == len(decode) and r,
+        timeout_s=60, what="the decode count restored in Dynamo's discovery")
+    assert restored["decode"] == len(decode)
+    # Two planner intervals after the kill: no decision moved off what was in effect.
+    time.sleep(2 * INTERVAL_S + 5)
+    after = [d for d in stack.decisions() if d.decided_at_s > killed_at]
+    assert all((d.prefill, d.decode) == (before[-1].prefill, before[-1].decode) for d in after), (before[-1], after)
+    failed = [r for r in dyn.requests() if not r["ok"]]
+    assert failed and all(r["sent_unix_s"] < killed_at + 15 for r in failed), failed[:5]
+    statuses = {r["name"]: r["healthy"] for r in stack_cli.status(stack.state_dir)}
+    assert statuses["frontend"] and statuses["prometheus"], statuses
