@@ -79,7 +79,7 @@ class Executor:
             decisions: asyncio.Queue = asyncio.Queue()
             acked = asyncio.Event()
             watcher = asyncio.create_task(self._watch(client, decisions, acked))
-            pending, taken_at_s, warned = None, 0.0, False
+            pending, taken_at_s, warned, was_ready = None, 0.0, False, False
             while not self._stop.is_set():
                 try:
                     pending = await asyncio.wait_for(decisions.get(), timeout=self.cfg.poll_s)
@@ -96,7 +96,11 @@ class Executor:
                     log.warning("decision %d not carried out after %.0f s: targets %s, serving and registered %s",
                                 pending.decision_id, now_s - taken_at_s, self.targets, self._registered())
                     self.event("slow", decision_id=pending.decision_id, registered=self._registered())
-                if pending is not None and self._carried_out():
+                ready = self._carried_out()
+                if ready and not was_ready:
+                    self.event("fleet_ready", targets=dict(self.targets), registered=self._registered())
+                was_ready = ready
+                if pending is not None and ready:
                     await client.complete(pending)
                     self.event("ack", decision_id=pending.decision_id, registered=self._registered())
                     log.info("decision %d carried out and acknowledged: %s", pending.decision_id, self.targets)

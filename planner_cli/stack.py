@@ -84,6 +84,7 @@ class StackOptions:
     trace_duration_s: float | None = None
     shape: tuple[tuple[float, float], ...] | None = None  # (duration_s, load multiplier) windows
     load_multiplier: float = 6.0
+    jitter_s: float = 30.0  # copies shifted by up to ± this: independent tenants (1: synchronised, a stress case)
     time_scale: float = 1.0
     speed: float = 1.0
     startup_s: float = 20.0
@@ -382,6 +383,7 @@ def _write_fleet_config(opts: StackOptions, state_dir: Path, planner_cfg) -> Pat
         "trace_path": str(Path(opts.trace).resolve()),
         "trace_start_s": opts.trace_start_s,
         "time_scale": opts.time_scale,
+        "jitter_s": opts.jitter_s,
         "speed": opts.speed,
         "profile_dir": p.profile.dir or str(DEFAULT_PROFILE),
         "startup_s": opts.startup_s,
@@ -799,6 +801,9 @@ def add_parser(subparsers) -> None:
                    help="consecutive trace windows of D seconds with load multiplied by K, e.g. 60x1,90x4,90x1")
     u.add_argument("--load-multiplier", type=float, default=d.load_multiplier,
                    help="superpose this many copies of the trace (default: %(default)s)")
+    u.add_argument("--jitter-s", type=float, default=d.jitter_s,
+                   help="copies of the trace are shifted by up to ± this many seconds: the default models "
+                        "independent tenants; 1 gives synchronised copies (a stress case) (default: %(default)s)")
     u.add_argument("--time-scale", type=float, default=d.time_scale, help="stretch (>1) or compress (<1) the trace")
     u.add_argument("--speed", type=float, default=d.speed,
                    help="simulated seconds per wall second; the planner then sees SPEED x the rate (default: 1)")
@@ -852,7 +857,7 @@ def _run_up(args: argparse.Namespace) -> int:
         state_dir=args.state_dir, interval_s=args.interval_s, planner_config=args.planner_config,
         stabilization_s=args.stabilization_s, retrain_interval_s=args.retrain_interval_s, trace=args.trace,
         trace_start_s=args.trace_start_s, trace_duration_s=args.trace_duration_s, shape=shape,
-        load_multiplier=args.load_multiplier, time_scale=args.time_scale, speed=args.speed,
+        load_multiplier=args.load_multiplier, jitter_s=args.jitter_s, time_scale=args.time_scale, speed=args.speed,
         startup_s=args.startup_s, prefill_latency_scale=args.prefill_latency_scale,
         decode_latency_scale=args.decode_latency_scale, scrape_interval_s=args.scrape_interval_s,
         prefect_port=args.prefect_port, prometheus_port=args.prometheus_port, etcd_port=args.etcd_port,

@@ -75,7 +75,7 @@ def write_loadgen_config(opts, state_dir: Path) -> Path:
     data = {
         "url": opts.urls()["frontend"], "model": MODEL_NAME, "out_dir": str(state_dir / "loadgen"),
         "trace_path": str(Path(opts.trace).resolve()), "trace_start_s": opts.trace_start_s,
-        "time_scale": opts.time_scale,
+        "time_scale": opts.time_scale, "jitter_s": opts.jitter_s,
     }
     if opts.shape is not None:
         data["shape"] = [{"duration_s": d, "load_multiplier": k} for d, k in opts.shape]

@@ -88,6 +88,11 @@ class LiveConfig(_Strict):
         "(replaces trace_duration_s and load_multiplier)",
     )
     load_multiplier: float = Field(1.0, gt=0, le=1000, description="superpose this many copies of the trace")
+    jitter_s: float = Field(
+        1.0, ge=0, le=3600,
+        description="each copy's requests shift by up to ± this, s: ~30 models independent tenants, "
+        "1 synchronised copies (a stress case: every burst arrives k times at once)",
+    )
     time_scale: float = Field(1.0, gt=0, description="stretch (>1) or compress (<1) the trace's time axis")
     seed: int = Field(0, description="seed of the load multiplier's offsets")
     speed: float = Field(1.0, gt=0, le=1000, description="simulated seconds per wall second")
@@ -127,13 +132,13 @@ def build_trace(cfg: LiveConfig) -> Trace:
     """The request stream to replay: the configured window(s) of the trace, transformed."""
     source = load_trace(cfg.trace_path)
     if cfg.shape is not None:
-        trace = shaped_trace(source, cfg.shape, start_s=cfg.trace_start_s, seed=cfg.seed)
+        trace = shaped_trace(source, cfg.shape, start_s=cfg.trace_start_s, seed=cfg.seed, jitter_s=cfg.jitter_s)
     else:
         end_s = source.duration_s + 1.0 if cfg.trace_duration_s is None else cfg.trace_start_s + cfg.trace_duration_s
         trace = source if cfg.trace_start_s == 0 and cfg.trace_duration_s is None else time_window(
             source, cfg.trace_start_s, end_s)
         if cfg.load_multiplier != 1.0:
-            trace = multiply_load(trace, cfg.load_multiplier, seed=cfg.seed)
+            trace = multiply_load(trace, cfg.load_multiplier, seed=cfg.seed, jitter_s=cfg.jitter_s)
     if cfg.time_scale != 1.0:
         trace = scale_time(trace, cfg.time_scale)
     if not len(trace):
@@ -141,11 +146,12 @@ def build_trace(cfg: LiveConfig) -> Trace:
     return trace
 
 
-def shaped_trace(source: Trace, segments: list[TraceSegment], *, start_s: float, seed: int) -> Trace:
+def shaped_trace(source: Trace, segments: list[TraceSegment], *, start_s: float, seed: int,
+                 jitter_s: float = 1.0) -> Trace:
     """Consecutive windows of `source` from start_s, each with its load multiplied.
 
     Real requests keep their lengths and relative times; a multiplier of 4
-    superposes four jittered copies of that window, so a shape like
+    superposes four copies of that window, each request shifted by up to ±jitter_s, so a shape like
     [60 s x1, 90 s x4, 90 s x1] is a clear rise and fall of real traffic.
     Copies jittered past a window's end are dropped so segments do not overlap.
     """
@@ -162,7 +168,7 @@ def shaped_trace(source: Trace, segments: list[TraceSegment], *, start_s: float,
                 f"(it lasts {source.duration_s:.0f} s)"
             )
         if seg.load_multiplier != 1.0:
-            window = multiply_load(window, seg.load_multiplier, seed=seed + i)
+            window = multiply_load(window, seg.load_multiplier, seed=seed + i, jitter_s=jitter_s)
         keep = window.arrival_s < seg.duration_s
         arrival.append(window.arrival_s[keep] + offset_s)
         isl.append(window.isl_tokens[keep])

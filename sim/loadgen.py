@@ -55,6 +55,11 @@ class LoadGenConfig(BaseModel):
     trace_duration_s: float | None = Field(None, gt=0, description="replay only this much of it, s")
     shape: list[TraceSegment] | None = Field(None, description="windows with their own load multipliers")
     load_multiplier: float = Field(1.0, gt=0, le=1000, description="superpose this many copies of the trace")
+    jitter_s: float = Field(
+        30.0, ge=0, le=3600,
+        description="each copy's requests shift by up to ± this, s: 30 models independent tenants (default), "
+        "1 synchronised copies (a stress case)",
+    )
     time_scale: float = Field(1.0, gt=0, description="stretch (>1) or compress (<1) the trace's time axis")
     seed: int = Field(0, description="seed of the load multiplier's offsets")
     context_tokens: int = Field(8192, ge=64, description="the model's context length (inputs are clipped to fit)")
