@@ -18,6 +18,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "planner_cli.whatif",
     "planner_cli.router",
     "planner_cli.stack",
+    "planner_cli.executor",
 )
 
 

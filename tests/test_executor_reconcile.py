@@ -80,3 +80,22 @@ def test_config_errors_are_one_line_naming_the_field(tmp_path, change, message):
 def test_config_unreadable_file_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"missing.yaml: cannot read executor config: .*No such file"):
         load_executor_config(tmp_path / "missing.yaml")
+
+
+def test_shipped_executor_config_is_valid():
+    from tests.conftest import PROJECT_ROOT
+
+    cfg = load_executor_config(PROJECT_ROOT / "configs" / "executor.yaml")
+    assert cfg.roles["decode"].endpoint == "dynamo.backend.generate"
+    assert cfg.roles["prefill"].system_port_base + 50 < 32768
+
+
+def test_cli_bad_config_is_one_line_with_exit_2(tmp_path, capsys):
+    from planner_cli.main import main
+
+    path = tmp_path / "executor.yaml"
+    path.write_text("roles: {}\nstate_dir: x\n")
+    assert main(["executor", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"sla-planner executor: {path}: roles: ") and "\n" not in err
+    assert "Traceback" not in err
