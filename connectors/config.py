@@ -229,9 +229,23 @@ class VirtualConnectorConfig(_Strict):
 
     kind: Literal["virtual"] = "virtual"
     etcd_url: str = Field("http://127.0.0.1:2379", description="etcd client URL (grpc-gateway /v3 API)")
-    namespace: str | None = Field(None, description="keys live under /{namespace}/planner/; None: the planner's namespace")
+    namespace: str | None = Field(
+        None, description="Dynamo namespace: fills {namespace} in the prefixes; None: the planner's namespace"
+    )
+    key_prefix: str = Field(
+        "v1/{namespace}/planner/",
+        description="decision keys (num_*_workers, decision_id, scaled_decision_id): Dynamo 1.6.1's "
+        "VirtualConnectorCoordinator/Client use v1/{namespace}/planner/; /{namespace}/planner/ is the layout "
+        "Dynamo's planner docs describe",
+    )
+    bookkeeping_prefix: str = Field(
+        "sla-planner/{namespace}/planner/",
+        description="the planner's own keys (decision times, histories), kept out of the prefix Dynamo's client watches",
+    )
     done_timeout_s: float = Field(
-        1800.0, gt=0, description="treat a decision as done this long after it was written, s"
+        1800.0, gt=0,
+        description="wait at most this long for the environment to acknowledge a decision (scaled_decision_id), "
+        "counted from when it was written or first seen, s (Dynamo's planner: 1800)",
     )
     initial_prefill_replicas: int = Field(1, ge=0, description="prefill replicas before any decision")
     initial_decode_replicas: int = Field(1, ge=0, description="decode replicas before any decision")
@@ -255,6 +269,27 @@ class VirtualConnectorConfig(_Strict):
         if not re.match(r"^https?://[^/:\s]+(:\d+)?/?$", value):
             raise ValueError(f"connector.etcd_url must look like http://host:port, got {value!r}")
         return value.rstrip("/")
+
+    @field_validator("key_prefix", "bookkeeping_prefix")
+    @classmethod
+    def _prefix(cls, value: str, info) -> str:
+        try:
+            filled = value.format(namespace="ns")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError(f"connector.{info.field_name}: only {{namespace}} may be filled in, got {value!r}") from None
+        if not filled.endswith("/") or len(filled) < 2:
+            raise ValueError(f"connector.{info.field_name} must end with '/', got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _prefixes_apart(self) -> "VirtualConnectorConfig":
+        keys, book = self.key_prefix.format(namespace="ns"), self.bookkeeping_prefix.format(namespace="ns")
+        if keys != book and (keys.startswith(book) or book.startswith(keys)):
+            raise ValueError(
+                f"connector.bookkeeping_prefix {self.bookkeeping_prefix!r} and key_prefix {self.key_prefix!r} nest: "
+                f"use the same prefix or two apart"
+            )
+        return self
 
 
 class LocalConnectorConfig(_Strict):

@@ -1,25 +1,43 @@
-"""The "virtual" connector: Dynamo's etcd key protocol, the environment does the scaling.
+"""The "virtual" connector: Dynamo 1.6.1's etcd key protocol, the environment does the scaling.
 
-Keys under `/{namespace}/planner/`:
+Decision keys, exactly as Dynamo's own VirtualConnectorCoordinator writes them
+and its VirtualConnectorClient reads them (decimal strings), under
+`connector.key_prefix`, default `v1/{namespace}/planner/`:
 
 - `num_prefill_workers`, `num_decode_workers`: the targets (written by us)
-- `decision_id`: increases by one with every applied decision (written by us)
-- `scaled_decision_id`: the newest decision the deployment environment has
-  carried out (written by the environment)
-- `decided_at_s`: Unix time of the last decision, seconds (written by us)
-- `recent_targets`: JSON list of the recent applied decisions
-  `{"id", "t_s", "prefill", "decode"}` (written by us)
-- `recommendations`: JSON list of every run's recommendation
-  `{"t_s", "prefill", "decode"}`, oldest first, for the scale-down
-  stabilization window (written by us, every run)
+- `decision_id`: the decision's id (written by us; the first is 0, as Dynamo's)
+- `scaled_decision_id`: the newest decision the environment has carried out
+  (written by the environment: Dynamo's client, under its own lease)
 
-Each run writes in one transaction: the recommendation always, and targets,
-id, time and decision history when the targets change. The transaction
-compares the stored `decision_id` with the one we read, so two planners can
-never both write the same id and a crashed run never skips or reuses one: ids
-are always read back from etcd, never counted in the process. It also compares
-the recommendation history's revision, so no run's recommendation is lost to
-another's; when only that moved, the connector reads afresh and retries.
+The planner's own bookkeeping lives outside that prefix, under
+`connector.bookkeeping_prefix` (default `sla-planner/{namespace}/planner/`), so
+Dynamo's client, which watches its prefix, is never woken by it:
+
+- `decided_at_s`: `{"id", "t_s"}`: when the decision with that id was written (by
+  us), or first seen (one written by someone else, e.g. Dynamo's own planner)
+- `recent_targets`: JSON list of recent applied decisions `{"id", "t_s", "prefill", "decode"}`
+- `recommendations`: JSON list of every run's recommendation `{"t_s", "prefill",
+  "decode"}`, oldest first, for the scale-down stabilization window
+
+Unlike Dynamo's coordinator, nothing is written under a lease: a planner flow
+run is a short process, and its decision must outlive it. Each run writes in
+one transaction (decision keys and bookkeeping alike): the recommendation
+always, targets and a new id when the targets change. A new id exceeds both the
+stored `decision_id` and the environment's `scaled_decision_id`, so a client
+that acknowledged a higher id (from a restarted Dynamo planner, which starts
+again at 0) still sees our decision as new. The transaction compares the
+stored `decision_id` with the one we read, so two planners never write the
+same id and a crashed run never skips or reuses one, and the recommendation
+history's revision, so no run's recommendation is lost; when only that moved,
+the connector reads afresh and retries.
+
+A decision is done once `scaled_decision_id >= decision_id`; until then the
+planner holds (Dynamo's semantics), at most `done_timeout_s` (Dynamo's planner
+waits 1800 s) after the decision was written or first seen. A keyset Dynamo's
+own planner wrote (the three keys, no bookkeeping) is read as that planner
+left it. Keys under the decision prefix that are not the protocol's are
+ignored, as Dynamo's client ignores them. `key_prefix: "/{namespace}/planner/"`
+selects the layout Dynamo's planner documentation describes.
 """
 
 from __future__ import annotations
@@ -55,7 +73,9 @@ KEY_SCALED_ID = "scaled_decision_id"
 KEY_DECIDED_AT = "decided_at_s"
 KEY_HISTORY = "recent_targets"
 KEY_RECOMMENDATIONS = "recommendations"
-_WRITTEN_TOGETHER = (KEY_PREFILL, KEY_DECODE, KEY_DECISION_ID, KEY_DECIDED_AT)
+DECISION_KEYS = (KEY_PREFILL, KEY_DECODE, KEY_DECISION_ID, KEY_SCALED_ID)
+BOOKKEEPING_KEYS = (KEY_DECIDED_AT, KEY_HISTORY, KEY_RECOMMENDATIONS)
+_WRITTEN_TOGETHER = (KEY_PREFILL, KEY_DECODE, KEY_DECISION_ID)
 
 
 class VirtualConnector:
@@ -70,7 +90,8 @@ class VirtualConnector:
     ):
         self.config = config
         self.namespace = config.namespace or default_namespace
-        self.prefix = f"/{self.namespace}/planner/"
+        self.prefix = config.key_prefix.format(namespace=self.namespace)
+        self.bookkeeping_prefix = config.bookkeeping_prefix.format(namespace=self.namespace)
         if client is None:
             parts = urlsplit(config.etcd_url)
             client = Etcd3Client(
@@ -89,7 +110,7 @@ class VirtualConnector:
         self._targets(state)
         self._int(state, KEY_DECISION_ID)
         self._int(state, KEY_SCALED_ID)
-        self._decided_at(state)
+        self._decided_at(state, now_s=time.time())
         parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY))
         self._recommendations(state)
 
@@ -125,12 +146,17 @@ class VirtualConnector:
         for _ in range(cfg.conflict_retries + 1):
             state, revisions = self._read_state_and_revisions(doing="reading before apply")
             prev_id = self._int(state, KEY_DECISION_ID)
+            scaled_id = self._int(state, KEY_SCALED_ID)
             recommendations = add_recommendation(
                 self._recommendations(state), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s
             )
             changes = decision.apply and not (prev_id is not None and self._targets(state) == want)
-            new_id = (prev_id or 0) + 1
+            new_id = max(-1 if prev_id is None else prev_id, -1 if scaled_id is None else scaled_id) + 1
             values: dict[str, str] = {}
+            if not changes and prev_id is not None and self._decided_at_entry(state) is None:
+                # A decision someone else wrote (Dynamo's planner): remember when we first saw it,
+                # so waiting for its acknowledgement is bounded by done_timeout_s.
+                values[KEY_DECIDED_AT] = json.dumps({"id": prev_id, "t_s": float(now_s)}, separators=(",", ":"))
             if changes:
                 history = append_targets(
                     parse_targets_history(state.get(KEY_HISTORY), source=self._key(KEY_HISTORY)),
@@ -141,7 +167,7 @@ class VirtualConnector:
                     KEY_PREFILL: str(want[0]),
                     KEY_DECODE: str(want[1]),
                     KEY_DECISION_ID: str(new_id),
-                    KEY_DECIDED_AT: repr(float(now_s)),
+                    KEY_DECIDED_AT: json.dumps({"id": new_id, "t_s": float(now_s)}, separators=(",", ":")),
                     KEY_HISTORY: json.dumps(history, separators=(",", ":")),
                 })
             if recommendations is not None:
@@ -156,7 +182,7 @@ class VirtualConnector:
                 ],
                 "success": [
                     {"request_put": {"key": _encode(self._key(k)), "value": _encode(v)}} for k, v in values.items()
-                ],
+                ],  # no lease: a decision outlives the run that wrote it
                 "failure": [{"request_range": {"key": id_key}}],
             }
             doing = (
@@ -189,7 +215,7 @@ class VirtualConnector:
     # -- helpers -------------------------------------------------------------
 
     def _key(self, name: str) -> str:
-        return self.prefix + name
+        return (self.bookkeeping_prefix if name in BOOKKEEPING_KEYS else self.prefix) + name
 
     def _call(self, fn, *, doing: str):
         try:
@@ -209,14 +235,20 @@ class VirtualConnector:
 
     def _read_state_and_revisions(self, *, doing: str) -> tuple[dict[str, str], dict[str, int]]:
         """Values and mod revisions of the planner's keys, by name under the prefix."""
-        items = self._call(lambda: self._client.get_prefix(self.prefix), doing=doing)
+        # Both prefixes in one transaction: one consistent snapshot (one etcd revision).
+        reads = [{"request_range": {"key": _encode(prefix), "range_end": _encode(_prefix_end(prefix))}}
+                 for prefix in (self.prefix, self.bookkeeping_prefix)]
+        result = self._call(lambda: self._client.transaction({"compare": [], "success": reads, "failure": []}),
+                            doing=doing)
         state: dict[str, str] = {}
         revisions: dict[str, int] = {}
-        for value, meta in items:
-            key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
-            name = key[len(self.prefix):]
-            state[name] = value.decode()
-            revisions[name] = int(meta["mod_revision"])
+        for response, (prefix, names) in zip(result.get("responses", []),
+                                             ((self.prefix, DECISION_KEYS), (self.bookkeeping_prefix, BOOKKEEPING_KEYS))):
+            for kv in response.get("response_range", {}).get("kvs", []) or []:
+                name = _decode(kv["key"]).decode()[len(prefix):]
+                if name in names:  # anything else under a prefix is not ours to read (Dynamo ignores it too)
+                    state[name] = _decode(kv["value"]).decode()
+                    revisions[name] = int(kv["mod_revision"])
         return state, revisions
 
     def _unchanged(self, name: str, revisions: dict[str, int]) -> dict:
@@ -239,18 +271,29 @@ class VirtualConnector:
                 f"etcd {self._key(name)}: expected a non-negative integer, got {state[name]!r}"
             ) from None
         if value < 0:
+            if value == -1 and name == KEY_SCALED_ID:
+                return None  # what Dynamo reads for an absent key
             raise ConnectorError(f"etcd {self._key(name)}: expected a non-negative integer, got {value}")
         return value
 
-    def _decided_at(self, state: dict[str, str]) -> float | None:
+    def _decided_at_entry(self, state: dict[str, str]) -> tuple[int, float] | None:
+        """(decision id, Unix s) of the bookkeeping time stamp, when it belongs to the stored decision."""
         if KEY_DECIDED_AT not in state:
             return None
+        text = state[KEY_DECIDED_AT]
         try:
-            return float(state[KEY_DECIDED_AT])
-        except ValueError:
+            entry = json.loads(text)
+            stamp = (int(entry["id"]), float(entry["t_s"]))
+        except (ValueError, TypeError, KeyError):
             raise ConnectorError(
-                f"etcd {self._key(KEY_DECIDED_AT)}: expected seconds as a number, got {state[KEY_DECIDED_AT]!r}"
+                f'etcd {self._key(KEY_DECIDED_AT)}: expected {{"id": n, "t_s": seconds}}, got {text[:200]!r}'
             ) from None
+        return stamp if stamp[0] == self._int(state, KEY_DECISION_ID) else None
+
+    def _decided_at(self, state: dict[str, str], *, now_s: float) -> float:
+        """When the stored decision was written (ours) or first seen (someone else's); now_s if never seen."""
+        entry = self._decided_at_entry(state)
+        return now_s if entry is None else entry[1]
 
     def _targets(self, state: dict[str, str]) -> tuple[int, int]:
         present = [k for k in _WRITTEN_TOGETHER if k in state]
@@ -260,7 +303,7 @@ class VirtualConnector:
         if missing:
             raise ConnectorError(
                 f"etcd {self.prefix}: keys written together are incomplete, missing {missing}; "
-                f"another writer touched the planner's keys"
+                f"another writer touched the planner's decision keys"
             )
         return (self._int(state, KEY_PREFILL), self._int(state, KEY_DECODE))
 
@@ -269,10 +312,10 @@ class VirtualConnector:
         if decision_id is None:
             return None
         prefill, decode = self._targets(state)
-        decided_at_s = self._decided_at(state)
+        decided_at_s = self._decided_at(state, now_s=now_s)
         scaled_id = self._int(state, KEY_SCALED_ID)
         confirmed = scaled_id is not None and scaled_id >= decision_id
-        timed_out = decided_at_s is not None and now_s - decided_at_s >= self.config.done_timeout_s
+        timed_out = now_s - decided_at_s >= self.config.done_timeout_s
         return DecisionRecord(decision_id, decided_at_s, prefill, decode, done=confirmed or timed_out)
 
     def _confirmed_targets(
@@ -286,6 +329,12 @@ class VirtualConnector:
             newest = max(confirmed, key=lambda e: e["id"])
             return (newest["prefill"], newest["decode"])
         return (self.config.initial_prefill_replicas, self.config.initial_decode_replicas)
+
+
+def _prefix_end(prefix: str) -> str:
+    """etcd's range_end for every key starting with prefix (its last byte plus one)."""
+    raw = prefix.encode()
+    return (raw[:-1] + bytes([raw[-1] + 1])).decode()
 
 
 def _range_value(txn_result: dict) -> str:

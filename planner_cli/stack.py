@@ -874,7 +874,7 @@ def _run_up(args: argparse.Namespace) -> int:
         + (f"fleet        {urls['fleet']}/status\n" if opts.fleet == "sim" else
            f"frontend     {urls['frontend']}/v1/models (Dynamo 1.6.1; workers in {Path(opts.state_dir).resolve()}"
            f"/executor/workers.json; load results in loadgen/summary.json)\n") +
-        f"etcd keys    /{state['namespace']}/planner/ at {urls['etcd']}\n"
+        f"etcd keys    v1/{state['namespace']}/planner/ (Dynamo's) at {urls['etcd']}\n"
         f"logs         {Path(opts.state_dir).resolve() / 'logs'}\n"
         f"stop with    sla-planner stack down" + ("" if opts.state_dir == str(DEFAULT_STATE_DIR)
                                                  else f" --state-dir {opts.state_dir}")

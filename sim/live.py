@@ -108,7 +108,8 @@ class LiveConfig(_Strict):
     port: int = Field(8090, ge=1, le=65535, description="port of /metrics and /status")
     model: str = Field("llama-3.1-8b-instruct-fp8", min_length=1, description="`model` label of frontend metrics")
     pod_prefix: str = Field("sim-", description="prefix of pod names and router endpoint ids")
-    namespace: str = Field("dynamo", min_length=1, description="etcd keys live under /{namespace}/planner/")
+    namespace: str = Field("dynamo", min_length=1, description="Dynamo namespace of the virtual connector's keys")
+    key_prefix: str = Field("v1/{namespace}/planner/", description="the decision keys' prefix (Dynamo 1.6.1's)")
     etcd_url: str | None = Field(None, description="follow the virtual connector's keys here; None: fixed fleet")
     etcd_poll_s: float = Field(0.5, gt=0, description="how often the etcd keys are read, wall s")
     router_url: str | None = Field(None, description="routing service base URL; None: route in-process")
@@ -436,14 +437,15 @@ class HttpRouter:
 class EtcdFollower:
     """The deployment environment's side of the virtual protocol: read targets, confirm."""
 
-    def __init__(self, etcd_url: str, *, namespace: str, timeout_s: float = 2.0):
+    def __init__(self, etcd_url: str, *, namespace: str, key_prefix: str = "v1/{namespace}/planner/",
+                 timeout_s: float = 2.0):
         from etcd3gw.client import Etcd3Client
 
         from connectors.virtual import KEY_DECISION_ID, KEY_DECODE, KEY_PREFILL, KEY_SCALED_ID
 
         parts = urlsplit(etcd_url)
         self.url = etcd_url
-        self.prefix = f"/{namespace}/planner/"
+        self.prefix = key_prefix.format(namespace=namespace)
         self.keys = (KEY_DECISION_ID, KEY_PREFILL, KEY_DECODE, KEY_SCALED_ID)
         self._client = Etcd3Client(host=parts.hostname or "127.0.0.1", port=parts.port or 2379,
                                    protocol=parts.scheme or "http", timeout=timeout_s)
@@ -477,7 +479,8 @@ class LiveFleet:
         self.trace = trace
         self.clock = clock
         self.lock = threading.RLock()
-        self.follower = EtcdFollower(cfg.etcd_url, namespace=cfg.namespace) if cfg.etcd_url else None
+        self.follower = (EtcdFollower(cfg.etcd_url, namespace=cfg.namespace, key_prefix=cfg.key_prefix)
+                         if cfg.etcd_url else None)
         self.applied_id: int | None = None  # newest decision the fleet follows
         self.confirmed_id: int | None = None  # newest decision written as scaled_decision_id
         self.decisions: list[dict] = []

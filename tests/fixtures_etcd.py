@@ -91,5 +91,5 @@ def etcd(etcd_server: EtcdServer) -> EtcdServer:
 
 @pytest.fixture
 def etcd_namespace() -> str:
-    """A key namespace no other test uses (keys go under /{namespace}/planner/)."""
+    """A key namespace no other test uses (keys go under v1/{namespace}/planner/ and sla-planner/{namespace}/planner/)."""
     return f"test-{uuid.uuid4().hex[:10]}"

@@ -123,8 +123,10 @@ class RunningStack:
         return kvs[0] if kvs else None
 
     def etcd_history(self, name: str) -> list[tuple[int, str]]:
-        """Every value the key /{namespace}/planner/<name> has held, oldest first, with its revision."""
-        key = f"/{self.namespace}/planner/{name}"
+        """Every value the virtual connector's key <name> has held, oldest first, with its revision
+        (decision keys under v1/{namespace}/planner/, the planner's bookkeeping under sla-planner/...)."""
+        bookkeeping = name in ("decided_at_s", "recent_targets", "recommendations")
+        key = f"{'sla-planner/' if bookkeeping else 'v1/'}{self.namespace}/planner/{name}"
         out = []
         kv = self._etcd_range(key)
         while kv is not None:
@@ -140,7 +142,8 @@ class RunningStack:
         out = []
         for rev, value in sorted(by_rev["decision_id"].items()):
             out.append(Decision(int(value), int(by_rev["num_prefill_workers"][rev]),
-                                int(by_rev["num_decode_workers"][rev]), float(by_rev["decided_at_s"][rev]), rev))
+                                int(by_rev["num_decode_workers"][rev]),
+                                float(json.loads(by_rev["decided_at_s"][rev])["t_s"]), rev))
         return out
 
     def confirmations(self) -> list[tuple[int, int]]:

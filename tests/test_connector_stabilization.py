@@ -65,7 +65,7 @@ def make_backend(request, kind: str, tmp_path: Path) -> Backend:
             from etcd3gw.client import Etcd3Client
 
             client = Etcd3Client(host="127.0.0.1", port=server.client_port, timeout=5)
-            client.put(f"/{namespace}/planner/scaled_decision_id", str(record.decision_id))
+            client.put(f"v1/{namespace}/planner/scaled_decision_id", str(record.decision_id))
 
         return Backend("virtual", lambda: VirtualConnector(cfg), confirm)
     api = request.getfixturevalue("fake_k8s_api")
@@ -183,10 +183,12 @@ def play(backend: Backend, window_s: float, rows: list[tuple], changes: int):
             ids.append(record.decision_id)
 
     assert got == [want for _, _, want in rows]
-    # A new decision id only when the targets change, consecutive from 1, across instances.
-    assert ids == list(range(1, changes + 1))
+    # A new decision id only when the targets change, consecutive across instances, from 1
+    # (the virtual connector from 0, as Dynamo's coordinator counts).
+    first = 0 if backend.name == "virtual" else 1
+    assert ids == list(range(first, first + changes))
     fleet = backend.new_connector().read_fleet(now_s=T0_S + rows[-1][0])
-    assert fleet.last_decision.decision_id == changes
+    assert fleet.last_decision.decision_id == first + changes - 1
     assert (fleet.prefill.current_replicas, fleet.decode.current_replicas) == rows[-1][2]
     return fleet
 

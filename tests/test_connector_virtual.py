@@ -27,17 +27,44 @@ def raw_client(server: EtcdServer) -> Etcd3Client:
     return Etcd3Client(host="127.0.0.1", port=server.client_port, timeout=5)
 
 
+def decision_prefix(namespace: str) -> str:
+    return f"v1/{namespace}/planner/"  # Dynamo 1.6.1's
+
+
+def bookkeeping_prefix(namespace: str) -> str:
+    return f"sla-planner/{namespace}/planner/"
+
+
+def key(namespace: str, name: str) -> str:
+    """The full etcd key of one of the connector's keys (decision or bookkeeping)."""
+    bookkeeping = name in ("decided_at_s", "recent_targets", "recommendations")
+    return (bookkeeping_prefix if bookkeeping else decision_prefix)(namespace) + name
+
+
 def raw_keys(server: EtcdServer, namespace: str) -> dict[str, str]:
-    prefix = f"/{namespace}/planner/"
-    return {
-        meta["key"].decode()[len(prefix):]: value.decode()
-        for value, meta in raw_client(server).get_prefix(prefix)
-    }
+    """Every key under both prefixes, by name."""
+    out = {}
+    for prefix in (decision_prefix(namespace), bookkeeping_prefix(namespace)):
+        out.update({meta["key"].decode()[len(prefix):]: value.decode()
+                    for value, meta in raw_client(server).get_prefix(prefix)})
+    return out
+
+
+def raw_revisions(server: EtcdServer, namespace: str) -> dict[str, int]:
+    out = {}
+    for prefix in (decision_prefix(namespace), bookkeeping_prefix(namespace)):
+        out.update({meta["key"].decode()[len(prefix):]: int(meta["mod_revision"])
+                    for _, meta in raw_client(server).get_prefix(prefix)})
+    return out
 
 
 def connector(server: EtcdServer, namespace: str, **overrides) -> VirtualConnector:
     cfg = VirtualConnectorConfig(etcd_url=server.url, namespace=namespace, **overrides)
     return VirtualConnector(cfg)
+
+
+def _writes(txn: dict) -> bool:
+    return any("request_put" in op for op in txn.get("success", []))
 
 
 class FlakyClient:
@@ -52,6 +79,8 @@ class FlakyClient:
         return getattr(self._inner, name)
 
     def transaction(self, txn):
+        if not _writes(txn):  # the connector's consistent read is a transaction too
+            return self._inner.transaction(txn)
         if self._before_txn is not None:
             hook, self._before_txn = self._before_txn, None
             hook()
@@ -70,48 +99,53 @@ def test_first_apply_writes_all_keys_in_one_go(etcd, etcd_namespace):
 
     record = conn.apply(decide(3, 5), now_s=T0_S)
 
-    assert (record.decision_id, record.prefill_replicas, record.decode_replicas, record.done) == (1, 3, 5, False)
+    # Dynamo's first decision id is 0, and so is ours.
+    assert (record.decision_id, record.prefill_replicas, record.decode_replicas, record.done) == (0, 3, 5, False)
     keys = raw_keys(etcd, etcd_namespace)
     assert keys["num_prefill_workers"] == "3"
     assert keys["num_decode_workers"] == "5"
-    assert keys["decision_id"] == "1"
-    assert float(keys["decided_at_s"]) == T0_S
-    assert json.loads(keys["recent_targets"]) == [{"id": 1, "t_s": T0_S, "prefill": 3, "decode": 5}]
+    assert keys["decision_id"] == "0"
+    assert json.loads(keys["decided_at_s"]) == {"id": 0, "t_s": T0_S}
+    assert json.loads(keys["recent_targets"]) == [{"id": 0, "t_s": T0_S, "prefill": 3, "decode": 5}]
     assert "scaled_decision_id" not in keys  # the environment writes that one
+    # Under Dynamo's prefix only Dynamo's three keys, without a lease (they outlive the run).
+    dynamo = {meta["key"].decode(): meta.get("lease") for _, meta in
+              raw_client(etcd).get_prefix(decision_prefix(etcd_namespace))}
+    assert sorted(dynamo) == [decision_prefix(etcd_namespace) + n
+                              for n in ("decision_id", "num_decode_workers", "num_prefill_workers")]
+    assert all(not lease or lease == "0" for lease in dynamo.values()), dynamo
 
 
 def test_unchanged_targets_and_apply_false_record_only_the_recommendation(etcd, etcd_namespace):
     conn = connector(etcd, etcd_namespace)
     conn.apply(decide(2, 4), now_s=T0_S)
-    prefix = f"/{etcd_namespace}/planner/"
-    revisions_before = {m["key"]: m["mod_revision"] for _, m in raw_client(etcd).get_prefix(prefix)}
+    revisions_before = raw_revisions(etcd, etcd_namespace)
 
     assert conn.apply(decide(2, 4), now_s=T0_S + 60) is None
     assert conn.apply(decide(9, 9, apply=False), now_s=T0_S + 120) is None
     # A held run recommends below its targets (stabilization held it): the recommendation is stored.
     assert conn.apply(decide(2, 4, recommended=(1, 3)), now_s=T0_S + 180) is None
 
-    revisions_after = {m["key"]: m["mod_revision"] for _, m in raw_client(etcd).get_prefix(prefix)}
-    changed = sorted(k.decode()[len(prefix):] for k in revisions_after if revisions_after[k] != revisions_before[k])
-    assert changed == ["recommendations"]
+    revisions_after = raw_revisions(etcd, etcd_namespace)
+    changed = sorted(k for k in revisions_after if revisions_after[k] != revisions_before[k])
+    assert changed == ["recommendations"]  # nothing under the prefix Dynamo's client watches
     keys = raw_keys(etcd, etcd_namespace)
-    assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("1", "2", "4")
+    assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("0", "2", "4")
     assert json.loads(keys["recommendations"]) == [
         {"t_s": T0_S, "prefill": 2, "decode": 4},
         {"t_s": T0_S + 60, "prefill": 2, "decode": 4},
         {"t_s": T0_S + 120, "prefill": 9, "decode": 9},
         {"t_s": T0_S + 180, "prefill": 1, "decode": 3},
     ]
-    assert len(json.loads(keys["recent_targets"])) == 1  # applied decisions: still only decision 1
+    assert len(json.loads(keys["recent_targets"])) == 1  # applied decisions: still only decision 0
 
 
 def test_recommendation_and_decision_land_in_one_transaction(etcd, etcd_namespace):
     conn = connector(etcd, etcd_namespace)
     conn.apply(decide(3, 5, recommended=(4, 5)), now_s=T0_S)
     conn.apply(decide(3, 3), now_s=T0_S + 60)
-    prefix = f"/{etcd_namespace}/planner/"
-    revisions = {m["key"].decode()[len(prefix):]: int(m["mod_revision"]) for _, m in raw_client(etcd).get_prefix(prefix)}
-    # One transaction is one etcd revision: every key written by the second run carries it.
+    revisions = raw_revisions(etcd, etcd_namespace)
+    # One transaction is one etcd revision: every key written by the second run, under both prefixes, carries it.
     assert len(set(revisions.values())) == 1, revisions
     keys = raw_keys(etcd, etcd_namespace)
     assert json.loads(keys["recommendations"]) == [
@@ -125,12 +159,11 @@ def test_retried_run_records_its_recommendation_once(etcd, etcd_namespace):
     conn = VirtualConnector(cfg, client=FlakyClient(raw_client(etcd), lose_reply=True))
     with pytest.raises(ConnectorUnavailableError):
         conn.apply(decide(1, 1, apply=False), now_s=T0_S)  # committed, but the reply was lost
-    prefix = f"/{etcd_namespace}/planner/"
-    revision_before = [m["mod_revision"] for _, m in raw_client(etcd).get_prefix(prefix)]
+    revision_before = raw_revisions(etcd, etcd_namespace)
 
     assert conn.apply(decide(1, 1, apply=False), now_s=T0_S) is None  # the task's retry, same run time
 
-    assert [m["mod_revision"] for _, m in raw_client(etcd).get_prefix(prefix)] == revision_before  # no write
+    assert raw_revisions(etcd, etcd_namespace) == revision_before  # no write
     assert connector(etcd, etcd_namespace).read_fleet(now_s=T0_S).recent_targets == ((T0_S, 1, 1),)
 
 
@@ -144,7 +177,7 @@ def test_concurrent_recording_is_retried_and_nothing_lost(etcd, etcd_namespace):
 
     record = ours.apply(decide(3, 3), now_s=T0_S + 31)
 
-    assert record.decision_id == 2
+    assert record.decision_id == 1
     fleet = connector(etcd, etcd_namespace).read_fleet(now_s=T0_S + 31)
     assert fleet.recent_targets == ((T0_S, 2, 2), (T0_S + 30, 2, 2), (T0_S + 31, 3, 3))
 
@@ -156,6 +189,8 @@ def test_recording_conflicts_beyond_the_retry_budget_raise(etcd, etcd_namespace)
 
     class EveryTxn(FlakyClient):
         def transaction(self, txn):
+            if not _writes(txn):
+                return self._inner.transaction(txn)
             calls["n"] += 1
             other.apply(decide(1, 1, apply=False), now_s=T0_S + calls["n"])
             return self._inner.transaction(txn)
@@ -178,7 +213,7 @@ def test_done_when_environment_confirms_and_ready_follows(etcd, etcd_namespace):
     assert fleet.last_decision.done is False
     assert conn.last_decision_done(now_s=T0_S + 10) is False
 
-    raw_client(etcd).put(f"/{etcd_namespace}/planner/scaled_decision_id", "1")
+    raw_client(etcd).put(key(etcd_namespace, "scaled_decision_id"), "0")
 
     fleet = conn.read_fleet(now_s=T0_S + 20)
     assert fleet.last_decision.done is True
@@ -187,7 +222,7 @@ def test_done_when_environment_confirms_and_ready_follows(etcd, etcd_namespace):
     # Second decision: until confirmed, ready stays at decision 1's targets.
     conn.apply(decide(4, 6), now_s=T0_S + 60)
     fleet = conn.read_fleet(now_s=T0_S + 70)
-    assert fleet.last_decision.decision_id == 2
+    assert fleet.last_decision.decision_id == 1
     assert (fleet.prefill.ready_replicas, fleet.decode.ready_replicas) == (3, 5)
     assert fleet.recent_targets == ((T0_S, 3, 5), (T0_S + 60, 4, 6))
 
@@ -209,7 +244,7 @@ def test_decision_id_continues_across_planner_restarts(etcd, etcd_namespace):
     connector(etcd, etcd_namespace).apply(decide(2, 2), now_s=T0_S + 60)
     # A brand-new process: nothing in memory, the id comes back from etcd.
     record = connector(etcd, etcd_namespace).apply(decide(3, 3), now_s=T0_S + 120)
-    assert record.decision_id == 3
+    assert record.decision_id == 2
 
 
 def test_concurrent_planner_cannot_write_the_same_id(etcd, etcd_namespace):
@@ -220,13 +255,13 @@ def test_concurrent_planner_cannot_write_the_same_id(etcd, etcd_namespace):
     flaky = FlakyClient(raw_client(etcd), before_txn=lambda: other.apply(decide(5, 5), now_s=T0_S + 30))
     ours = VirtualConnector(cfg, client=flaky)
 
-    with pytest.raises(ConcurrentWriteError, match=r"decision_id is no longer 1 but 2: another planner"):
+    with pytest.raises(ConcurrentWriteError, match=r"decision_id is no longer 0 but 1: another planner"):
         ours.apply(decide(2, 2), now_s=T0_S + 31)
 
     keys = raw_keys(etcd, etcd_namespace)
-    assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("2", "5", "5")
+    assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("1", "5", "5")
     # The retry reads afresh and takes the next id.
-    assert ours.apply(decide(2, 2), now_s=T0_S + 32).decision_id == 3
+    assert ours.apply(decide(2, 2), now_s=T0_S + 32).decision_id == 2
 
 
 def test_lost_reply_then_retry_neither_skips_nor_reuses_an_id(etcd, etcd_namespace):
@@ -236,7 +271,7 @@ def test_lost_reply_then_retry_neither_skips_nor_reuses_an_id(etcd, etcd_namespa
         conn.apply(decide(2, 3), now_s=T0_S)  # committed, but the reply was lost
     # The task's retry: the write is already there, so nothing is written again.
     assert conn.apply(decide(2, 3), now_s=T0_S + 1) is None
-    assert conn.apply(decide(4, 4), now_s=T0_S + 60).decision_id == 2
+    assert conn.apply(decide(4, 4), now_s=T0_S + 60).decision_id == 1
 
 
 def test_etcd_down_raises_clearly_and_ids_stay_consecutive(etcd, etcd_namespace):
@@ -252,7 +287,7 @@ def test_etcd_down_raises_clearly_and_ids_stay_consecutive(etcd, etcd_namespace)
         etcd.start()
     ids.append(conn.apply(decide(3, 3), now_s=T0_S + 181).decision_id)
     ids.append(conn.apply(decide(4, 4), now_s=T0_S + 240).decision_id)
-    assert ids == [1, 2, 3, 4]
+    assert ids == [0, 1, 2, 3]
 
 
 def test_histories_are_bounded_and_rebuild_the_stabilization_window(etcd, etcd_namespace):
@@ -262,7 +297,7 @@ def test_histories_are_bounded_and_rebuild_the_stabilization_window(etcd, etcd_n
     fleet = connector(etcd, etcd_namespace).read_fleet(now_s=T0_S + 400)
     # 5 runs, 3 recommendations kept: n = 3, 4, 5.
     assert fleet.recent_targets == ((T0_S + 180, 3, 7), (T0_S + 240, 4, 6), (T0_S + 300, 5, 5))
-    assert [e["id"] for e in json.loads(raw_keys(etcd, etcd_namespace)["recent_targets"])] == [3, 4, 5]
+    assert [e["id"] for e in json.loads(raw_keys(etcd, etcd_namespace)["recent_targets"])] == [2, 3, 4]
 
 
 def test_recommendations_older_than_max_age_are_dropped(etcd, etcd_namespace):
@@ -275,8 +310,16 @@ def test_recommendations_older_than_max_age_are_dropped(etcd, etcd_namespace):
 
 
 @pytest.mark.parametrize("keys, message", [
-    pytest.param({"num_prefill_workers": "1", "num_decode_workers": "1", "decided_at_s": "0", "decision_id": "x1"},
-                 r"decision_id: expected a non-negative integer, got 'x1'", id="id not a number"),
+    pytest.param({"num_prefill_workers": "1", "num_decode_workers": "1", "decision_id": "x1"},
+                 r"^etcd v1/.*/planner/decision_id: expected a non-negative integer, got 'x1'$", id="id not a number"),
+    pytest.param({"num_prefill_workers": "two", "num_decode_workers": "1", "decision_id": "0"},
+                 r"^etcd v1/.*/planner/num_prefill_workers: expected a non-negative integer, got 'two'$",
+                 id="targets not a number"),
+    pytest.param({"num_prefill_workers": "1", "num_decode_workers": "1", "decision_id": "0", "scaled_decision_id": "-3"},
+                 r"scaled_decision_id: expected a non-negative integer, got -3", id="ack negative"),
+    pytest.param({"num_prefill_workers": "1", "num_decode_workers": "1", "decision_id": "0", "decided_at_s": "12.5"},
+                 r"^etcd sla-planner/.*/planner/decided_at_s: expected \{\"id\": n, \"t_s\": seconds\}",
+                 id="old decided_at_s format"),
     pytest.param({"decision_id": "1", "num_prefill_workers": "2"},
                  r"incomplete, missing .*num_decode_workers", id="targets half written"),
     pytest.param({"recent_targets": "[{\"id\": 1}]"}, r"recent_targets: recent targets history is not", id="bad history"),
@@ -288,17 +331,94 @@ def test_recommendations_older_than_max_age_are_dropped(etcd, etcd_namespace):
 def test_malformed_keys_are_named(etcd, etcd_namespace, keys, message):
     client = raw_client(etcd)
     for name, value in keys.items():
-        client.put(f"/{etcd_namespace}/planner/{name}", value)
-    with pytest.raises(ConnectorError, match=message):
+        client.put(key(etcd_namespace, name), value)
+    with pytest.raises(ConnectorError, match=message) as info:
         connector(etcd, etcd_namespace).validate()
+    assert "\n" not in str(info.value)
 
 
 def test_factory_uses_planner_namespace_when_unset(etcd):
     conn = make_connector(VirtualConnectorConfig(etcd_url=etcd.url), default_namespace="ns-from-planner")
     assert isinstance(conn, VirtualConnector)
-    assert conn.prefix == "/ns-from-planner/planner/"
+    assert conn.prefix == "v1/ns-from-planner/planner/"
+    assert conn.bookkeeping_prefix == "sla-planner/ns-from-planner/planner/"
 
 
 def test_config_rejects_bad_url():
     with pytest.raises(ValueError, match=r"etcd_url must look like http://host:port, got 'etcd:2379'"):
         VirtualConnectorConfig(etcd_url="etcd:2379")
+
+
+def test_a_keyset_dynamos_planner_wrote_is_read_and_continued(etcd, etcd_namespace):
+    # What Dynamo 1.6.1's coordinator leaves: three decimal keys, no bookkeeping; its client acked 1.
+    client = raw_client(etcd)
+    for name, value in (("num_prefill_workers", "2"), ("num_decode_workers", "3"), ("decision_id", "1"),
+                        ("scaled_decision_id", "1")):
+        client.put(key(etcd_namespace, name), value)
+    conn = connector(etcd, etcd_namespace)
+    conn.validate()
+    fleet = conn.read_fleet(now_s=T0_S)
+    assert (fleet.prefill.current_replicas, fleet.decode.current_replicas) == (2, 3)
+    assert (fleet.prefill.ready_replicas, fleet.decode.ready_replicas) == (2, 3)  # acknowledged
+    assert fleet.last_decision.decision_id == 1 and fleet.last_decision.done
+
+    record = conn.apply(decide(4, 3), now_s=T0_S + 60)
+    assert record.decision_id == 2
+    keys = raw_keys(etcd, etcd_namespace)
+    assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("2", "4", "3")
+
+
+def test_waiting_for_a_foreign_unacknowledged_decision_is_bounded_from_first_seen(etcd, etcd_namespace):
+    client = raw_client(etcd)
+    for name, value in (("num_prefill_workers", "2"), ("num_decode_workers", "3"), ("decision_id", "4")):
+        client.put(key(etcd_namespace, name), value)
+    conn = connector(etcd, etcd_namespace, done_timeout_s=600.0)
+    # Never seen before: it counts from now, and the run that acts records when it first saw it.
+    assert conn.read_fleet(now_s=T0_S).last_decision.decided_at_s == T0_S
+    assert conn.apply(decide(2, 3, apply=False), now_s=T0_S) is None
+    assert json.loads(raw_keys(etcd, etcd_namespace)["decided_at_s"]) == {"id": 4, "t_s": T0_S}
+    assert conn.last_decision_done(now_s=T0_S + 599) is False
+    assert conn.last_decision_done(now_s=T0_S + 600) is True
+
+
+def test_new_ids_exceed_the_environments_acknowledged_id(etcd, etcd_namespace):
+    # A client acknowledged 7 (a Dynamo planner before a restart had counted that far); the stored id is 2.
+    client = raw_client(etcd)
+    for name, value in (("num_prefill_workers", "1"), ("num_decode_workers", "1"), ("decision_id", "2"),
+                        ("scaled_decision_id", "7")):
+        client.put(key(etcd_namespace, name), value)
+    record = connector(etcd, etcd_namespace).apply(decide(2, 2), now_s=T0_S)
+    assert record.decision_id == 8
+    assert raw_keys(etcd, etcd_namespace)["decision_id"] == "8"
+
+
+def test_dynamo_reads_absent_keys_as_minus_one_and_so_do_we(etcd, etcd_namespace):
+    client = raw_client(etcd)
+    for name, value in (("num_prefill_workers", "1"), ("num_decode_workers", "1"), ("decision_id", "0"),
+                        ("scaled_decision_id", "-1"), ("some_unknown_key", "hello")):
+        client.put(key(etcd_namespace, name), value)
+    fleet = connector(etcd, etcd_namespace).read_fleet(now_s=T0_S)
+    assert fleet.last_decision.decision_id == 0 and not fleet.last_decision.done
+
+
+def test_the_documented_prefix_stays_an_option(etcd, etcd_namespace):
+    conn = connector(etcd, etcd_namespace, key_prefix="/{namespace}/planner/",
+                     bookkeeping_prefix="/{namespace}/planner/")
+    conn.apply(decide(2, 5), now_s=T0_S)
+    stored = {meta["key"].decode(): value.decode()
+              for value, meta in raw_client(etcd).get_prefix(f"/{etcd_namespace}/planner/")}
+    assert stored[f"/{etcd_namespace}/planner/num_decode_workers"] == "5"
+    assert f"/{etcd_namespace}/planner/recommendations" in stored
+    raw_client(etcd).put(f"/{etcd_namespace}/planner/scaled_decision_id", "0")
+    assert conn.last_decision_done(now_s=T0_S + 1) is True
+    assert not raw_keys(etcd, etcd_namespace)  # nothing under the default prefixes
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("key_prefix", "v1/{ns}/planner/", r"only \{namespace\} may be filled in"),
+    ("key_prefix", "v1/{namespace}/planner", r"must end with '/'"),
+    ("bookkeeping_prefix", "v1/{namespace}/planner/x/", r"nest: use the same prefix or two apart"),
+])
+def test_config_rejects_bad_prefixes(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        VirtualConnectorConfig(**{field: value})

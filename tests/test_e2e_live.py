@@ -89,7 +89,7 @@ def live_fleet(etcd_url: str, namespace: str, router_url: str, *, seconds: float
 
 def scaled_id(etcd_server, namespace: str) -> int | None:
     client = Etcd3Client(host="127.0.0.1", port=etcd_server.client_port, timeout=5)
-    values = client.get(f"/{namespace}/planner/scaled_decision_id")
+    values = client.get(f"v1/{namespace}/planner/scaled_decision_id")
     return int(values[0]) if values else None
 
 
@@ -99,7 +99,7 @@ def test_decision_starts_workers_after_the_startup_delay_then_is_confirmed(etcd,
     try:
         fleet.step(2.0)
         planner.apply(Decision(prefill_replicas=3, decode_replicas=2, apply=True, reasons=()), now_s=time.time())
-        fleet.follow_etcd()  # sees decision 1 at t = 2 s
+        fleet.follow_etcd()  # sees decision 0 (Dynamo's first id) at t = 2 s
         workers = fleet.status()["workers"]
         assert (workers["prefill"]["ready"], workers["prefill"]["starting"]) == (1, 2)
         assert (workers["decode"]["ready"], workers["decode"]["starting"]) == (1, 1)
@@ -109,7 +109,7 @@ def test_decision_starts_workers_after_the_startup_delay_then_is_confirmed(etcd,
         assert planner.read_fleet(now_s=time.time()).prefill.ready_replicas == 1
 
         fleet.step(2.0 + STARTUP_S)  # ready at 2 + 5 = 7 s
-        assert scaled_id(etcd, etcd_namespace) == 1
+        assert scaled_id(etcd, etcd_namespace) == 0
         fleet_state = planner.read_fleet(now_s=time.time())
         assert (fleet_state.prefill.ready_replicas, fleet_state.decode.ready_replicas) == (3, 2)
         assert fleet_state.last_decision.done
@@ -117,7 +117,7 @@ def test_decision_starts_workers_after_the_startup_delay_then_is_confirmed(etcd,
         # Scale-down: draining workers stop taking work at once, so it is confirmed at once.
         planner.apply(Decision(prefill_replicas=1, decode_replicas=1, apply=True, reasons=()), now_s=time.time())
         fleet.follow_etcd()
-        assert scaled_id(etcd, etcd_namespace) == 2
+        assert scaled_id(etcd, etcd_namespace) == 1
         fleet.router.sync_endpoints()
         registered = {e["id"] for e in router_get(router, "/v1/endpoints")}
         assert len(registered) == 2 and all(re.fullmatch(r"sim-(prefill|decode)-\d+", e) for e in registered)
@@ -126,7 +126,7 @@ def test_decision_starts_workers_after_the_startup_delay_then_is_confirmed(etcd,
         status = fleet.status()
         assert status["finished"] and status["arrived"] == status["completed"] == len(fleet.trace)
         assert status["router"]["routed"] == len(fleet.trace) and not status["router"]["fallbacks"]
-        assert [d["decision_id"] for d in status["decisions"]["log"]] == [1, 2]
+        assert [d["decision_id"] for d in status["decisions"]["log"]] == [0, 1]
     finally:
         fleet.close()
 
