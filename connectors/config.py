@@ -46,8 +46,15 @@ class QueryTemplates(_Strict):
     """
 
     num_requests: str = Field(
+        "sum(increase(dynamo_frontend_requests_started_total{${frontend_selector}}[${interval}]))",
+        description="requests that arrived in the interval (count): Dynamo's frontend counts a request as "
+        "started when its handler accepts it (what Dynamo 1.6.1's planner reads)",
+    )
+    num_requests_fallback: str = Field(
         "sum(increase(dynamo_frontend_requests_total{${frontend_selector}}[${interval}]))",
-        description="requests that arrived in the interval (count)",
+        description="used, with a note in the run, when num_requests returns no series (a frontend without "
+        "requests_started_total): requests that finished in the interval, errors included, which lags arrivals "
+        "while requests queue; empty: no fallback",
     )
     avg_ttft_s: str = Field(
         _frontend_avg("dynamo_frontend_time_to_first_token_seconds"),
@@ -66,13 +73,16 @@ class QueryTemplates(_Strict):
         description="mean output sequence length over the interval, tokens",
     )
     peak_rps: str = Field(
-        "max_over_time(sum(rate(dynamo_frontend_requests_total{${frontend_selector}}[${peak_window}]))"
+        "max_over_time(sum(rate(dynamo_frontend_requests_started_total{${frontend_selector}}[${peak_window}]))"
+        "[${interval}:${peak_step}])"
+        " or max_over_time(sum(rate(dynamo_frontend_requests_total{${frontend_selector}}[${peak_window}]))"
         "[${interval}:${peak_step}])",
         description="highest arrival rate over a peak_window_s sub-window of the interval, requests/s "
         "(sub-interval bursts, planner.burst); optional: no series or an empty query means flat arrivals",
     )
     newest_sample_s: str = Field(
-        "max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",
+        "max(timestamp(dynamo_frontend_requests_started_total{${frontend_selector}}))"
+        " or max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",
         description="Unix time of the newest frontend sample, seconds (staleness check)",
     )
     kv_usage_frac: str = Field(
@@ -151,7 +161,10 @@ class MetricsConfig(_Strict):
         "http://localhost:9090", min_length=1, description="Prometheus base URL (http or https)"
     )
     frontend_selector: str = Field(
-        "", description='PromQL label matchers for frontend metrics, no braces, e.g. model="llama-8b"'
+        "",
+        description='PromQL label matchers for frontend metrics, no braces: model="llama-8b" works on a raw '
+        "scrape (a Dynamo frontend labels its series by model only); add dynamo_namespace=\"...\" only where the "
+        "scrape configuration adds that label (Dynamo's operator PodMonitor does)",
     )
     worker_selector: str = Field(
         "", description='PromQL label matchers for vLLM worker metrics, no braces, e.g. namespace="dyn"'

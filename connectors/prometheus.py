@@ -4,8 +4,10 @@ One `collect` call evaluates the configured PromQL (see connectors.config) at
 `now_s` and returns an `Observation`:
 
 - interval averages (TTFT, ITL, ISL, OSL) as increase(_sum) / increase(_count)
-  over the last interval, and the request count as increase(requests_total);
-  seconds become milliseconds here, once
+  over the last interval, and the request count as the increase of the
+  frontend's requests_started_total (arrivals, as Dynamo 1.6.1's planner counts
+  them), or, with a note in the run, of requests_total (completions) from a
+  frontend that lacks it; seconds become milliseconds here, once
 - the load history the predictors need, from range queries with step =
   interval, so a run needs nothing from the previous one
 - per-pod KV-cache usage and queue length for the saturation guardrail,
@@ -110,14 +112,16 @@ class PrometheusCollector:
         if history_intervals < 1:
             raise ValueError(f"collect: history_intervals must be >= 1, got {history_intervals}")
         stale: list[str] = []
+        notes: list[str] = []
         values: dict[str, float | None] = {}
+        arrivals = self._arrivals_query(now_s=now_s, interval_s=interval_s, notes=notes)
         for name in _FRONTEND_SCALARS:
-            values[name] = self._scalar(name, now_s=now_s, interval_s=interval_s, stale=stale)
+            query = arrivals if name == "num_requests" else name
+            values[name] = self._scalar(query, now_s=now_s, interval_s=interval_s, stale=stale)
         self._check_age(now_s=now_s, interval_s=interval_s, stale=stale)
         pods = self._pods(now_s=now_s, interval_s=interval_s, stale=stale)
-        notes: list[str] = []
         peak_rps = self._peak(now_s=now_s, interval_s=interval_s, notes=notes)
-        history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals)
+        history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals, arrivals=arrivals)
         return Observation(
             peak_rps=peak_rps,
             peak_window_s=self.cfg.peak_window_s if self.cfg.queries.peak_rps.strip() else None,
@@ -170,6 +174,20 @@ class PrometheusCollector:
         query = self.render(name, interval_s=interval_s)
         result = self._run(name, query, lambda: self._prom.custom_query(query, params={"time": repr(float(now_s))}))
         return [_Sample(item.get("metric", {}), float(item["value"][0]), _number(item["value"][1])) for item in result]
+
+    def _arrivals_query(self, *, now_s: float, interval_s: float, notes: list[str]) -> str:
+        """queries.num_requests, or num_requests_fallback (noted) when the former has no series."""
+        if self._instant("num_requests", now_s=now_s, interval_s=interval_s) \
+                or not self.cfg.queries.num_requests_fallback.strip():
+            return "num_requests"
+        if not self._instant("num_requests_fallback", now_s=now_s, interval_s=interval_s):
+            return "num_requests"  # neither has data: reported stale under the primary's name
+        notes.append(
+            "num_requests: queries.num_requests returned no series (no dynamo_frontend_requests_started_total?); "
+            "arrivals counted from queries.num_requests_fallback (requests finished, errors included), "
+            "which lags arrivals while requests queue"
+        )
+        return "num_requests_fallback"
 
     def _scalar(self, name: str, *, now_s: float, interval_s: float, stale: list[str]) -> float | None:
         samples = self._instant(name, now_s=now_s, interval_s=interval_s)
@@ -300,9 +318,10 @@ class PrometheusCollector:
                     points[float(t)] = _number(v)
         return points
 
-    def _history(self, *, now_s: float, interval_s: float, n: int) -> LoadHistory:
+    def _history(self, *, now_s: float, interval_s: float, n: int, arrivals: str = "num_requests") -> LoadHistory:
         end_s = float(now_s)
-        series = {name: self._range(name, end_s=end_s, interval_s=interval_s, n=n) for name in _HISTORY_QUERIES}
+        series = {name: self._range(arrivals if name == "num_requests" else name, end_s=end_s,
+                                    interval_s=interval_s, n=n) for name in _HISTORY_QUERIES}
         # Optional: intervals without a peak rate are NaN, and the planner falls back to flat arrivals.
         with_peak = bool(self.cfg.queries.peak_rps.strip())
         if with_peak:

@@ -4,8 +4,9 @@
 follows the wall clock (times `speed`), and it talks to the rest of the stack
 the way a Dynamo deployment does:
 
-- `/metrics` in Prometheus text: the Dynamo frontend's request counter and
-  TTFT / ITL / ISL / OSL histograms, and per pod `vllm:kv_cache_usage_perc`,
+- `/metrics` in Prometheus text: the series a Dynamo 1.6.1 frontend exports
+  (requests_started_total at arrival, requests_total at completion, the TTFT /
+  ITL / ISL / OSL histograms with its label sets and bucket boundaries), and per pod `vllm:kv_cache_usage_perc`,
   `vllm:num_requests_waiting` and `vllm:num_requests_running` (label `pod`,
   named `<prefix>prefill-N` / `<prefix>decode-N`, which the collector's
   default pod-name mapping attributes to the pools); `/status` as JSON.
@@ -48,7 +49,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -61,9 +62,14 @@ from sim.traces import Trace, load_trace, multiply_load, scale_time, time_window
 
 log = logging.getLogger("sla_planner.sim.live")
 
-TTFT_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
-ITL_BUCKETS_S = (0.002, 0.004, 0.006, 0.008, 0.01, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
-TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
+# A Dynamo 1.6.1 frontend's histogram boundaries (its /metrics; tests check them against a real scrape).
+TTFT_BUCKETS_S = (0, 0.0022, 0.0047, 0.01, 0.022, 0.047, 0.1, 0.22, 0.47, 1, 2.2, 4.7, 10, 22, 48, 100, 220, 480)
+ITL_BUCKETS_S = (0, 0.0018, 0.0033, 0.0059, 0.011, 0.02, 0.035, 0.064, 0.12, 0.21, 0.38, 0.69, 1.2, 2.3, 4.1,
+                 7.4, 13, 24, 44, 80)
+ISL_BUCKETS = (0, 100, 210, 430, 870, 1800, 3600, 7400, 15000, 31000, 63000, 130000)
+OSL_BUCKETS = (0, 100, 210, 430, 880, 1800, 3700, 7600, 16000, 32000)
+# The label values a real frontend gives a streamed chat completion.
+REQUEST_LABELS = {"endpoint": "chat_completions", "request_type": "stream"}
 
 
 class _Strict(BaseModel):
@@ -561,7 +567,7 @@ class LiveFleet:
     def _export_requests(self) -> None:
         sim = self.sim
         for rid in range(self._seen_arrivals, sim.next_arrival):
-            self._requests.inc()
+            self._started.inc()
             self._isl.observe(sim.isl[rid])
             self._open[rid] = False
         self._seen_arrivals = sim.next_arrival
@@ -587,6 +593,7 @@ class LiveFleet:
                 self._itl.observe(itl_s)
                 body["observed_tpot_ms"] = itl_s * 1e3
             self._completed.inc()
+            self._finished.inc()
             self._event(rid, "completed", body)
             if self.router is not None:
                 self.router.tracked.discard(rid)
@@ -663,19 +670,24 @@ class LiveFleet:
     # -- metrics and status --------------------------------------------------------
 
     def _frontend_metrics(self) -> None:
+        """The series a Dynamo 1.6.1 frontend exports for the planner: names, label sets, buckets."""
         labels = {"model": self.cfg.model}
         reg = self.registry
-        self._requests = Counter("dynamo_frontend_requests", "Requests received by the frontend", list(labels),
-                                 registry=reg).labels(**labels)
+        started = {**REQUEST_LABELS, **labels}
+        self._started = Counter("dynamo_frontend_requests_started", "Total number of LLM requests accepted by the "
+                                "frontend handler", sorted(started), registry=reg).labels(**started)
+        finished = {**started, "status": "success", "error_type": ""}
+        self._finished = Counter("dynamo_frontend_requests", "Total number of LLM requests processed",
+                                 sorted(finished), registry=reg).labels(**finished)
         self._ttft = Histogram("dynamo_frontend_time_to_first_token_seconds", "Time to first token, s",
                                list(labels), buckets=TTFT_BUCKETS_S, registry=reg).labels(**labels)
         # One observation per request: its mean inter-token latency (what the simulator measures).
         self._itl = Histogram("dynamo_frontend_inter_token_latency_seconds", "Inter-token latency, s",
                               list(labels), buckets=ITL_BUCKETS_S, registry=reg).labels(**labels)
         self._isl = Histogram("dynamo_frontend_input_sequence_tokens", "Input sequence length, tokens",
-                              list(labels), buckets=TOKEN_BUCKETS, registry=reg).labels(**labels)
+                              list(labels), buckets=ISL_BUCKETS, registry=reg).labels(**labels)
         self._osl = Histogram("dynamo_frontend_output_sequence_tokens", "Output sequence length, tokens",
-                              list(labels), buckets=TOKEN_BUCKETS, registry=reg).labels(**labels)
+                              list(labels), buckets=OSL_BUCKETS, registry=reg).labels(**labels)
         self._completed = Counter("sla_sim_requests_completed", "Requests finished by the simulated fleet",
                                   registry=reg)
         Gauge("sla_sim_time_seconds", "Simulated clock, s", registry=reg).set_function(lambda: self.sim.now_s)
@@ -815,6 +827,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per router call otherwise
+    disable_created_metrics()  # a Dynamo frontend exports no _created series
     try:
         cfg = load_config(args.config)
         trace = build_trace(cfg)

@@ -19,7 +19,12 @@ class FrontendFeeder:
                  kv_usage_frac: float = 0.3, queue_length: float = 0.0, tick_s: float = 0.25):
         self.rps, self.isl, self.osl, self.ttft, self.itl = rps, isl_tokens, osl_tokens, ttft_s, itl_s
         self.tick_s = tick_s
-        self.requests = Counter("dynamo_frontend_requests", "requests", registry=registry)
+        # Dynamo 1.6.1's two counters: accepted (arrivals) and processed (completions), with its labels.
+        self.started = Counter("dynamo_frontend_requests_started", "accepted", ["endpoint", "model", "request_type"],
+                               registry=registry).labels("chat_completions", "feeder", "stream")
+        self.requests = Counter("dynamo_frontend_requests", "processed",
+                                ["endpoint", "error_type", "model", "request_type", "status"],
+                                registry=registry).labels("chat_completions", "", "feeder", "stream", "success")
         buckets = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
         self.h_ttft = Histogram("dynamo_frontend_time_to_first_token_seconds", "ttft", buckets=buckets, registry=registry)
         self.h_itl = Histogram("dynamo_frontend_inter_token_latency_seconds", "itl", buckets=buckets, registry=registry)
@@ -46,6 +51,7 @@ class FrontendFeeder:
             n = int(self._carry)
             self._carry -= n
             for _ in range(n):
+                self.started.inc()
                 self.requests.inc()
                 self.h_ttft.observe(self.ttft)
                 self.h_itl.observe(self.itl)

@@ -19,6 +19,7 @@ dir, free port, killed at teardown). Tests keep their series apart by labels
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -30,6 +31,7 @@ from pathlib import Path
 import pytest
 import requests
 from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures_net import free_port, stop_process, wait_http_ok
 
@@ -38,6 +40,56 @@ PROMTOOL_BIN = Path("/usr/bin/promtool")
 # A fixed, 2 h-aligned start for backfilled data (2023-11-15T00:00:00Z), so
 # expected values never depend on the wall clock.
 ANCHOR_S = 1_700_006_400.0
+
+
+# What a real Dynamo 1.6.1 frontend exported after 51 chat completions (the kit beside the project).
+KIT_FRONTEND_METRICS = Path(__file__).resolve().parents[2] / "shared" / "dynamo" / "frontend-metrics.txt"
+
+
+@functools.lru_cache(maxsize=1)
+def kit_frontend_families() -> tuple:
+    """The kit's frontend scrape as prometheus_client metric families (fails loudly if the kit is absent)."""
+    if not KIT_FRONTEND_METRICS.is_file():
+        pytest.fail(f"{KIT_FRONTEND_METRICS} not found: tests need ../shared/dynamo beside the project")
+    return tuple(text_string_to_metric_families(KIT_FRONTEND_METRICS.read_text()))
+
+
+def kit_series(name: str) -> list[tuple[dict, float]]:
+    """(labels, value) of every sample called `name` in the kit's frontend scrape."""
+    return [(dict(s.labels), s.value) for fam in kit_frontend_families() for s in fam.samples if s.name == name]
+
+
+def write_requests(writer: "OpenMetricsWriter", *, labels: dict, value: float, t_s: float) -> None:
+    """Dynamo 1.6.1's two request counters, at `value` in total, with a real frontend's label sets.
+
+    `dynamo_frontend_requests_started_total` (endpoint, model, request_type) and
+    `dynamo_frontend_requests_total` (endpoint, error_type, model, request_type,
+    status): one series per label combination the kit's scrape holds, `value`
+    split in the kit's proportions; `labels` (a test's selector, e.g. a
+    namespace) are added and may replace `model`.
+    """
+    for name in ("dynamo_frontend_requests_started_total", "dynamo_frontend_requests_total"):
+        series = kit_series(name)
+        total = sum(v for _, v in series)
+        for kit_labels, kit_value in series:
+            writer.sample(family=name[: -len("_total")], kind="counter", name=name,
+                          labels={**kit_labels, **labels}, value=value * kit_value / total, t_s=t_s)
+
+
+def write_kit_scrape(writer: "OpenMetricsWriter", *, labels: dict, start_s: float, end_s: float,
+                     steps: int = 4) -> None:
+    """Every frontend counter and histogram of the kit's scrape, from 0 at start_s rising linearly to its
+    recorded value at end_s (steps + 1 samples), so increase() over [start_s, end_s] is the recorded value."""
+    for fam in kit_frontend_families():
+        if fam.type not in ("counter", "histogram"):
+            continue
+        for sample in fam.samples:
+            if fam.type == "counter" and not sample.name.endswith("_total"):
+                continue  # _created
+            for j in range(steps + 1):
+                writer.sample(family=fam.name, kind=fam.type, name=sample.name,
+                              labels={**sample.labels, **labels}, value=sample.value * j / steps,
+                              t_s=start_s + (end_s - start_s) * j / steps)
 
 
 # -- OpenMetrics text for backfill ---------------------------------------------
@@ -125,8 +177,7 @@ def write_frontend_intervals(
     totals = {"requests": 0.0, **{f"{h}_count": 0.0 for h in histograms}, **{f"{h}_sum": 0.0 for h in histograms}}
 
     def emit(t_s: float) -> None:
-        writer.sample(family="dynamo_frontend_requests", kind="counter", name="dynamo_frontend_requests_total",
-                      labels=labels, value=totals["requests"], t_s=t_s)
+        write_requests(writer, labels=labels, value=totals["requests"], t_s=t_s)
         for h in histograms:
             count, total = totals[f"{h}_count"], totals[f"{h}_sum"]
             writer.sample(family=h, kind="histogram", name=f"{h}_bucket", labels={**labels, "le": "+Inf"},

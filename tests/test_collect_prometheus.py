@@ -26,6 +26,8 @@ from tests.fixtures_prometheus import (  # noqa: F401  (fixtures)
     prometheus_server,
     write_frontend_intervals,
     write_gauge,
+    write_kit_scrape,
+    write_requests,
 )
 
 INTERVAL_S = 60.0
@@ -69,6 +71,8 @@ def collect_data(prometheus_server: PrometheusServer) -> PrometheusServer:
         write_frontend_intervals(
             w, labels={"namespace": "collect-two", "instance": instance}, start_s=ANCHOR_S, interval_s=INTERVAL_S,
             intervals=[FrontendInterval(requests, ttft_s, 0.01, 500, 100)] * 3)
+    # a real Dynamo 1.6.1 frontend's scrape (the kit's raw /metrics text), rising from 0 over the last interval.
+    write_kit_scrape(w, labels={"namespace": "collect-kit"}, start_s=END_S - INTERVAL_S, end_s=END_S)
     # idle: traffic, then an interval without requests.
     write_frontend_intervals(w, labels={"namespace": "collect-idle"}, start_s=ANCHOR_S, interval_s=INTERVAL_S,
                              intervals=[FrontendInterval(30, 0.1, 0.01, 500, 100), FrontendInterval(0, 0, 0, 0, 0)])
@@ -102,8 +106,7 @@ def write_burst_counter(w: OpenMetricsWriter, *, labels: dict) -> None:
         total += 40.0 if j <= 3 else 30.0 / 9
         points.append((END_S - INTERVAL_S + 5 * j, total))
     for t_s, value in points:
-        w.sample(family="dynamo_frontend_requests", kind="counter", name="dynamo_frontend_requests_total",
-                 labels=labels, value=value, t_s=t_s)
+        write_requests(w, labels=labels, value=value, t_s=t_s)
 
 
 def collector(server: PrometheusServer, namespace: str, **overrides) -> PrometheusCollector:
@@ -227,7 +230,8 @@ def test_query_rejected_by_prometheus_names_the_field(collect_data):
 
 def test_unaggregated_override_is_rejected(collect_data):
     queries = QueryTemplates(num_requests="increase(dynamo_frontend_requests_total{${frontend_selector}}[${interval}])")
-    with pytest.raises(ValueError, match=r"metrics.queries.num_requests: expected at most one series, got 2"):
+    # Two frontends, each with a stream and a unary series (a real frontend's label sets): four.
+    with pytest.raises(ValueError, match=r"metrics.queries.num_requests: expected at most one series, got 4"):
         collector(collect_data, "collect-two", queries=queries).collect(
             now_s=ANCHOR_S + 3 * INTERVAL_S, interval_s=INTERVAL_S, history_intervals=1)
 
@@ -282,6 +286,8 @@ def test_live_scrape_end_to_end(prometheus_server, live_exporter):
     assert obs.avg_ttft_ms == pytest.approx(350.0, rel=1e-6)
     assert obs.num_requests > 0
     assert not any("newest frontend sample" in r for r in obs.stale_reasons)
+    # This frontend exports only requests_total (completions): counted, and the run says so.
+    assert any("arrivals counted from queries.num_requests_fallback" in n for n in obs.notes), obs.notes
 
 
 def test_peak_rate_of_a_burst_and_its_history(collect_data):
@@ -323,5 +329,62 @@ def test_peak_rate_query_can_be_switched_off(collect_data):
 def test_peak_rate_query_renders_window_and_step(collect_data):
     c = collector(collect_data, "collect-burst", peak_window_s=30.0, peak_step_s=10.0)
     assert c.render("peak_rps", interval_s=60.0) == (
-        'max_over_time(sum(rate(dynamo_frontend_requests_total{namespace="collect-burst"}[30s]))[60s:10s])'
+        'max_over_time(sum(rate(dynamo_frontend_requests_started_total{namespace="collect-burst"}[30s]))[60s:10s])'
+        ' or max_over_time(sum(rate(dynamo_frontend_requests_total{namespace="collect-burst"}[30s]))[60s:10s])'
     )
+
+
+def test_a_real_dynamo_frontends_metrics_read_by_hand_arithmetic(collect_data):
+    """The kit's raw frontend-metrics.txt (51 chat completions through Dynamo 1.6.1): every series as
+    exported, names, label sets and buckets included; the collector's numbers from the file by hand."""
+    obs = collector(collect_data, "collect-kit").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    # requests_started_total{request_type="stream"} 25 + {request_type="unary"} 26
+    assert obs.num_requests == pytest.approx(51.0, rel=1e-9)
+    assert obs.notes == ()  # started_total present: no fallback
+    assert obs.avg_isl_tokens == pytest.approx(11155 / 51, rel=1e-9)
+    assert obs.avg_osl_tokens == pytest.approx(3536 / 51, rel=1e-9)
+    assert obs.avg_ttft_ms == pytest.approx(1e3 * 0.29501505899999997 / 51, rel=1e-9)
+    assert obs.avg_itl_ms == pytest.approx(1e3 * 2.1569036109999997 / 3485, rel=1e-9)
+    assert not obs.stale_reasons
+    # The peak signal works on the real counter: 51 requests rising evenly over 60 s.
+    assert obs.peak_rps == pytest.approx(51 / 60, rel=0.05)
+
+
+def test_the_simulated_frontend_exports_what_a_real_one_does():
+    """sim.live's frontend series: the names, types, label names and bucket boundaries of the kit's real scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sim.live import LiveConfig, LiveFleet, build_trace, make_tables
+    from tests.conftest import PROJECT_ROOT
+    from tests.fixtures_prometheus import kit_frontend_families
+
+    cfg = LiveConfig(trace_path=str(PROJECT_ROOT / "data" / "traces" / "azure2023_conv.csv.gz"),
+                     trace_start_s=600.0, trace_duration_s=20.0, profile_dir=str(PROJECT_ROOT / "data" / "profiles"
+                                                                                 / "h200_llama8b_fp8_tp1"),
+                     port=free_port(), model="tok")
+    clock = {"now": 0.0}
+    fleet = LiveFleet(cfg, trace=build_trace(cfg), tables=make_tables(cfg), clock=lambda: clock["now"])
+    try:
+        fleet.step(30.0)  # every request arrives and finishes
+        text = fleet.metrics_text().decode()
+    finally:
+        fleet.close()
+    real = {f.name: f for f in kit_frontend_families()}
+    # (prometheus_client's _created series, which a real frontend lacks, are off in `python -m sim.live`.)
+    ours = {f.name: f for f in text_string_to_metric_families(text)
+            if f.name.startswith("dynamo_frontend_") and not f.name.endswith("_created")}
+    assert {"dynamo_frontend_requests_started", "dynamo_frontend_requests"} <= set(ours)
+    assert set(ours) <= set(real), set(ours) - set(real)
+    for name, fam in ours.items():
+        assert fam.type == real[name].type, name
+        samples = [s for s in fam.samples if not s.name.endswith("_created")]
+        ours_labels = {frozenset(k for k in s.labels if k != "le") for s in samples}
+        real_labels = {frozenset(k for k in s.labels if k != "le") for s in real[name].samples}
+        assert ours_labels <= real_labels, (name, ours_labels, real_labels)
+        if fam.type == "histogram":
+            def bounds(f):
+                return sorted({float(s.labels["le"]) for s in f.samples if s.name.endswith("_bucket")})
+            assert bounds(fam) == bounds(real[name]), name
+    started = sum(s.value for s in ours["dynamo_frontend_requests_started"].samples if s.name.endswith("_total"))
+    finished = sum(s.value for s in ours["dynamo_frontend_requests"].samples if s.name.endswith("_total"))
+    assert started == finished == len(build_trace(cfg)) > 0

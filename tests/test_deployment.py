@@ -35,7 +35,7 @@ def test_scheduled_deployment_runs_and_leaves_artifacts(tmp_path, prefect_stack,
     feeder = FrontendFeeder(live_exporter.registry, rps=30, isl_tokens=2000, osl_tokens=200,
                             ttft_s=0.12, itl_s=0.008).start()
     try:
-        prometheus_server.wait_for_series("dynamo_frontend_requests_total", timeout_s=30)
+        prometheus_server.wait_for_series("dynamo_frontend_requests_started_total", timeout_s=30)
         state = tmp_path / "fleet.json"
         config = yaml.safe_load((ROOT / "configs" / "planner.yaml").read_text())
         config["planner"]["profile"] = {"dir": str(h200_profile_dir)}

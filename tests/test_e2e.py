@@ -65,7 +65,7 @@ def run(tmp_path_factory):
             return result if result and float(result[0]["value"][1]) >= total else None
 
         with contextlib.suppress(AssertionError):
-            stack.wait_for(lambda: scraped("sum(dynamo_frontend_requests_total)"), timeout_s=30,
+            stack.wait_for(lambda: scraped("sum(dynamo_frontend_requests_started_total)"), timeout_s=30,
                            what="Prometheus to scrape the final request count")
             stack.wait_for(lambda: scraped("sum(sla_sim_requests_completed_total)"), timeout_s=30,
                            what="Prometheus to scrape the final completion count")
@@ -76,7 +76,7 @@ def run(tmp_path_factory):
             "runs": stack.flow_runs("planner"),
             "rise_start_s": rise_start_s,
             "fall_s": fall_s,
-            "requests_total": stack.prom("sum(dynamo_frontend_requests_total)"),
+            "requests_total": stack.prom("sum(dynamo_frontend_requests_started_total)"),
             "completed_total": stack.prom("sum(sla_sim_requests_completed_total)"),
         }
         snap["artifacts"] = {r["id"]: stack.artifacts(r["id"]) for r in snap["runs"] if r["state_type"] == "COMPLETED"}

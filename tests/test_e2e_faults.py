@@ -183,7 +183,7 @@ def test_no_request_lost_through_the_faults(stack):
                            what="the fleet to finish the trace")
     total = fleet["trace"]["requests"]
     assert fleet["arrived"] == fleet["completed"] == total, fleet
-    counted = stack.prom("sum(dynamo_frontend_requests_total)")
+    counted = stack.prom("sum(dynamo_frontend_requests_started_total)")
     assert float(counted[0]["value"][1]) == total, counted
     _assert_decisions_consistent(stack)
 

@@ -159,8 +159,12 @@ def test_metrics_carry_the_names_and_pods_the_planner_reads(etcd, etcd_namespace
         fleet.step(10.0)
         families = {f.name: f for f in text_string_to_metric_families(fleet.metrics_text().decode())}
         arrived = fleet.status()["arrived"]
-        requests = next(s for s in families["dynamo_frontend_requests"].samples if s.name.endswith("_total"))
-        assert requests.value == arrived
+        # Dynamo 1.6.1's two counters: accepted at arrival, processed at completion (with its status).
+        started = next(s for s in families["dynamo_frontend_requests_started"].samples if s.name.endswith("_total"))
+        assert started.value == arrived
+        finished = next(s for s in families["dynamo_frontend_requests"].samples if s.name.endswith("_total"))
+        assert finished.labels["status"] == "success"
+        assert finished.value == fleet.status()["completed"] < arrived
         for hist in ("time_to_first_token_seconds", "inter_token_latency_seconds", "input_sequence_tokens",
                      "output_sequence_tokens"):
             assert f"dynamo_frontend_{hist}" in families, sorted(families)
