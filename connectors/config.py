@@ -205,16 +205,25 @@ class MetricsConfig(_Strict):
 
 
 class KubernetesConnectorConfig(_Strict):
-    """Scale a Dynamo DynamoGraphDeployment (nvidia.com/v1alpha1)."""
+    """Scale a Dynamo DynamoGraphDeployment: scaling adapters (v1beta1), else the DGD itself (v1beta1, v1alpha1)."""
 
     kind: Literal["kubernetes"] = "kubernetes"
     dgd_name: str = Field(min_length=1, description="DynamoGraphDeployment metadata.name")
     namespace: str | None = Field(None, description="Kubernetes namespace; None: the planner's namespace")
+    api: Literal["auto", "v1beta1", "v1alpha1"] = Field(
+        "auto",
+        description="DGD API version: auto picks the newest the cluster serves (v1beta1 from Dynamo 1.3: scaling "
+        "adapters' /scale, else a JSON patch of spec.components; v1alpha1: merge patch of spec.services)",
+    )
     prefill_service: str = Field(
-        "prefill", min_length=1, description="spec.services key of the prefill workers if none has subComponentType prefill"
+        "prefill", min_length=1,
+        description="component (v1beta1) or spec.services key (v1alpha1) of the prefill workers when none has type "
+        "(subComponentType) prefill",
     )
     decode_service: str = Field(
-        "decode", min_length=1, description="spec.services key of the decode workers if none has subComponentType decode"
+        "decode", min_length=1,
+        description="component (v1beta1) or spec.services key (v1alpha1) of the decode workers when none has type "
+        "(subComponentType) decode",
     )
     auth: Literal["auto", "in_cluster", "kubeconfig"] = Field(
         "auto", description="auto: in-cluster when KUBERNETES_SERVICE_HOST is set, else kubeconfig"

@@ -1,18 +1,32 @@
-"""The Kubernetes connector: scale a Dynamo DynamoGraphDeployment (nvidia.com/v1alpha1).
+"""The Kubernetes connector: scale a Dynamo DynamoGraphDeployment the way the cluster's operator expects.
 
-Targets go to `spec.services.<name>.replicas` by JSON merge patch. The prefill
-and decode services are found by `subComponentType` (then `componentType`),
-falling back to the configured service names. Ready replicas come from the
-operator's `status.services.<name>` (readyReplicas, else availableReplicas,
-else 0, so a missing status leans toward "not done yet").
+Three write paths, picked from what the cluster serves (API discovery of
+`dynamographdeployments.nvidia.com`; `connector.api` overrides), logged once:
 
-The last decision and the recommendation history live on the DGD itself as
-annotations. A run writes only when something changes, so a steady fleet
-causes no events for the operator and no resourceVersion churn: one merge
-patch guarded by `metadata.resourceVersion`, carrying the recommendation when
-it differs from the one in effect, plus the replicas and decision annotations
-when the targets change. The patch either lands whole or gets 409 Conflict;
-on 409 the connector reads afresh and retries. Annotations (prefix
+- **v1beta1, scaling adapters** (Dynamo 1.3-1.6.1, and what Dynamo's profiler sets up
+  for prefill and decode workers): `PATCH .../dynamographdeploymentscalingadapters/
+  <dgd>-<component>/scale` with `{"spec": {"replicas": n}}`. The adapter is the
+  source of truth; the operator puts back any direct edit of the component's
+  replicas, so the connector never writes them when an adapter exists.
+- **v1beta1 without an adapter** (the adapter's /scale answers 404): an RFC 6902
+  JSON patch on the DGD, `test` the component's name at `/spec/components/<i>/name`,
+  then `add` its `replicas`, as Dynamo's own planner falls back.
+- **v1alpha1** (operators before 1.3): JSON merge patch of `spec.services.<name>.replicas`.
+
+The prefill and decode workers are found as Dynamo's planner finds them
+(connectors.dgd). Ready replicas and readiness come from the operator's status
+(`status.components.<name>` in v1beta1, `status.services.<name>` in v1alpha1:
+availableReplicas, else readyReplicas) and `observedGeneration`; GPUs per replica
+from the operator's `gpusPerReplica`, else the component's `nvidia.com/gpu`.
+
+The last decision and the recommendation history live on the DGD as annotations
+(the operator does not revert metadata). A run writes only when something
+changes: one write guarded by `metadata.resourceVersion` (a merge patch in
+v1alpha1, a JSON patch with a `test` of it in v1beta1, carrying the replicas of
+components without an adapter) with the recommendation when it differs from
+the one in effect, plus the decision annotations when the targets change; then,
+with adapters, their /scale. A conflict (409, or 422 from the resourceVersion
+test) makes the connector read afresh and retry. Annotations (prefix
 configurable, default `sla-planner`):
 
 - `<prefix>/decision-id`: increases by one per applied decision
@@ -30,13 +44,14 @@ re-reads the rotated token file every minute) or a kubeconfig. A 401 makes the
 connector load them again and retry once, so a token revoked right after its
 rotation costs one request; a second 401 is an error naming the credentials.
 
-A decision is done when both services' ready replicas equal its targets and
-the operator has observed the DGD's current generation.
+A decision is done when both pools' ready replicas equal its targets and the
+operator has observed the DGD's current generation.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import urllib3
@@ -46,6 +61,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import incluster_config
 from kubernetes.config.config_exception import ConfigException
 
+from connectors import dgd
 from connectors.base import (
     ConcurrentWriteError,
     ConnectorError,
@@ -63,10 +79,13 @@ from connectors.base import (
 from connectors.config import KubernetesConnectorConfig
 from planner.types import POOLS, Decision, DecisionRecord, FleetState, Pool, PoolState
 
+log = logging.getLogger(__name__)
+
 GROUP = "nvidia.com"
-VERSION = "v1alpha1"
 PLURAL = "dynamographdeployments"
+ADAPTERS = "dynamographdeploymentscalingadapters"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class KubernetesConnector:
@@ -89,6 +108,7 @@ class KubernetesConnector:
         self._reloadable = api_client is None
         self.auth_source = "the given API client" if api_client is not None else self._auth_source()
         self._api = k8s_client.CustomObjectsApi(api_client or self._make_api_client())
+        self._version: str | None = None if config.api == "auto" else config.api
         prefix = config.annotation_prefix.rstrip("/")
         self._ann_id = f"{prefix}/decision-id"
         self._ann_at = f"{prefix}/decided-at-s"
@@ -100,20 +120,29 @@ class KubernetesConnector:
     def resource(self) -> str:
         return f"{PLURAL}.{GROUP}/{self.name} in namespace {self.namespace}"
 
+    @property
+    def version(self) -> str:
+        """The DGD API version this connector speaks (discovered once when `api: auto`)."""
+        if self._version is None:
+            self._version = self._discover_version(doing="discovering the served DynamoGraphDeployment versions")
+        return self._version
+
     # -- Connector interface -------------------------------------------------
 
     def validate(self) -> None:
-        """The DGD exists, is readable, and has a prefill and a decode service."""
+        """The DGD exists, is readable, and has a prefill and a decode component."""
         obj = self._get(doing="validating")
-        self._service_names(obj)
+        self._workers(obj)
         self._last_decision(obj)
         self._history(obj)
         self._recommendations(obj)
 
     def read_fleet(self, *, now_s: float) -> FleetState:
         obj = self._get(doing="reading the fleet")
-        names = self._service_names(obj)
-        pools = {pool: self._pool_state(obj, names[pool]) for pool in POOLS}
+        workers = self._workers(obj)
+        current = self._current_replicas(workers)
+        pools = {p: PoolState(current[p][0], dgd.ready_replicas(workers[p]), workers[p].gpus_per_replica)
+                 for p in POOLS}
         return FleetState(
             prefill=pools["prefill"],
             decode=pools["decode"],
@@ -122,13 +151,13 @@ class KubernetesConnector:
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
-        """Merge-patch a changed recommendation, and changed replicas with the decision annotations, in one write.
+        """Record a changed recommendation and write changed replicas with the decision annotations.
 
         Returns the new decision's record, or None when no replicas were
-        written (decision.apply False, or the spec already holds the targets).
+        written (decision.apply False, or the fleet already holds the targets).
         Nothing is sent when neither the recommendation nor the targets
-        change. On 409 Conflict re-reads and retries up to
-        config.conflict_retries times, then raises ConcurrentWriteError.
+        change. On a conflict re-reads and retries up to config.conflict_retries
+        times, then raises ConcurrentWriteError.
         """
         cfg = self.config
         want = {"prefill": decision.prefill_replicas, "decode": decision.decode_replicas}
@@ -137,17 +166,16 @@ class KubernetesConnector:
         conflicts = []
         for _ in range(cfg.conflict_retries + 1):
             obj = self._get(doing="reading before apply")
-            names = self._service_names(obj)
-            services = obj["spec"]["services"]
-            changes = decision.apply and any(_spec_replicas(services[names[p]]) != want[p] for p in POOLS)
+            workers = self._workers(obj)
+            current = self._current_replicas(workers)
+            changed = [p for p in POOLS if decision.apply and current[p][0] != want[p]]
             recommendations = add_recommendation_change(
                 self._recommendations(obj), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s
             )
             annotations: dict[str, str] = {}
             if recommendations is not None:
                 annotations[self._ann_recommendations] = json.dumps(recommendations, separators=(",", ":"))
-            patch: dict = {}
-            if changes:
+            if changed:
                 new_id = self._decision_id((obj.get("metadata") or {}).get("annotations") or {}) + 1
                 history = append_targets(
                     self._history(obj),
@@ -160,31 +188,14 @@ class KubernetesConnector:
                     self._ann_targets: json.dumps(want, separators=(",", ":")),
                     self._ann_history: json.dumps(history, separators=(",", ":")),
                 })
-                patch["spec"] = {"services": {names[p]: {"replicas": want[p]} for p in POOLS}}
-                doing = f"patching replicas to prefill {want['prefill']}, decode {want['decode']}"
-            else:
-                doing = f"recording the recommendation (prefill {recommended[0]}, decode {recommended[1]})"
             if not annotations:
                 return None
-            patch["metadata"] = {
-                # Optimistic concurrency: the server rejects the patch with 409
-                # if anyone wrote since our read.
-                "resourceVersion": obj["metadata"]["resourceVersion"],
-                "annotations": annotations,
-            }
             try:
-                patched = self._call(
-                    lambda: self._api.patch_namespaced_custom_object(
-                        GROUP, VERSION, self.namespace, PLURAL, self.name, patch,
-                        _content_type=MERGE_PATCH, _request_timeout=cfg.request_timeout_s,
-                    ),
-                    verb="patch",
-                    doing=doing,
-                )
+                patched = self._write(obj, workers, current, annotations, {p: want[p] for p in changed})
             except ConcurrentWriteError as exc:
                 conflicts.append(str(exc))
                 continue
-            return self._last_decision(patched) if changes else None
+            return self._last_decision(patched) if changed else None
         raise ConcurrentWriteError(
             f"{self.resource}: patch kept conflicting with other writers "
             f"({len(conflicts)} attempts, conflict_retries={cfg.conflict_retries}); "
@@ -195,48 +206,99 @@ class KubernetesConnector:
         record = self._last_decision(self._get(doing="checking the last decision"))
         return record is None or record.done
 
+    # -- writing -------------------------------------------------------------
+
+    def _write(self, obj: dict, workers: dict, current: dict, annotations: dict[str, str],
+               replicas: dict[Pool, int]) -> dict:
+        """One guarded write of the annotations (and of replicas not owned by an adapter), then the adapters."""
+        rv = obj["metadata"]["resourceVersion"]
+        what = ", ".join(f"{p} {n}" for p, n in replicas.items())
+        doing = f"patching replicas to {what}" if replicas else "recording the recommendation"
+        via_adapter = {p: n for p, n in replicas.items() if current[p][1]}
+        direct = {p: n for p, n in replicas.items() if not current[p][1]}
+        if self.version == "v1alpha1":
+            patch: dict = {"metadata": {"resourceVersion": rv, "annotations": annotations}}
+            if direct:
+                patch["spec"] = {"services": {workers[p].name: {"replicas": n} for p, n in direct.items()}}
+            patched = self._patch_dgd(patch, MERGE_PATCH, doing=doing)
+        else:
+            ops = dgd.annotations_json_patch(obj, rv, annotations)
+            ops += dgd.replicas_json_patch([(workers[p], n) for p, n in direct.items()])
+            patched = self._patch_dgd(ops, JSON_PATCH, doing=doing)
+        for pool, n in via_adapter.items():
+            adapter = dgd.adapter_name(self.name, workers[pool].name)
+            try:
+                self._scale(adapter, n)
+            except ResourceAccessError as exc:
+                if "404" not in str(exc):
+                    raise
+                # The adapter went away between our read and this write: Dynamo's fallback.
+                log.warning("%s: adapter %s is gone; writing %s replicas on the DGD", self.resource, adapter, pool)
+                fresh = self._get(doing="reading after a missing adapter")
+                ops = dgd.annotations_json_patch(fresh, fresh["metadata"]["resourceVersion"], {})
+                patched = self._patch_dgd(ops + dgd.replicas_json_patch([(self._workers(fresh)[pool], n)]),
+                                          JSON_PATCH, doing=f"patching {pool} replicas to {n} (no adapter)")
+        return patched
+
+    def _patch_dgd(self, body, content_type: str, *, doing: str) -> dict:
+        try:
+            return self._call(
+                lambda: self._api.patch_namespaced_custom_object(
+                    GROUP, self.version, self.namespace, PLURAL, self.name, body,
+                    _content_type=content_type, _request_timeout=self.config.request_timeout_s,
+                ),
+                verb="patch", doing=doing,
+            )
+        except ConnectorError as exc:
+            if "HTTP 422" in str(exc) and "/metadata/resourceVersion" in str(exc) or "test" in str(exc).lower():
+                # A JSON patch's test failed: someone wrote since our read (or moved a component).
+                raise ConcurrentWriteError(f"patch {self.resource}: {exc}") from exc
+            raise
+
+    def _scale(self, adapter: str, replicas: int) -> dict:
+        return self._call(
+            lambda: self._api.patch_namespaced_custom_object_scale(
+                GROUP, "v1beta1", self.namespace, ADAPTERS, adapter, {"spec": {"replicas": replicas}},
+                _content_type=MERGE_PATCH, _request_timeout=self.config.request_timeout_s,
+            ),
+            verb="patch", doing=f"scaling adapter {adapter} to {replicas}",
+            resource=f"{ADAPTERS}.{GROUP}/{adapter} (scale) in namespace {self.namespace}",
+        )
+
     # -- reading the object --------------------------------------------------
 
-    def _service_names(self, obj: dict) -> dict[Pool, str]:
-        services = (obj.get("spec") or {}).get("services") or {}
-        found: dict[Pool, str] = {}
-        problems = []
+    def _workers(self, obj: dict) -> dict[Pool, dgd.Worker]:
         configured = {"prefill": self.config.prefill_service, "decode": self.config.decode_service}
-        for pool in POOLS:
-            for field in ("subComponentType", "componentType"):
-                matches = sorted(n for n, s in services.items() if isinstance(s, dict) and s.get(field) == pool)
-                if len(matches) > 1:
-                    problems.append(f"{len(matches)} services have {field} {pool!r}: {matches}")
-                    break
-                if matches:
-                    found[pool] = matches[0]
-                    break
-            else:
-                if configured[pool] in services:
-                    found[pool] = configured[pool]
-                else:
-                    problems.append(
-                        f"no {pool} service: none has subComponentType {pool!r} and "
-                        f"spec.services has no {configured[pool]!r} key"
-                    )
-        if problems:
-            raise ResourceAccessError(
-                f"{self.resource}: {'; '.join(problems)} (services: {sorted(services) or 'none'}; "
-                f"set connector.prefill_service / decode_service to the spec.services keys)"
-            )
-        return found
+        try:
+            return dgd.workers(obj, self.version, configured=configured)
+        except dgd.DgdShapeError as exc:
+            raise ResourceAccessError(f"{self.resource} ({self.version}): {exc}") from None
 
-    def _pool_state(self, obj: dict, service: str) -> PoolState:
-        spec = obj["spec"]["services"][service]
-        status = ((obj.get("status") or {}).get("services") or {}).get(service) or {}
-        ready = status.get("readyReplicas")
-        if not isinstance(ready, int):
-            ready = status.get("availableReplicas")
-        return PoolState(
-            current_replicas=_spec_replicas(spec),
-            ready_replicas=ready if isinstance(ready, int) else 0,
-            gpus_per_replica=_gpus_per_replica(spec, status),
-        )
+    def _current_replicas(self, workers: dict[Pool, dgd.Worker]) -> dict[Pool, tuple[int, bool]]:
+        """(replicas, owned by an adapter) per pool: an adapter's spec.replicas when it exists, as Dynamo reads it."""
+        out = {}
+        for pool, worker in workers.items():
+            if not worker.adapter:
+                out[pool] = (worker.replicas, False)
+                continue
+            adapter = dgd.adapter_name(self.name, worker.name)
+            try:
+                scale = self._call(
+                    lambda: self._api.get_namespaced_custom_object_scale(
+                        GROUP, "v1beta1", self.namespace, ADAPTERS, adapter,
+                        _request_timeout=self.config.request_timeout_s,
+                    ),
+                    verb="get", doing=f"reading adapter {adapter}",
+                    resource=f"{ADAPTERS}.{GROUP}/{adapter} (scale) in namespace {self.namespace}",
+                )
+            except ResourceAccessError as exc:
+                if "404" not in str(exc):
+                    raise
+                out[pool] = (worker.replicas, False)  # opted in, but no adapter (yet): write the DGD
+                continue
+            replicas = (scale.get("spec") or {}).get("replicas")
+            out[pool] = (replicas if isinstance(replicas, int) else worker.replicas, True)
+        return out
 
     def _decision_id(self, annotations: dict) -> int:
         text = annotations.get(self._ann_id)
@@ -280,28 +342,61 @@ class KubernetesConnector:
                 f"{self._ann_id}={decision_id} as JSON {{\"prefill\": n, \"decode\": m}} and seconds "
                 f"({type(exc).__name__}: {exc})"
             ) from None
-        names = self._service_names(obj)
-        ready = {p: self._pool_state(obj, names[p]).ready_replicas for p in POOLS}
-        status = obj.get("status") or {}
-        observed = status.get("observedGeneration")
-        generation = (obj.get("metadata") or {}).get("generation")
-        caught_up = not (isinstance(observed, int) and isinstance(generation, int) and observed < generation)
-        done = caught_up and ready["prefill"] == prefill and ready["decode"] == decode
+        workers = self._workers(obj)
+        ready = {p: dgd.ready_replicas(workers[p]) for p in POOLS}
+        done = dgd.caught_up(obj) and ready["prefill"] == prefill and ready["decode"] == decode
         return DecisionRecord(decision_id, decided_at_s, prefill, decode, done=done)
 
     # -- API calls -----------------------------------------------------------
 
     def _get(self, *, doing: str) -> dict:
+        if self._version is None:
+            self._version = self._discover_version(doing=f"{doing}: discovering the served DynamoGraphDeployment versions")
         return self._call(
             lambda: self._api.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name,
+                GROUP, self.version, self.namespace, PLURAL, self.name,
                 _request_timeout=self.config.request_timeout_s,
             ),
             verb="get",
             doing=doing,
         )
 
-    def _call(self, fn, *, verb: str, doing: str):
+    def _discover_version(self, *, doing: str) -> str:
+        """The newest DGD version the cluster serves (GET /apis/nvidia.com and its version's resources)."""
+        api_client = self._api.api_client
+
+        def get(path: str) -> dict:
+            def call() -> dict:
+                params = api_client.param_serialize(
+                    method="GET", resource_path=path, header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"])
+                response = api_client.call_api(*params, _request_timeout=self.config.request_timeout_s)
+                response.read()
+                return api_client.response_deserialize(response, {"200": "object"}).data
+
+            return self._call(call, verb="get", doing=doing, resource=f"API discovery {path}")
+
+        try:
+            group = get(f"/apis/{GROUP}")
+        except ResourceAccessError as exc:
+            if "404" not in str(exc):
+                raise
+            group = {"versions": []}
+        served = [v.get("version") for v in group.get("versions") or []]
+        for version in dgd.VERSIONS:
+            if version in served and any(r.get("name") == PLURAL for r in
+                                         get(f"/apis/{GROUP}/{version}").get("resources") or []):
+                log.info("%s: the cluster serves DynamoGraphDeployment %s: scaling %s", self.resource, version,
+                         "through scaling adapters' /scale where they exist, else a JSON patch of "
+                         "spec.components[].replicas" if version == "v1beta1" else
+                         "by merge patch of spec.services.<name>.replicas")
+                return version
+        raise ResourceAccessError(
+            f"{self.resource}: the cluster serves none of the known {PLURAL}.{GROUP} versions "
+            f"({', '.join(dgd.VERSIONS)}); it serves {GROUP} {served or 'not at all'} (is Dynamo's operator installed?)"
+        )
+
+    def _call(self, fn, *, verb: str, doing: str, resource: str | None = None):
         try:
             try:
                 return fn()
@@ -313,7 +408,7 @@ class KubernetesConnector:
                 self._api = k8s_client.CustomObjectsApi(self._make_api_client())
                 return fn()
         except ApiException as exc:
-            raise self._api_error(exc, verb=verb, doing=doing) from exc
+            raise self._api_error(exc, verb=verb, doing=doing, resource=resource) from exc
         except urllib3.exceptions.HTTPError as exc:
             host = self._api.api_client.configuration.host
             reason = getattr(exc, "reason", None)
@@ -327,20 +422,22 @@ class KubernetesConnector:
                 f"{self.resource}: {doing}: Kubernetes API server {host} unreachable ({exc})"
             ) from exc
 
-    def _api_error(self, exc: ApiException, *, verb: str, doing: str) -> ConnectorError:
+    def _api_error(self, exc: ApiException, *, verb: str, doing: str, resource: str | None = None) -> ConnectorError:
         try:
             status = json.loads(exc.body or "{}")
         except ValueError:
             status = {}
         message = status.get("message") if isinstance(status, dict) else None
         message = message or exc.reason or "no message"
-        what = f"{verb} {self.resource}"
+        what = f"{verb} {resource or self.resource}"
         if exc.status == 409:
             return ConcurrentWriteError(f"{what}: 409 Conflict: {message}")
         if exc.status == 403:
+            granted = (resource or f"{PLURAL}.{GROUP}").split(" in namespace")[0].split("/")[0]
+            sub = "/scale" if resource and "(scale)" in resource else ""
             return ResourceAccessError(
                 f"{what}: 403 Forbidden: {message} (grant the planner's service account the "
-                f"{verb!r} verb on {PLURAL}.{GROUP})"
+                f"{verb!r} verb on {granted}{sub})"
             )
         if exc.status == 404:
             return ResourceAccessError(f"{what}: 404 Not Found: {message} (check connector.dgd_name and namespace)")
@@ -381,28 +478,3 @@ class KubernetesConnector:
             )
         except (ConfigException, OSError) as exc:
             raise ConnectorError(f"Kubernetes auth from {self.auth_source} failed: {exc}") from exc
-
-
-def _spec_replicas(service_spec: dict) -> int:
-    # The operator treats an unset replicas as 1.
-    value = service_spec.get("replicas")
-    return value if isinstance(value, int) else 1
-
-
-def _gpus_per_replica(spec: dict, status: dict) -> int:
-    """GPUs one replica uses: the operator's status if reported, else the resources."""
-    reported = status.get("gpusPerReplica")
-    if isinstance(reported, int) and reported > 0:
-        return reported
-    resources = spec.get("resources") or {}
-    gpus = 0
-    for section in ("limits", "requests"):
-        try:
-            gpus = int(str((resources.get(section) or {}).get("gpu", 0)))
-        except ValueError:
-            gpus = 0
-        if gpus:
-            break
-    nodes = (spec.get("multinode") or {}).get("nodeCount", 1)
-    nodes = nodes if isinstance(nodes, int) and nodes > 0 else 1
-    return max(gpus, 1) * nodes

@@ -393,6 +393,12 @@ class FakeKubeApiServer:
             self._hooks = [(m, fn) for m, fn in self._hooks if m != method]
         for fn in hooks:
             fn()
+        discovery = _discovery_v1alpha1(parts.path.rstrip("/"))
+        if discovery is not None:
+            with self._lock:
+                if self.tokens is not None and token not in self.tokens:  # discovery needs authentication too
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
+            return 200, discovery
         match = _PATH_RE.match(parts.path)
         if match is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -426,6 +432,23 @@ class FakeKubeApiServer:
         if verb == "update":
             return 200, self.replace(ns, name, body, subresource=sub)
         return 200, self.patch(ns, name, body, subresource=sub)
+
+
+def _discovery_v1alpha1(path: str) -> dict | None:
+    """API discovery of a cluster whose operator predates Dynamo 1.3: v1alpha1 DGDs only."""
+    version = {"groupVersion": f"{GROUP}/{VERSION}", "version": VERSION}
+    group = {"name": GROUP, "versions": [version], "preferredVersion": version}
+    if path == "/apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+    if path == f"/apis/{GROUP}":
+        return {"kind": "APIGroup", "apiVersion": "v1", **group}
+    if path == f"/apis/{GROUP}/{VERSION}":
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{GROUP}/{VERSION}", "resources": [
+            {"name": PLURAL, "singularName": "dynamographdeployment", "namespaced": True, "kind": KIND,
+             "verbs": ["delete", "get", "list", "patch", "create", "update", "watch"]},
+            {"name": f"{PLURAL}/status", "singularName": "", "namespaced": True, "kind": KIND,
+             "verbs": ["get", "patch", "update"]}]}
+    return None
 
 
 def _bearer_token(header: str | None) -> str | None:
