@@ -200,8 +200,12 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
     time.sleep(2 * INTERVAL_S + 5)
     after = [d for d in stack.decisions() if d.decided_at_s > killed_at]
     assert all((d.prefill, d.decode) == (before[-1].prefill, before[-1].decode) for d in after), (before[-1], after)
+    # What failed: the victim's in-flight streams, then requests the frontend still routed to it until
+    # its discovery entry expired with its lease (an HTTP 503); none later.
     failed = [r for r in dyn.requests() if not r["ok"]]
-    assert failed and all(r["sent_unix_s"] < killed_at + 15 for r in failed), failed[:5]
+    assert failed, "the kill failed no request: was the victim idle?"
+    last_s = max(r["sent_unix_s"] for r in failed) - killed_at
+    assert last_s < 45, f"requests still failing {last_s:.1f} s after the kill: {failed[-3:]}"
     statuses = {r["name"]: r["healthy"] for r in stack_cli.status(stack.state_dir)}
     assert statuses["frontend"] and statuses["prometheus"], statuses
 
