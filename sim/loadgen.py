@@ -4,9 +4,14 @@ Each trace request becomes one streaming `/v1/chat/completions` call at its
 arrival time (open loop: a slow server does not slow the arrivals), with a
 prompt of the request's input length and `max_tokens` = its output length, so
 the frontend's own TTFT / ITL / ISL / OSL histograms record real traffic.
-Prompt length is calibrated against the server at start: two requests tell how
-many prompt tokens the chat template adds and one filler word costs, so
-`usage.prompt_tokens` matches the trace's input length. Inputs longer than the
+Each prompt is its own random word sequence (seeded by the request's index), so
+prompts share no prefix and an engine's prefix cache finds nothing to reuse,
+as for the independent conversations of a trace without prefix hashes (with
+one repeated filler word every prompt was a prefix of the next: the Dynamo
+mocker's prefix cache then served 4 concurrent 4000-token prompts in 56 ms,
+below one alone, 140 ms). Prompt length is calibrated against the server at
+start: requests tell how many prompt tokens the chat template adds and a word
+costs on average, so `usage.prompt_tokens` matches the trace's input length. Inputs longer than the
 model's context (less the output and the template) are clipped, and counted.
 
 Every request's outcome is a line of `<out_dir>/requests.jsonl`: arrival,
@@ -39,7 +44,10 @@ from sim.live import TraceSegment, build_trace
 from sim.traces import Trace
 
 log = logging.getLogger("sla_planner.sim.loadgen")
-FILLER = " model"  # one token per repetition in the stack's tokenizer; calibrated at start anyway
+# Words of the stack's tokenizer vocabulary (stack/dynamo/tokenizer): about one token each; calibrated anyway.
+WORDS = ("the a of to and in is for on that with as by it this from be are at or an was model token request "
+         "latency prefill decode worker planner scale cluster gpu kv cache time first output input length "
+         "throughput queue load sla replica fleet").split()
 
 
 class LoadGenConfig(BaseModel):
@@ -69,31 +77,38 @@ class LoadGenConfig(BaseModel):
     summary_every_s: float = Field(5.0, gt=0, description="rewrite summary.json this often, s")
 
 
+def random_words(n: int, *, seed: int) -> str:
+    """n words of WORDS in a random order fixed by seed (distinct seeds share no prefix beyond chance)."""
+    rng = np.random.default_rng(seed)
+    return " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), size=n))
+
+
 class PromptBuilder:
     """Prompts of a wanted token count: tokens = overhead + per_word * words (measured)."""
 
     def __init__(self, overhead: int, per_word: float):
         if per_word <= 0:
-            raise ValueError(f"calibration: a filler word costs {per_word} tokens; the tokenizer does not fit")
+            raise ValueError(f"calibration: a word costs {per_word} tokens; the tokenizer does not fit")
         self.overhead = overhead
         self.per_word = per_word
 
     def words_for(self, tokens: int) -> int:
         return max(0, round((tokens - self.overhead) / self.per_word))
 
-    def prompt(self, tokens: int) -> str:
-        return FILLER * self.words_for(tokens)
+    def prompt(self, tokens: int, *, seed: int) -> str:
+        return random_words(self.words_for(tokens), seed=seed)
 
 
 async def calibrate(client: httpx.AsyncClient, cfg: LoadGenConfig) -> PromptBuilder:
     counts = []
-    for words in (0, 200):
-        body = {"model": cfg.model, "messages": [{"role": "user", "content": FILLER * words}], "max_tokens": 1}
+    for words in (0, 2000):
+        body = {"model": cfg.model, "messages": [{"role": "user", "content": random_words(words, seed=1_000_000_007 + words)}],
+                "max_tokens": 1}
         resp = await client.post(f"{cfg.url}/v1/chat/completions", json=body)
         if resp.status_code != 200:
             raise RuntimeError(f"{cfg.url}: calibration request answered HTTP {resp.status_code}: {resp.text[:200]}")
         counts.append(int(resp.json()["usage"]["prompt_tokens"]))
-    return PromptBuilder(overhead=counts[0], per_word=(counts[1] - counts[0]) / 200)
+    return PromptBuilder(overhead=counts[0], per_word=(counts[1] - counts[0]) / 2000)
 
 
 class Recorder:
@@ -199,7 +214,7 @@ async def replay(cfg: LoadGenConfig, trace: Trace, *, stop: asyncio.Event) -> di
             if isl > room:
                 recorder.clipped += 1
                 isl = room
-            prompt = builder.prompt(isl)
+            prompt = builder.prompt(isl, seed=cfg.seed * 10_000_019 + i)
             delay = start + float(trace.arrival_s[i]) - time.monotonic()
             if delay > 0:
                 try:
