@@ -140,7 +140,7 @@ class LocalFleet:
 
     def stop_executor(self) -> None:
         if self.executor is not None:
-            _stop(self.executor, timeout_s=15)
+            stop_process(self.executor, timeout_s=15)
             self.executor = None
 
     def close(self) -> None:
@@ -148,7 +148,7 @@ class LocalFleet:
         subprocess.run([str(self.python), "-m", "executor", "--config", str(self.config_path), "--stop-workers"],
                        env=self.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
         if self.frontend is not None:
-            _stop(self.frontend, timeout_s=15)
+            stop_process(self.frontend, timeout_s=15)
             self.frontend = None
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
@@ -157,7 +157,8 @@ class LocalFleet:
                                     env=self.env)
 
 
-def _stop(proc: subprocess.Popen, *, timeout_s: float) -> None:
+def stop_process(proc: subprocess.Popen, *, timeout_s: float = 5.0) -> None:
+    """SIGTERM, wait, then SIGKILL if it did not exit; always reaps the process."""
     if proc.poll() is None:
         proc.terminate()
         try:

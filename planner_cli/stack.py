@@ -379,11 +379,10 @@ def _write_fleet_config(opts: StackOptions, state_dir: Path, planner_cfg) -> Pat
     import yaml
 
     p = planner_cfg.planner
+    from planner_cli.stack_dynamo import trace_fields
+
     data = {
-        "trace_path": str(Path(opts.trace).resolve()),
-        "trace_start_s": opts.trace_start_s,
-        "time_scale": opts.time_scale,
-        "jitter_s": opts.jitter_s,
+        **trace_fields(opts),
         "speed": opts.speed,
         "profile_dir": p.profile.dir or str(DEFAULT_PROFILE),
         "startup_s": opts.startup_s,
@@ -399,12 +398,6 @@ def _write_fleet_config(opts: StackOptions, state_dir: Path, planner_cfg) -> Pat
         "slo_tpot_ms": p.slo.itl_ms,
         "status_path": str(state_dir / "fleet-final-status.json"),
     }
-    if opts.shape is not None:
-        data["shape"] = [{"duration_s": d, "load_multiplier": k} for d, k in opts.shape]
-    else:
-        data["load_multiplier"] = opts.load_multiplier
-        if opts.trace_duration_s is not None:
-            data["trace_duration_s"] = opts.trace_duration_s
     path = state_dir / "fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     from sim.live import build_trace, load_config

@@ -83,8 +83,8 @@ class TraceSegment(_Strict):
     load_multiplier: float = Field(1.0, gt=0, le=1000, description="copies of the window's requests superposed")
 
 
-class LiveConfig(_Strict):
-    """Everything `python -m sim.live` needs (one YAML file)."""
+class TraceReplayConfig(_Strict):
+    """Which requests to replay: a window or shape of a trace, its load multiplied, its time scaled."""
 
     trace_path: str = Field(description="Azure CSV or Mooncake JSONL trace, plain or gzip")
     trace_start_s: float = Field(0.0, ge=0, description="replay the trace from this offset, s")
@@ -101,6 +101,17 @@ class LiveConfig(_Strict):
     )
     time_scale: float = Field(1.0, gt=0, description="stretch (>1) or compress (<1) the trace's time axis")
     seed: int = Field(0, description="seed of the load multiplier's offsets")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TraceReplayConfig":
+        if self.shape is not None and (self.trace_duration_s is not None or self.load_multiplier != 1.0):
+            raise ValueError("shape replaces trace_duration_s and load_multiplier: set one or the other")
+        return self
+
+
+class LiveConfig(TraceReplayConfig):
+    """Everything `python -m sim.live` needs (one YAML file)."""
+
     speed: float = Field(1.0, gt=0, le=1000, description="simulated seconds per wall second")
     profile_dir: str = Field(description="Dynamo profiler folder the simulated engines follow")
     startup_s: float = Field(60.0, ge=0, description="a new worker serves this long after it is added, simulated s")
@@ -128,14 +139,8 @@ class LiveConfig(_Strict):
     tick_s: float = Field(0.02, gt=0, le=1, description="wall time between simulation steps, s")
     status_path: str | None = Field(None, description="write the final /status JSON here on exit")
 
-    @model_validator(mode="after")
-    def _check(self) -> "LiveConfig":
-        if self.shape is not None and (self.trace_duration_s is not None or self.load_multiplier != 1.0):
-            raise ValueError("shape replaces trace_duration_s and load_multiplier: set one or the other")
-        return self
 
-
-def build_trace(cfg: LiveConfig) -> Trace:
+def build_trace(cfg: TraceReplayConfig) -> Trace:
     """The request stream to replay: the configured window(s) of the trace, transformed."""
     source = load_trace(cfg.trace_path)
     if cfg.shape is not None:

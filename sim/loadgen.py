@@ -38,9 +38,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
-from sim.live import TraceSegment, build_trace
+from sim.live import TraceReplayConfig, build_trace
 from sim.traces import Trace
 
 log = logging.getLogger("sla_planner.sim.loadgen")
@@ -50,26 +50,17 @@ WORDS = ("the a of to and in is for on that with as by it this from be are at or
          "throughput queue load sla replica fleet").split()
 
 
-class LoadGenConfig(BaseModel):
-    """What `python -m sim.loadgen` replays, and where (one YAML file)."""
-
-    model_config = ConfigDict(extra="forbid")
+class LoadGenConfig(TraceReplayConfig):
+    """What `python -m sim.loadgen` replays (the trace fields of sim.live), and where (one YAML file)."""
 
     url: str = Field(description="frontend base URL, e.g. http://127.0.0.1:8000")
     model: str = Field(min_length=1, description="model name the frontend serves")
     out_dir: str = Field(description="requests.jsonl and summary.json go here")
-    trace_path: str = Field(description="Azure CSV or Mooncake JSONL trace, plain or gzip")
-    trace_start_s: float = Field(0.0, ge=0, description="replay the trace from this offset, s")
-    trace_duration_s: float | None = Field(None, gt=0, description="replay only this much of it, s")
-    shape: list[TraceSegment] | None = Field(None, description="windows with their own load multipliers")
-    load_multiplier: float = Field(1.0, gt=0, le=1000, description="superpose this many copies of the trace")
     jitter_s: float = Field(
         30.0, ge=0, le=3600,
         description="each copy's requests shift by up to ± this, s: 30 models independent tenants (default), "
         "1 synchronised copies (a stress case)",
     )
-    time_scale: float = Field(1.0, gt=0, description="stretch (>1) or compress (<1) the trace's time axis")
-    seed: int = Field(0, description="seed of the load multiplier's offsets")
     context_tokens: int = Field(8192, ge=64, description="the model's context length (inputs are clipped to fit)")
     max_output_tokens: int = Field(4096, ge=1, description="output lengths are capped here")
     start_delay_s: float = Field(0.0, ge=0, description="wait this long after calibration before the first request")

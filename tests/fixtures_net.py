@@ -9,6 +9,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from executor.localfleet import stop_process  # noqa: F401 - the fixtures stop processes with it
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
@@ -39,17 +41,6 @@ def wait_http_ok(url: str, *, timeout_s: float, proc: subprocess.Popen | None = 
             last_error = str(exc)
         time.sleep(0.02)
     raise RuntimeError(f"{what} not ready at {url} after {timeout_s} s: {last_error}{_log_tail(log_path)}")
-
-
-def stop_process(proc: subprocess.Popen, *, timeout_s: float = 5.0) -> None:
-    """SIGTERM, wait, then SIGKILL if it did not exit; always reaps the process."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout_s)
 
 
 def _log_tail(log_path: Path | None, *, lines: int = 20) -> str:

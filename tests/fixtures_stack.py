@@ -208,3 +208,15 @@ def local_stack(base_dir: Path, **overrides):
         stack.down(opts.state_dir, log=lambda line: print(line, flush=True))
         left = stack.marked_processes(state["marker"])
         assert not left, f"processes left after `stack down`: {left}"
+
+
+def assert_rise_and_fall(decisions: list[Decision], *, rise_s: float, fall_s: float, interval_s: float,
+                         diagnostics: str = "") -> None:
+    """A scale-up above 1+1 workers during the rise (one interval's grace) and a scale-down from the peak after it."""
+    assert decisions, f"no decision was written{diagnostics}"
+    ups = [d for d in decisions if rise_s < d.decided_at_s <= fall_s + interval_s and d.prefill + d.decode > 2]
+    assert ups, f"no scale-up above 1+1 workers in [{rise_s:.0f}, {fall_s + interval_s:.0f}]: {decisions}"
+    peak = max(decisions, key=lambda d: d.prefill + d.decode)
+    downs = [d for d in decisions if d.decided_at_s > max(fall_s, peak.decided_at_s)
+             and d.prefill + d.decode < peak.prefill + peak.decode]
+    assert downs, f"no scale-down after the fall at {fall_s:.0f} from the peak {peak}: {decisions}"

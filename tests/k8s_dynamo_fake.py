@@ -253,14 +253,14 @@ class DynamoCluster(FakeKubeApiServer):
         parts = urlsplit(raw_path)
         path = parts.path.rstrip("/")
         if path in ("/apis", f"/apis/{GROUP}") or path.startswith(f"/apis/{GROUP}/v1") and path.count("/") == 3:
-            token = self._record(method, parts, headers, body_bytes)[0]
+            token = self.record(method, parts, headers, body_bytes)[0]
             with self._lock:
                 if self.tokens is not None and token not in self.tokens:  # discovery needs authentication too
                     raise ApiError(401, "Unauthorized", "Unauthorized")
             return 200, self._discovery(path)
         if self.operator == "v1alpha1":
             return super().handle(method, raw_path, headers, body_bytes)
-        token, body, content_type = self._record(method, parts, headers, body_bytes)
+        token, body, content_type = self.record(method, parts, headers, body_bytes)
         pods = _PODS.match(path)
         if pods and method == "GET":
             self._authorize(token, "pods", "list", pods["ns"], None)
@@ -290,25 +290,6 @@ class DynamoCluster(FakeKubeApiServer):
             # (a merge patch's resourceVersion was checked in _apply_patch; a JSON patch tests it itself)
             result = self._write(plural, ns, name, stored)
             return 200, to_v1alpha1(result) if version == "v1alpha1" else result
-
-    def _record(self, method, parts, headers, body_bytes):
-        from urllib.parse import parse_qs
-
-        from tests.k8s_fake_server import RecordedRequest, _bearer_token
-
-        content_type = (headers.get("Content-Type") or "").split(";")[0].strip() or None
-        try:
-            body = json.loads(body_bytes) if body_bytes else None
-        except ValueError:
-            body = body_bytes.decode(errors="replace")
-        token = _bearer_token(headers.get("Authorization"))
-        with self._lock:
-            self.requests.append(RecordedRequest(method, parts.path, parse_qs(parts.query), content_type, body, token))
-            hooks = [fn for m, fn in self._hooks if m == method]
-            self._hooks = [(m, fn) for m, fn in self._hooks if m != method]
-        for fn in hooks:
-            fn()
-        return token, body, content_type
 
     def _authorize(self, token, resource: str, verb: str, namespace: str, name: str | None) -> None:
         with self._lock:

@@ -379,8 +379,8 @@ class FakeKubeApiServer:
                 name=name,
             )
 
-    def handle(self, method: str, raw_path: str, headers, body_bytes: bytes) -> tuple[int, dict]:
-        parts = urlsplit(raw_path)
+    def record(self, method: str, parts, headers, body_bytes: bytes) -> tuple[str | None, object, str | None]:
+        """Record a request and run the hooks waiting for its method: (bearer token, parsed body, content type)."""
         content_type = (headers.get("Content-Type") or "").split(";")[0].strip() or None
         try:
             body = json.loads(body_bytes) if body_bytes else None
@@ -393,6 +393,11 @@ class FakeKubeApiServer:
             self._hooks = [(m, fn) for m, fn in self._hooks if m != method]
         for fn in hooks:
             fn()
+        return token, body, content_type
+
+    def handle(self, method: str, raw_path: str, headers, body_bytes: bytes) -> tuple[int, dict]:
+        parts = urlsplit(raw_path)
+        token, body, content_type = self.record(method, parts, headers, body_bytes)
         discovery = _discovery_v1alpha1(parts.path.rstrip("/"))
         if discovery is not None:
             with self._lock:

@@ -21,7 +21,7 @@ import contextlib
 import pytest
 
 from planner_cli import stack as stack_cli
-from tests.fixtures_stack import local_stack
+from tests.fixtures_stack import assert_rise_and_fall, local_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -111,16 +111,9 @@ def test_scheduled_planner_runs_completed(run):
 
 
 def test_scaled_up_during_the_rise_and_down_after_it(run):
-    ds = run["decisions"]
-    assert ds, f"no decision was written{run['diagnostics']}"
-    rise, fall = run["rise_start_s"], run["fall_s"]
     # A planner run needs one interval of the new load in Prometheus and some seconds to run.
-    ups = [d for d in ds if rise < d.decided_at_s <= fall + INTERVAL_S and d.prefill + d.decode > 2]
-    assert ups, f"no scale-up above 1+1 workers in [{rise:.0f}, {fall + INTERVAL_S:.0f}]: {ds}"
-    peak = max(ds, key=lambda d: d.prefill + d.decode)
-    downs = [d for d in ds if d.decided_at_s > max(fall, peak.decided_at_s)
-             and d.prefill + d.decode < peak.prefill + peak.decode]
-    assert downs, f"no scale-down after the fall at {fall:.0f} from the peak {peak}: {ds}"
+    assert_rise_and_fall(run["decisions"], rise_s=run["rise_start_s"], fall_s=run["fall_s"], interval_s=INTERVAL_S,
+                         diagnostics=run["diagnostics"])
 
 
 def test_every_run_has_its_decision_artifacts(run):
