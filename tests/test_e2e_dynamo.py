@@ -214,4 +214,10 @@ def test_the_frontend_counted_every_request_the_load_generator_sent(run, dyn):
     # Two calibration requests before the replay; Prometheus scrapes every second.
     stack.wait_for(lambda: dyn.prom_value("sum(dynamo_frontend_requests_started_total)") == len(rows) + 2,
                    timeout_s=30, what=f"Prometheus to scrape {len(rows) + 2} started requests")
-    assert dyn.prom_value('sum(dynamo_frontend_requests_total{status="success"})') == ok + 2
+    success = dyn.prom_value('sum(dynamo_frontend_requests_total{status="success"})')
+    other = dyn.prom_value('sum(dynamo_frontend_requests_total{status!="success"})') or 0.0
+    assert success + other == len(rows) + 2, (success, other)  # every started request was counted as finished
+    # The frontend's successes are the load generator's, up to the streams the killed worker cut: the
+    # frontend may count a stream it ended with an error event as a success (seen: 1 of the failed ones).
+    failed = len(rows) - ok
+    assert ok + 2 <= success <= ok + 2 + failed, (success, ok, failed)
