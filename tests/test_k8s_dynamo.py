@@ -24,6 +24,7 @@ from connectors.config import KubernetesConnectorConfig
 from connectors.kubernetes import KubernetesConnector
 from planner.types import Decision
 from tests.fixtures_dynamo import dynamo_python, shared_dynamo  # noqa: F401
+from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 from tests.k8s_dynamo_fake import CRD_DIR, DGD, DGDSA, DynamoCluster
 from tests.k8s_fake_server import TEST_TOKEN, kube_api_client, load_manifest
 
@@ -277,3 +278,32 @@ def test_factory_builds_the_kubernetes_connector_with_api_auto():
     with pytest.raises(ValueError):
         KubernetesConnectorConfig(dgd_name="x", api="v2")
     assert make_connector  # the factory is exercised by tests/test_connector_kubernetes.py
+
+
+@pytest.mark.integration
+def test_a_planner_run_scales_the_adapters_and_the_operator_keeps_it(prefect_harness, cluster, tmp_path,  # noqa: F811
+                                                                       h200_profile_dir):
+    """The planner flow itself (Prefect harness), Kubernetes connector through a kubeconfig, adapters present."""
+    from flows.config import PlannerRunConfig
+    from flows.planner_flow import planner_flow
+    from planner.config import PlannerConfig, ProfileConfig
+    from tests.test_flow_planner import _observation
+
+    seeded(cluster, adapters=True)
+    config = PlannerRunConfig(
+        planner=PlannerConfig(namespace=NS, profile=ProfileConfig(dir=str(h200_profile_dir))),
+        connector=KubernetesConnectorConfig(dgd_name=NAME, namespace=NS,
+                                            kubeconfig_path=str(kubeconfig(tmp_path, cluster))),
+    )
+    out = planner_flow(config=config, observation=_observation(requests=3000.0), now_s=1800.0)
+
+    assert out["applied"] is True
+    want = {"prefill": out["decision"]["prefill_replicas"], "decode": out["decision"]["decode_replicas"]}
+    assert want["prefill"] > 1
+    adapters = {n: cluster.stored(DGDSA, NS, f"{NAME}-{n}")["spec"]["replicas"] for n in ("prefill", "decode")}
+    assert adapters == want
+    writes = [r for r in cluster.requests if r.method == "PATCH" and not r.path.endswith("/scale")]
+    assert all(op["path"].startswith("/metadata/") for r in writes for op in r.body)  # no replicas on the DGD
+    cluster.reconcile(NS, NAME)
+    assert components(cluster) == {"Frontend": 1, **want}  # the operator followed the adapters; nothing put back
+    assert cluster.pruned == []
