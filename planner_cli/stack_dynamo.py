@@ -43,8 +43,13 @@ def dynamo_python(*, timeout_s: float = 900.0) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def planner_overrides(data: dict, *, namespace: str) -> None:
-    """Point a planner config (as a dict) at the Dynamo fleet's real metrics and decision keys."""
+def planner_overrides(data: dict, *, namespace: str, max_workers: int) -> None:
+    """Point a planner config (as a dict) at the Dynamo fleet's real metrics and decision keys.
+
+    max_workers: most workers per pool. Each is a mocker process on this machine: past what its
+    cores run, more processes make every engine slower, the planner reads that as too few
+    workers, and asks for more.
+    """
     metrics = data.setdefault("metrics", {})
     metrics["frontend_selector"] = f'model="{MODEL_NAME}"'
     # The workers' vllm:* series carry no pool label of their own: the executor's file_sd
@@ -52,6 +57,11 @@ def planner_overrides(data: dict, *, namespace: str) -> None:
     metrics["pools"] = {"by": "label", "pool_label": "role", "pod_label": "instance",
                         "prefill_label_values": ["prefill"], "decode_label_values": ["decode"]}
     data["connector"]["namespace"] = namespace
+    decision = data["planner"].setdefault("decision", {})
+    for pool in ("prefill", "decode"):
+        limits = decision.setdefault(pool, {})
+        limits["max_replicas"] = min(limits.get("max_replicas", max_workers), max_workers)
+        limits["min_replicas"] = min(limits.get("min_replicas", 1), limits["max_replicas"])
 
 
 def write_executor_config(opts, state_dir: Path, *, namespace: str, profile_dir: str) -> Path:
