@@ -177,11 +177,16 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
     before = stack.decisions()
     decode = [w for w in dyn.workers() if w["role"] == "decode"]
     errors_before = dyn.prom_value('sum(dynamo_frontend_requests_total{status!="success"})') or 0.0
-    # Wait until the victim holds requests (the tail runs at the recorded rate).
-    victim = max(decode, key=lambda w: w["slot"])
-    port = stack.state["options"]["worker_port_base"] + 100 + victim["slot"]
-    stack.wait_for(lambda: (dyn.prom_value(f'sum(vllm:num_requests_running{{instance="127.0.0.1:{port}"}})') or 0) > 0,
-                   timeout_s=60, what="the victim to hold requests")
+    # The victim: the decode worker holding the most requests (the tail runs at the recorded rate).
+    base = stack.state["options"]["worker_port_base"] + 100
+
+    def busiest():
+        rows = stack.prom('max by (instance) ({__name__=~"vllm[:_]num_requests_running",role="decode"})')
+        rows = [r for r in rows if float(r["value"][1]) > 0]
+        return max(rows, key=lambda r: float(r["value"][1]))["metric"]["instance"] if rows else None
+
+    instance = stack.wait_for(busiest, timeout_s=60, what="a decode worker holding requests")
+    victim = next(w for w in decode if base + w["slot"] == int(instance.rsplit(":", 1)[1]))
     killed_at = time.time()
     os.kill(victim["pid"], signal.SIGKILL)
     stack.wait_for(lambda: (dyn.prom_value('sum(dynamo_frontend_requests_total{status!="success"})') or 0)
