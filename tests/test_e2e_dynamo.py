@@ -224,8 +224,13 @@ def test_the_frontend_counted_every_request_the_load_generator_sent(run, dyn):
                    timeout_s=30, what=f"Prometheus to scrape {len(rows) + 2} started requests")
     success = dyn.prom_value('sum(dynamo_frontend_requests_total{status="success"})')
     other = dyn.prom_value('sum(dynamo_frontend_requests_total{status!="success"})') or 0.0
-    assert success + other == len(rows) + 2, (success, other)  # every started request was counted as finished
+    inflight = dyn.prom_value("sum(dynamo_frontend_inflight_requests)") or 0.0
+    failed = len(rows) - ok
+    # Every started request was counted as finished or is still in flight at the frontend. Still in
+    # flight only where the killed worker cut the stream: the client saw the stream end, the frontend
+    # still holds the request it routed to the dead worker (seen: 2 of 6 failed, CI run of 2026-11-24).
+    assert success + other + inflight == len(rows) + 2, (success, other, inflight)
+    assert inflight <= failed, (inflight, failed)
     # The frontend's successes are the load generator's, up to the streams the killed worker cut: the
     # frontend may count a stream it ended with an error event as a success (seen: 1 of the failed ones).
-    failed = len(rows) - ok
     assert ok + 2 <= success <= ok + 2 + failed, (success, ok, failed)
