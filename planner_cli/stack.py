@@ -49,6 +49,7 @@ ROUTER_TEMPLATE = PROJECT_ROOT / "stack" / "routing.yaml"
 STATE_FILE = "stack.json"
 MARKER_ENV = "SLA_PLANNER_STACK"
 TOKEN_ENV = "SLA_ROUTER_TOKEN"
+STACK_DEPLOYMENTS = ("planner", "retrain")  # prefect.yaml's process work-pool deployments
 ETCD_BIN = "/usr/bin/etcd"
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 # Start order; `down` stops them all at once.
@@ -433,7 +434,9 @@ def _write_deployments(opts: StackOptions, state_dir: Path, state: dict) -> Path
     import yaml
 
     spec = yaml.safe_load((PROJECT_ROOT / "prefect.yaml").read_text())
-    for dep in spec.get("deployments", []):
+    # The process-pool deployments only (the Kubernetes work-pool variants run in a cluster).
+    spec["deployments"] = [d for d in spec.get("deployments", []) if d.get("name") in STACK_DEPLOYMENTS]
+    for dep in spec["deployments"]:
         if dep.get("name") == "planner":
             dep["schedules"] = [{"interval": opts.interval_s}]
             dep["parameters"] = {**(dep.get("parameters") or {}), "config_path": str(state_dir / "planner.yaml")}
@@ -456,9 +459,11 @@ def _work_pool() -> str:
     import yaml
 
     spec = yaml.safe_load((PROJECT_ROOT / "prefect.yaml").read_text())
-    pools = {d["work_pool"]["name"] for d in spec.get("deployments", []) if d.get("work_pool")}
+    pools = {d["work_pool"]["name"] for d in spec.get("deployments", [])
+             if d.get("work_pool") and d.get("name") in STACK_DEPLOYMENTS}
     if len(pools) != 1:
-        raise StackError(f"prefect.yaml: expected the deployments to share one work pool, got {sorted(pools)}")
+        raise StackError(f"prefect.yaml: expected deployments {', '.join(STACK_DEPLOYMENTS)} to share one work pool, "
+                         f"got {sorted(pools)}")
     return pools.pop()
 
 

@@ -296,8 +296,9 @@ class DynamoCluster(FakeKubeApiServer):
             valid = self.tokens
         if valid is not None and token not in valid:
             raise ApiError(401, "Unauthorized", "Unauthorized")
-        if (resource, verb) in self._rules or verb in self._forbidden:
-            group = "" if resource == "pods" else GROUP
+        group = "" if resource == "pods" else GROUP
+        if (resource, verb) in self._rules or verb in self._forbidden or self.role_denies(group, resource, verb,
+                                                                                           namespace, name):
             subject = f'{resource.split("/")[0]}{"." + group if group else ""} "{name}"' if name else resource
             raise ApiError(403, "Forbidden", f'{subject} is forbidden: User "{self.user}" cannot {verb} resource '
                                              f'"{resource}" in API group "{group}" in the namespace "{namespace}"',

@@ -156,6 +156,7 @@ class FakeKubeApiServer:
         self._objects: dict[tuple[str, str], dict] = {}
         self._revision = 1000
         self._forbidden: set[str] = set()
+        self.role: dict | None = None
         self._hooks: list[tuple[str, Callable[[], None]]] = []
         self.requests: list[RecordedRequest] = []
         self._httpd: ThreadingHTTPServer | None = None
@@ -200,6 +201,23 @@ class FakeKubeApiServer:
         """From now on only these bearer tokens are valid (a rotation: the new one, maybe the old one too)."""
         with self._lock:
             self.tokens = set(tokens)
+
+    def enforce_role(self, role: dict | None) -> None:
+        """From now on authorize as Kubernetes RBAC would with only this Role bound (a parsed
+        rbac.authorization.k8s.io/v1 Role manifest; None: allow everything). Non-resource URLs
+        (API discovery) stay open to authenticated users, as the default system:discovery role has it."""
+        with self._lock:
+            self.role = role
+
+    def role_denies(self, group: str, resource: str, verb: str, namespace: str | None, name: str | None) -> bool:
+        """Whether the enforced Role refuses `verb` on `resource` (plural[/subresource]) of `group`."""
+        with self._lock:
+            role = self.role
+        if role is None:
+            return False
+        if namespace is None or namespace != (role.get("metadata") or {}).get("namespace", namespace):
+            return True  # a Role grants nothing outside its namespace, nothing cluster-wide
+        return not any(_rule_allows(rule, group, resource, verb, name) for rule in role.get("rules") or [])
 
     def forbid(self, *verbs: str) -> None:
         """Answer 403 to these RBAC verbs (get, list, create, update, patch, delete)."""
@@ -368,7 +386,7 @@ class FakeKubeApiServer:
             valid = self.tokens
         if valid is not None and token not in valid:
             raise ApiError(401, "Unauthorized", "Unauthorized")
-        if verb in self._forbidden:
+        if verb in self._forbidden or self.role_denies(GROUP, PLURAL + (f"/{sub}" if sub else ""), verb, namespace, name):
             resource = PLURAL + (f"/{sub}" if sub else "")
             where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
             subject = f'{PLURAL}.{GROUP} "{name}"' if name else f"{PLURAL}.{GROUP}"
@@ -454,6 +472,17 @@ def _discovery_v1alpha1(path: str) -> dict | None:
             {"name": f"{PLURAL}/status", "singularName": "", "namespaced": True, "kind": KIND,
              "verbs": ["get", "patch", "update"]}]}
     return None
+
+
+def _rule_allows(rule: dict, group: str, resource: str, verb: str, name: str | None) -> bool:
+    """One RBAC PolicyRule: group, resource (with its subresource, as "pods/log") and verb must each be
+    listed or "*"; resourceNames, when set, must list the object (and then no list or create passes)."""
+    def listed(values, value) -> bool:
+        return "*" in (values or []) or value in (values or [])
+
+    names = rule.get("resourceNames") or []
+    return (listed(rule.get("apiGroups"), group) and listed(rule.get("resources"), resource)
+            and listed(rule.get("verbs"), verb) and (not names or (name is not None and name in names)))
 
 
 def _bearer_token(header: str | None) -> str | None:
