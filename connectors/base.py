@@ -46,6 +46,24 @@ class ConcurrentWriteError(ConnectorError):
     """Another writer changed the planner's state between our read and our write."""
 
 
+class FleetChangedError(ConnectorError):
+    """Another writer changed the replicas since the run read them: its decision is stale, not written."""
+
+
+def refuse_stale(decision: Decision, current: tuple[int, int], *, resource: str) -> None:
+    """Raise FleetChangedError when `decision` would set targets over replicas (prefill, decode)
+    other than those it was decided from (Decision.based_on)."""
+    if not decision.apply or decision.based_on is None or tuple(current) == tuple(decision.based_on):
+        return
+    moved = ", ".join(f"{pool} {was} -> {now}" for pool, was, now in zip(("prefill", "decode"), decision.based_on,
+                                                                       current) if was != now)
+    raise FleetChangedError(
+        f"{resource}: another writer changed the replicas since this run read them ({moved}); the decision "
+        f"(prefill {decision.prefill_replicas}, decode {decision.decode_replicas}) was made from the old fleet "
+        f"and is not written"
+    )
+
+
 class ResourceAccessError(ConnectorError):
     """The backend refused or lacks the object (HTTP 403/404 and the like)."""
 

@@ -73,6 +73,7 @@ from connectors.base import (
     parse_recommendations,
     parse_targets_history,
     recommendation_entry,
+    refuse_stale,
     recommendation_of,
     targets_entry,
 )
@@ -168,6 +169,7 @@ class KubernetesConnector:
             obj = self._get(doing="reading before apply")
             workers = self._workers(obj)
             current = self._current_replicas(workers)
+            refuse_stale(decision, (current["prefill"][0], current["decode"][0]), resource=self.resource)
             changed = [p for p in POOLS if decision.apply and current[p][0] != want[p]]
             recommendations = add_recommendation_change(
                 self._recommendations(obj), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s

@@ -29,6 +29,7 @@ from connectors.base import (
     parse_targets_history,
     recommendation_entry,
     recommendation_of,
+    refuse_stale,
     targets_entry,
 )
 from connectors.config import LocalConnectorConfig
@@ -72,6 +73,7 @@ class LocalConnector:
         cfg = self.config
         with self._lock:
             state = self._load()
+            refuse_stale(decision, (state["prefill"], state["decode"]), resource=f"local fleet {cfg.state_path}")
             recommended = recommendation_of(decision)
             recommendations = add_recommendation(
                 state["recommendations"],

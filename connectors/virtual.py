@@ -59,6 +59,7 @@ from connectors.base import (
     as_recent_targets,
     parse_recommendations,
     parse_targets_history,
+    refuse_stale,
     recommendation_entry,
     recommendation_of,
     targets_entry,
@@ -147,6 +148,7 @@ class VirtualConnector:
             state, revisions = self._read_state_and_revisions(doing="reading before apply")
             prev_id = self._int(state, KEY_DECISION_ID)
             scaled_id = self._int(state, KEY_SCALED_ID)
+            refuse_stale(decision, self._targets(state), resource=f"etcd {cfg.etcd_url} {self._key('')}")
             recommendations = add_recommendation(
                 self._recommendations(state), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s
             )

@@ -14,6 +14,7 @@ import time
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from connectors.base import FleetChangedError
 from flows.config import PlannerRunConfig, WhatIfParams, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table
 from planner.pipeline import PlanResult, WhatIf, apply_what_if, effective_config
@@ -67,14 +68,27 @@ def planner_flow(
         )
     obs = apply_what_if(observation, overrides)
 
+    def size_and_decide(fleet, corrections):
+        sizing = interpolate_replicas(forecast, corrections=corrections, profile=profile, cfg=cfg)
+        saturation = analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now)
+        decision = decide_targets(
+            sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now
+        )
+        return sizing, saturation, decision
+
     corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
     forecast = predict_load(obs, cfg=cfg.predictor, cache_namespace=cache_namespace)
-    sizing = interpolate_replicas(forecast, corrections=corrections, profile=profile, cfg=cfg)
-    saturation = analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now)
-    decision = decide_targets(
-        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now
-    )
-    record = apply_decision(connector, decision, now_s=now) if applying else None
+    sizing, saturation, decision = size_and_decide(fleet, corrections)
+    try:
+        record = apply_decision(connector, decision, now_s=now) if applying else None
+    except FleetChangedError as exc:
+        # Another writer moved the replicas after our read: decide again from the fleet as it is
+        # now (the old decision is never written); a second change within the run fails it.
+        logger.warning("%s; reading the fleet again and deciding from it", exc)
+        fleet = read_fleet(connector, now_s=now)
+        corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
+        sizing, saturation, decision = size_and_decide(fleet, corrections)
+        record = apply_decision(connector, decision, now_s=now)
 
     result = PlanResult(
         observation=obs,

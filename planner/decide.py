@@ -359,9 +359,11 @@ def fit_gpu_budget(
 
 
 def finish(
-    targets: Targets, *, baseline: Targets, reasons: Sequence[Reason], recommended: Targets | None
+    targets: Targets, *, baseline: Targets, reasons: Sequence[Reason], recommended: Targets | None,
+    based_on: Targets | None = None,
 ) -> Decision:
-    """Wrap targets into a Decision; apply only when they differ from what is already set (baseline)."""
+    """Wrap targets into a Decision; apply only when they differ from what is already set (baseline).
+    based_on: the replicas in effect when deciding (the connector refuses the decision over others)."""
     closing: list[Reason] = []
     for pool in POOLS:
         t, b = targets[pool], baseline[pool]
@@ -382,6 +384,7 @@ def finish(
         reasons=tuple(reasons) + tuple(closing),
         recommended_prefill_replicas=None if recommended is None else recommended["prefill"],
         recommended_decode_replicas=None if recommended is None else recommended["decode"],
+        based_on=None if based_on is None else (based_on["prefill"], based_on["decode"]),
     )
 
 
@@ -427,13 +430,14 @@ def decide(
         last = fleet.last_decision
         in_flight: Targets = {"prefill": last.prefill_replicas, "decode": last.decode_replicas}
         held, limits = _hard_limits(in_flight, fleet=fleet, cfg=cfg)
-        return finish(held, baseline=in_flight, reasons=[hold, *limits], recommended=held)
+        return finish(held, baseline=in_flight, reasons=[hold, *limits], recommended=held, based_on=current)
 
     reasons: list[Reason] = [note] if note is not None else []
     stale = stale_gate(obs=obs, cfg=cfg, now_s=now_s)
     if stale is not None:
         held, limits = _hard_limits(current, fleet=fleet, cfg=cfg)
-        return finish(held, baseline=current, reasons=[*reasons, stale, *limits], recommended=held)
+        return finish(held, baseline=current, reasons=[*reasons, stale, *limits], recommended=held,
+                      based_on=current)
 
     missing = missing_load_metrics(obs)
     targets, r = sizing_targets(sizing=sizing, current=current, missing=missing)
@@ -456,7 +460,7 @@ def decide(
     reasons += r
     targets, r = fit_gpu_budget(targets, gpus_per_replica=_gpus(fleet), cfg=cfg)
     reasons += r
-    return finish(targets, baseline=current, reasons=reasons, recommended=recommended)
+    return finish(targets, baseline=current, reasons=reasons, recommended=recommended, based_on=current)
 
 
 __all__ = [

@@ -239,6 +239,9 @@ class Decision:
     reasons: tuple[Reason, ...]
     recommended_prefill_replicas: int | None = None
     recommended_decode_replicas: int | None = None
+    # (prefill, decode) replicas in effect when the run decided; a connector refuses to write
+    # the decision over different ones (another writer changed them: the decision is stale).
+    based_on: tuple[int, int] | None = None
 
     def codes(self) -> list[str]:
         return [r.code.value for r in self.reasons]
@@ -251,4 +254,5 @@ class Decision:
             "reasons": [r.as_dict() for r in self.reasons],
             "recommended_prefill_replicas": self.recommended_prefill_replicas,
             "recommended_decode_replicas": self.recommended_decode_replicas,
+            "based_on": None if self.based_on is None else list(self.based_on),
         }

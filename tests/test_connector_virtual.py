@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import ConnectionFailedError
 
-from connectors.base import ConcurrentWriteError, ConnectorError, ConnectorUnavailableError, make_connector
+from connectors.base import (
+    ConcurrentWriteError,
+    ConnectorError,
+    ConnectorUnavailableError,
+    FleetChangedError,
+    make_connector,
+)
 from connectors.config import VirtualConnectorConfig
 from connectors.virtual import VirtualConnector
 from planner.types import Decision
@@ -260,8 +267,32 @@ def test_concurrent_planner_cannot_write_the_same_id(etcd, etcd_namespace):
 
     keys = raw_keys(etcd, etcd_namespace)
     assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("1", "5", "5")
-    # The retry reads afresh and takes the next id.
+    # A decision made without a fleet basis: the retry reads afresh and takes the next id.
     assert ours.apply(decide(2, 2), now_s=T0_S + 32).decision_id == 2
+
+
+def test_a_retry_never_writes_a_decision_made_from_the_old_fleet(etcd, etcd_namespace):
+    """The Prefect task retries apply after a conflict: the decision was made from (1, 1), the other
+    planner has set (5, 5) since; the retry must not put (2, 2) over it (the flow decides again)."""
+    other = connector(etcd, etcd_namespace)
+    other.apply(decide(1, 1), now_s=T0_S)
+    cfg = VirtualConnectorConfig(etcd_url=etcd.url, namespace=etcd_namespace)
+    flaky = FlakyClient(raw_client(etcd), before_txn=lambda: other.apply(decide(5, 5), now_s=T0_S + 30))
+    ours = VirtualConnector(cfg, client=flaky)
+    fleet = ours.read_fleet(now_s=T0_S + 31)
+    stale = replace(decide(2, 2), based_on=(fleet.prefill.current_replicas, fleet.decode.current_replicas))
+
+    with pytest.raises(ConcurrentWriteError):
+        ours.apply(stale, now_s=T0_S + 31)
+    with pytest.raises(FleetChangedError, match=r"prefill 1 -> 5, decode 1 -> 5\); the decision \(prefill 2, decode 2\)"):
+        ours.apply(stale, now_s=T0_S + 32)  # the task's retry
+
+    keys = raw_keys(etcd, etcd_namespace)
+    assert (keys["decision_id"], keys["num_prefill_workers"], keys["num_decode_workers"]) == ("1", "5", "5")
+    # Decided again from what is in effect, it is written.
+    fresh = ours.read_fleet(now_s=T0_S + 33)
+    assert ours.apply(replace(decide(6, 6), based_on=(fresh.prefill.current_replicas,
+                                                      fresh.decode.current_replicas)), now_s=T0_S + 33).decision_id == 2
 
 
 def test_lost_reply_then_retry_neither_skips_nor_reuses_an_id(etcd, etcd_namespace):

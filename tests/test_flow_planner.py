@@ -172,3 +172,33 @@ def test_decision_table_shows_the_burst_signal(prefect_harness, run_config):
     assert rows["peak arrival rate"]["value"] == "30.00 req/s"
     assert "busiest 15 s window" in rows["peak arrival rate"]["detail"]
     assert float(rows["burst ratio next interval"]["value"]) > 1.0
+
+
+def test_another_writer_between_read_and_apply_makes_the_run_decide_again(prefect_harness, run_config, tmp_path,
+                                                                             monkeypatch):
+    """Another writer sets (3, 4) after the run read (1, 1): the run never writes the decision it made
+    from (1, 1); it reads the fleet again, decides from (3, 4) and writes that."""
+    from connectors.local import LocalConnector
+    from flows.planner_flow import planner_flow
+    from planner.types import Decision
+
+    real_read = LocalConnector.read_fleet
+    reads = []
+
+    def read_then_another_writer_scales(self, *, now_s):
+        fleet = real_read(self, now_s=now_s)
+        reads.append((fleet.prefill.current_replicas, fleet.decode.current_replicas))
+        if len(reads) == 1:
+            LocalConnector(run_config.connector).apply(
+                Decision(prefill_replicas=3, decode_replicas=4, apply=True, reasons=()), now_s=now_s)
+        return fleet
+
+    monkeypatch.setattr(LocalConnector, "read_fleet", read_then_another_writer_scales)
+    out = planner_flow(config=run_config, observation=_observation(requests=3000.0), now_s=1800.0)
+
+    assert reads == [(1, 1), (3, 4)]
+    assert out["current"] == {"prefill": 3, "decode": 4}
+    assert out["decision"]["based_on"] == [3, 4]
+    state = json.loads((tmp_path / "fleet.json").read_text())
+    assert state["decision_id"] == 1  # the other writer's 0, then ours, decided from the fleet it left
+    assert (state["prefill"], state["decode"]) == (out["decision"]["prefill_replicas"], out["decision"]["decode_replicas"])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from connectors.base import ConnectorError, ResourceAccessError, make_connector
+from connectors.base import ConnectorError, FleetChangedError, ResourceAccessError, make_connector
 from connectors.config import KubernetesConnectorConfig
 from connectors.kubernetes import KubernetesConnector
 from planner.types import Decision
@@ -211,6 +211,29 @@ def test_a_concurrent_writer_makes_us_reread_and_retry(cluster):
     patches = [r for r in cluster.requests if r.method == "PATCH"]
     assert len(patches) == 2  # the first one's resourceVersion test failed (422), the re-read one landed
     assert components(cluster)["prefill"] == 2
+
+
+@pytest.mark.integration
+def test_after_a_conflict_the_old_decision_is_never_written_over_another_writers_replicas(cluster):
+    """Decided from decode 1; before our patch lands an operator scales decode to 10 (our
+    resourceVersion test fails). The re-read sees 10: writing our decode 5 would undo a change
+    nobody decided against, so the connector refuses and the flow decides again."""
+    seeded(cluster, adapters=False)
+    conn = ours(cluster)
+    fleet = conn.read_fleet(now_s=T0_S)
+    decision = Decision(prefill_replicas=1, decode_replicas=5, apply=True, reasons=(),
+                        based_on=(fleet.prefill.current_replicas, fleet.decode.current_replicas))
+
+    def operator_scales_decode():
+        obj = cluster.stored(DGD, NS, NAME)
+        next(c for c in obj["spec"]["components"] if c["name"] == "decode")["replicas"] = 10
+        cluster._write(DGD, NS, NAME, obj)
+
+    cluster.before_next("PATCH", operator_scales_decode)
+    with pytest.raises(FleetChangedError, match=r"decode 1 -> 10\); the decision \(prefill 1, decode 5\)"):
+        conn.apply(decision, now_s=T0_S)
+    assert components(cluster)["decode"] == 10
+    assert len([r for r in cluster.requests if r.method == "PATCH"]) == 1  # the conflicting one, no retry
 
 
 @pytest.mark.integration
