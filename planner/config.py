@@ -318,6 +318,12 @@ class DecisionConfig(_Strict):
         ge=0,
         description="make no new decision while the previous one is not done, for at most this long, s",
     )
+    scale_up_past_pending_s: float = Field(
+        600.0,
+        ge=0,
+        description="while the previous decision is not done, scale up past it (never down) once it is this old, "
+        "s: replicas that never become ready do not freeze scale-up for wait_for_previous_s",
+    )
     max_observation_age_s: float | None = Field(
         None,
         gt=0,

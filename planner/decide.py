@@ -429,6 +429,20 @@ def decide(
     if hold is not None:
         last = fleet.last_decision
         in_flight: Targets = {"prefill": last.prefill_replicas, "decode": last.decode_replicas}
+        if hold.numbers["age_s"] >= cfg.scale_up_past_pending_s and stale_gate(obs=obs, cfg=cfg, now_s=now_s) is None:
+            targets, reasons, recommended = _sized_targets(
+                sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current)
+            up, limits = _hard_limits({p: max(in_flight[p], targets[p]) for p in POOLS}, fleet=fleet, cfg=cfg)
+            if up != in_flight and all(up[p] >= in_flight[p] for p in POOLS):
+                past = Reason(
+                    ReasonCode.SCALE_UP_PAST_PENDING, None,
+                    f"decision {last.decision_id} not done after {hold.numbers['age_s']:.0f} s >= "
+                    f"{cfg.scale_up_past_pending_s:.0f} s (ready: prefill {fleet.prefill.ready_replicas}, decode "
+                    f"{fleet.decode.ready_replicas}): scaling up past it, no scale-down until it is done",
+                    {**hold.numbers, "scale_up_past_pending_s": cfg.scale_up_past_pending_s},
+                )
+                return finish(up, baseline=in_flight, reasons=[past, *reasons, *limits], recommended=recommended,
+                              based_on=current)
         held, limits = _hard_limits(in_flight, fleet=fleet, cfg=cfg)
         return finish(held, baseline=in_flight, reasons=[hold, *limits], recommended=held, based_on=current)
 
@@ -439,6 +453,23 @@ def decide(
         return finish(held, baseline=current, reasons=[*reasons, stale, *limits], recommended=held,
                       based_on=current)
 
+    targets, sized, recommended = _sized_targets(
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current)
+    return finish(targets, baseline=current, reasons=reasons + sized, recommended=recommended, based_on=current)
+
+
+def _sized_targets(
+    *,
+    sizing: Mapping[Pool, PoolSizing],
+    saturation: Mapping[Pool, PoolSaturation] | None,
+    fleet: FleetState,
+    obs: Observation,
+    cfg: DecisionConfig,
+    now_s: float,
+    current: Targets,
+) -> tuple[Targets, list[Reason], Targets]:
+    """(targets, reasons, recommendation before stabilization) from the sizing, relative to `current`."""
+    reasons: list[Reason] = []
     missing = missing_load_metrics(obs)
     targets, r = sizing_targets(sizing=sizing, current=current, missing=missing)
     reasons += r
@@ -460,7 +491,7 @@ def decide(
     reasons += r
     targets, r = fit_gpu_budget(targets, gpus_per_replica=_gpus(fleet), cfg=cfg)
     reasons += r
-    return finish(targets, baseline=current, reasons=reasons, recommended=recommended, based_on=current)
+    return targets, reasons, recommended
 
 
 __all__ = [

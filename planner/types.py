@@ -190,6 +190,7 @@ class ReasonCode(str, enum.Enum):
     HOLD_STALE_METRICS = "hold_stale_metrics"
     HOLD_PREVIOUS_NOT_DONE = "hold_previous_not_done"
     PREVIOUS_DECISION_TIMED_OUT = "previous_decision_timed_out"
+    SCALE_UP_PAST_PENDING = "scale_up_past_pending"
     UNCHANGED = "unchanged"
     SCALE_UP = "scale_up"
     SCALE_DOWN = "scale_down"

@@ -373,6 +373,39 @@ def test_decide_decides_again_once_previous_times_out():
     assert d.codes()[0] == "previous_decision_timed_out"
 
 
+@pytest.mark.parametrize(
+    "age_s, sz, bound, expected, first",
+    [
+        pytest.param(60, sizing(8, 8), 600, (3, 6, False), "hold_previous_not_done",
+                     id="pending 60 s < 600 s: hold"),
+        pytest.param(600, sizing(8, 8), 600, (8, 8, True), "scale_up_past_pending",
+                     id="pending 600 s, more needed: scale up past it"),
+        pytest.param(900, sizing(5, 2), 600, (5, 6, True), "scale_up_past_pending",
+                     id="prefill up, decode would shrink: up only, decode keeps 6"),
+        pytest.param(900, sizing(2, 2), 600, (3, 6, False), "hold_previous_not_done",
+                     id="nothing larger needed: hold"),
+        pytest.param(0, sizing(8, 8), 0, (8, 8, True), "scale_up_past_pending",
+                     id="bound 0: a larger scale-up never waits"),
+    ],
+)
+def test_decide_scales_up_past_a_pending_decision_after_the_bound(age_s, sz, bound, expected, first):
+    last = DecisionRecord(3, NOW - age_s, 3, 6, done=False)
+    d = run(fl=fleet(3, 6, last=last, ready=(2, 5)), sz=sz, o=obs(pods=steady_pods(3, 6)),
+            scale_up_past_pending_s=bound, max_step_replicas=None)
+    assert (d.prefill_replicas, d.decode_replicas, d.apply) == expected
+    assert d.codes()[0] == first
+    if first == "scale_up_past_pending":
+        assert "ready: prefill 2, decode 5" in d.reasons[0].message
+        assert "hold_previous_not_done" not in d.codes()
+
+
+def test_decide_scale_up_past_pending_waits_on_stale_data():
+    last = DecisionRecord(3, NOW - 900, 3, 6, done=False)
+    d = run(fl=fleet(3, 6, last=last), sz=sizing(8, 8), o=obs(stale=("prometheus down",), pods=steady_pods(3, 6)))
+    assert (d.prefill_replicas, d.decode_replicas, d.apply) == (3, 6, False)
+    assert d.codes()[0] == "hold_previous_not_done"
+
+
 def test_decide_hold_still_enforces_changed_bounds():
     last = DecisionRecord(3, NOW - 60, 3, 12, done=False)
     d = run(fl=fleet(2, 4, last=last), decode=(1, 8))
