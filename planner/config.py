@@ -330,6 +330,12 @@ class DecisionConfig(_Strict):
         description="hold when the observation is older than this, s; None: two adjustment intervals",
     )
     allow_scale_to_zero: bool = Field(False, description="permit 0 replicas (needs min_replicas 0 too)")
+    scale_down_min_history_intervals: int = Field(
+        5,
+        ge=0,
+        description="no scale-down while the load history holds fewer intervals than this (a planner that has "
+        "just started forecasts from too little); 0: off",
+    )
 
     @model_validator(mode="after")
     def _zero(self) -> "DecisionConfig":

@@ -9,6 +9,7 @@ them, so every rule is table-testable on its own:
     apply_guardrail  saturation floor: may raise a target, vetoes an unsafe scale-down
     clamp_to_bounds  per-pool min/max                    -> the run's recommendation
     stabilize_scale_down  HPA-style: down only to the highest recent recommendation
+    hold_scale_down_in_warmup  no scale-down on too short a load history
     limit_step       at most max_step_replicas per interval
     clamp_to_bounds  again: the two rules above pull toward current, which may be out of bounds
     fit_gpu_budget   both pools cut together, proportionally, never below min
@@ -267,6 +268,34 @@ def stabilize_scale_down(
     return out, reasons
 
 
+def hold_scale_down_in_warmup(
+    targets: Targets, *, current: Targets, history_intervals: int | None, min_intervals: int
+) -> Step:
+    """No scale-down while the load history is shorter than min_intervals (a planner just started).
+
+    history_intervals: intervals of load history the forecast was built on; None
+    when the observation carries no history (the rule does not apply). With one
+    minute of history a forecast can read a rising load as low, and the start
+    fleet is the best estimate there is. Scale-ups are not delayed.
+    """
+    out = dict(targets)
+    reasons: list[Reason] = []
+    if history_intervals is None or history_intervals >= min_intervals:
+        return out, reasons
+    for pool in POOLS:
+        t, c = targets[pool], current[pool]
+        if t < c:
+            out[pool] = c
+            reasons.append(
+                Reason(ReasonCode.WARMUP_NO_SCALE_DOWN, pool,
+                       f"{pool}: scale-down to {t} held at {c}: {history_intervals} of {min_intervals} intervals of "
+                       "load history, no scale-down until the forecast has enough",
+                       {"recommended_replicas": float(t), "history_intervals": float(history_intervals),
+                        "min_history_intervals": float(min_intervals)})
+            )
+    return out, reasons
+
+
 def limit_step(targets: Targets, *, current: Targets, max_step: int | None) -> Step:
     """Move each pool at most max_step replicas from current (the bounds are re-applied after)."""
     out = dict(targets)
@@ -483,6 +512,11 @@ def _sized_targets(
         targets, current=current, history=fleet.recent_targets, window_s=cfg.scale_down_stabilization_s, now_s=now_s
     )
     reasons += r
+    targets, r = hold_scale_down_in_warmup(
+        targets, current=current, history_intervals=None if obs.history is None else len(obs.history),
+        min_intervals=cfg.scale_down_min_history_intervals,
+    )
+    reasons += r
     targets, r = limit_step(targets, current=current, max_step=cfg.max_step_replicas)
     reasons += r
     # Both rules above move toward current, which may itself sit outside bounds
@@ -501,6 +535,7 @@ __all__ = [
     "decide",
     "finish",
     "fit_gpu_budget",
+    "hold_scale_down_in_warmup",
     "limit_step",
     "missing_load_metrics",
     "previous_decision_gate",

@@ -186,6 +186,7 @@ class ReasonCode(str, enum.Enum):
     GPU_BUDGET = "gpu_budget"
     MAX_STEP = "max_step"
     STABILIZATION_WINDOW = "stabilization_window"
+    WARMUP_NO_SCALE_DOWN = "warmup_no_scale_down"
     HOLD_MISSING_METRICS = "hold_missing_metrics"
     HOLD_STALE_METRICS = "hold_stale_metrics"
     HOLD_PREVIOUS_NOT_DONE = "hold_previous_not_done"

@@ -17,6 +17,7 @@ from planner.decide import (
     decide,
     finish,
     fit_gpu_budget,
+    hold_scale_down_in_warmup,
     limit_step,
     missing_load_metrics,
     previous_decision_gate,
@@ -27,6 +28,7 @@ from planner.decide import (
 from planner.saturation import analyze_pool
 from planner.types import (
     DecisionRecord,
+    LoadHistory,
     FleetState,
     Observation,
     PodMetrics,
@@ -257,6 +259,43 @@ def test_stabilize_scale_down(targets, history, expected):
     assert out == expected
     assert all(r.code == ReasonCode.STABILIZATION_WINDOW for r in reasons)
     assert len(reasons) == sum(out[p] != targets[p] for p in ("prefill", "decode"))
+
+
+@pytest.mark.parametrize(
+    "targets, history_intervals, min_intervals, expected",
+    [
+        pytest.param(t(1, 1), 1, 5, t(2, 4), id="1 of 5 intervals: both scale-downs held at current (2, 4)"),
+        pytest.param(t(1, 6), 4, 5, t(2, 6), id="4 of 5: prefill down held, decode up goes ahead"),
+        pytest.param(t(1, 1), 5, 5, t(1, 1), id="5 of 5: enough history, scale down"),
+        pytest.param(t(1, 1), None, 5, t(1, 1), id="no history collected: the rule does not apply"),
+        pytest.param(t(1, 1), 0, 0, t(1, 1), id="min 0: off"),
+        pytest.param(t(3, 9), 1, 5, t(3, 9), id="scale-ups are never delayed"),
+    ],
+)
+def test_hold_scale_down_in_warmup(targets, history_intervals, min_intervals, expected):
+    out, reasons = hold_scale_down_in_warmup(
+        targets, current=t(2, 4), history_intervals=history_intervals, min_intervals=min_intervals)
+    assert out == expected
+    assert [r.pool for r in reasons] == [p for p in ("prefill", "decode") if out[p] != targets[p]]
+    assert all(r.code == ReasonCode.WARMUP_NO_SCALE_DOWN and r.numbers["history_intervals"] == history_intervals
+               for r in reasons)
+
+
+def _history(n):
+    return LoadHistory(t_s=tuple(NOW - 60.0 * i for i in range(n, 0, -1)), num_requests=(600.0,) * n,
+                       avg_isl_tokens=(1000.0,) * n, avg_osl_tokens=(200.0,) * n, interval_s=60.0)
+
+
+def test_decide_does_not_scale_down_a_just_started_planner():
+    """One interval of history: the sizing's (1, 1) is held at the start fleet; with five, it goes ahead."""
+    import dataclasses
+
+    young = run(sz=sizing(1, 1), o=dataclasses.replace(obs(), history=_history(1)))
+    assert (young.prefill_replicas, young.decode_replicas, young.apply) == (2, 4, False)
+    assert (ReasonCode.WARMUP_NO_SCALE_DOWN, "decode") in codes(young.reasons)
+    assert (young.recommended_prefill_replicas, young.recommended_decode_replicas) == (1, 1)
+    grown = run(sz=sizing(1, 1), o=dataclasses.replace(obs(), history=_history(5)))
+    assert (grown.prefill_replicas, grown.decode_replicas, grown.apply) == (1, 1, True)
 
 
 def test_stabilization_window_zero_disables_it():
