@@ -78,14 +78,16 @@ def load_run_config(path: str | Path) -> PlannerRunConfig:
 
 
 def resolve_paths(cfg: PlannerRunConfig, *, base: Path) -> PlannerRunConfig:
-    """Make the profile folder absolute, relative to `base` (the config file's folder)."""
-    profile = cfg.planner.profile
-    updates = {}
-    for name in ("dir", "pre_swept_dir"):
-        value = getattr(profile, name)
-        if value is not None and not Path(value).is_absolute():
-            updates[name] = str((base / value).resolve())
-    if not updates:
+    """Make the profile folder and the warm-up trace absolute, relative to `base` (the config file's folder)."""
+
+    def absolute(model: BaseModel, names: tuple[str, ...]) -> BaseModel:
+        updates = {name: str((base / getattr(model, name)).resolve()) for name in names
+                   if getattr(model, name) is not None and not Path(getattr(model, name)).is_absolute()}
+        return model.model_copy(update=updates) if updates else model
+
+    profile = absolute(cfg.planner.profile, ("dir", "pre_swept_dir"))
+    predictor = absolute(cfg.planner.predictor, ("warmup_trace_path",))
+    if profile is cfg.planner.profile and predictor is cfg.planner.predictor:
         return cfg
-    planner = cfg.planner.model_copy(update={"profile": profile.model_copy(update=updates)})
+    planner = cfg.planner.model_copy(update={"profile": profile, "predictor": predictor})
     return cfg.model_copy(update={"planner": planner})

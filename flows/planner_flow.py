@@ -17,14 +17,14 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from connectors.base import FleetChangedError
 from flows.config import PlannerRunConfig, WhatIfParams, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table
-from planner.pipeline import PlanResult, WhatIf, apply_what_if, effective_config
+from planner.pipeline import PlanResult, WhatIf, apply_what_if, effective_config, needs_warmup
 from planner.types import Observation
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.correct import correct_latency
 from tasks.decide import decide_targets
 from tasks.interpolate import interpolate_replicas, load_profiling_data
-from tasks.predict import predict_load
+from tasks.predict import load_warmup_history, predict_load
 from tasks.saturation import analyze_saturation
 
 
@@ -77,7 +77,9 @@ def planner_flow(
         return sizing, saturation, decision
 
     corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
-    forecast = predict_load(obs, cfg=cfg.predictor, cache_namespace=cache_namespace)
+    warmup = (load_warmup_history(cfg.predictor.warmup_trace_path, interval_s=cfg.adjustment_interval_s)
+              if needs_warmup(obs, cfg.predictor) else None)
+    forecast = predict_load(obs, cfg=cfg.predictor, cache_namespace=cache_namespace, warmup=warmup)
     sizing, saturation, decision = size_and_decide(fleet, corrections)
     try:
         record = apply_decision(connector, decision, now_s=now) if applying else None

@@ -93,6 +93,13 @@ class PredictorConfig(_Strict):
         description="private directory where fitted predictor state is kept between runs (speed only: "
         "a lost cache means a slower, not a different, forecast); None: fit from scratch every run",
     )
+    warmup_trace_path: str | None = Field(
+        None,
+        description="request trace (Mooncake JSONL or Azure CSV, plain or gzip) binned at the adjustment interval "
+        "and put before the collected history while that holds fewer than history_intervals intervals, so a new "
+        "deployment forecasts from its first run (Dynamo's load_predictor_warmup_trace); relative to the config "
+        "file; None: no warm-up",
+    )
 
     @model_validator(mode="after")
     def _known_names(self) -> "PredictorConfig":

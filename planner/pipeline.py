@@ -16,7 +16,7 @@ from planner.burst import expected_peak_ratio, recent_peaks
 from planner.config import PlannerConfig, PredictorConfig, SloTarget
 from planner.correct import correction_factors
 from planner.decide import decide
-from planner.predict import forecast_next
+from planner.predict import forecast_next, prime_history
 from planner.profile import EngineProfile
 from planner.saturation import PoolSaturation, analyze_fleet
 from planner.sizing import size_decode, size_prefill
@@ -125,18 +125,36 @@ def has_load_data(history: LoadHistory) -> bool:
     return any(math.isfinite(n) for n in history.num_requests)
 
 
+def needs_warmup(obs: Observation, cfg: PredictorConfig) -> bool:
+    """True when a warm-up trace is configured and the collected history is shorter than history_intervals."""
+    return cfg.warmup_trace_path is not None and len(history_for_prediction(obs)) < cfg.history_intervals
+
+
 def predict_next(
-    obs: Observation, cfg: PredictorConfig, *, cache: MutableMapping | None = None
+    obs: Observation,
+    cfg: PredictorConfig,
+    *,
+    cache: MutableMapping | None = None,
+    warmup: LoadHistory | None = None,
 ) -> Forecast | None:
     """The next-interval forecast, or None when there is no load data to forecast from.
 
     With no data the sizing step is skipped and the decision holds (it never
-    shrinks the fleet because metrics are absent).
+    shrinks the fleet because metrics are absent); a warm-up history never
+    stands in for absent metrics. warmup: per-interval load of a trace (same
+    interval), put before a collected history shorter than
+    cfg.history_intervals, the total kept to that many intervals.
     """
     history = history_for_prediction(obs)
     if not has_load_data(history):
         return None
+    warm_note = ()
+    if warmup is not None and len(warmup) > 0 and len(history) < cfg.history_intervals:
+        collected = len(history)
+        history = prime_history(warmup, history, max_intervals=cfg.history_intervals)
+        warm_note = (f"warm-up trace: {len(history) - collected} intervals before the {collected} collected",)
     forecast = forecast_next(history, cfg, cache=cache)
+    forecast = dataclasses.replace(forecast, notes=warm_note + forecast.notes)
     if cfg.burst_lookback_intervals < 1:
         return forecast
     ratio, note = expected_peak_ratio(history, lookback_intervals=cfg.burst_lookback_intervals)

@@ -257,12 +257,14 @@ def history_from_mooncake(records: Iterable[Mapping[str, Any]], *, bin_s: float,
     return bin_requests(arrival - arrival.min(), isl, osl, bin_s=bin_s)
 
 
-def prime_history(warm: LoadHistory, live: LoadHistory) -> LoadHistory:
+def prime_history(warm: LoadHistory, live: LoadHistory, *, max_intervals: int | None = None) -> LoadHistory:
     """Prepend a warm-start history to the live one, re-timed to end where live begins.
 
     Both must have the same interval_s. With an empty live history the warm
     history is returned as is. Lets a predictor forecast (and pick seasonal
     structure) from the first planner run instead of falling back to constant.
+    The live peak rates are kept (NaN, unknown, for the warm intervals).
+    max_intervals: keep only the newest this many intervals (live ones first).
     """
     if abs(warm.interval_s - live.interval_s) > 1e-9 * live.interval_s:
         raise ValueError(
@@ -272,12 +274,16 @@ def prime_history(warm: LoadHistory, live: LoadHistory) -> LoadHistory:
     if len(live) == 0:
         return warm
     n = len(warm)
+    keep = n if max_intervals is None else max(0, min(n, max_intervals - len(live)))
     t_first = live.t_s[0]
-    t_warm = tuple(t_first - live.interval_s * (n - i) for i in range(n))
+    t_warm = tuple(t_first - live.interval_s * (keep - i) for i in range(keep))
+    peak = None if live.peak_rps is None else (math.nan,) * keep + tuple(live.peak_rps)
     return LoadHistory(
         t_s=t_warm + tuple(live.t_s),
-        num_requests=tuple(warm.num_requests) + tuple(live.num_requests),
-        avg_isl_tokens=tuple(warm.avg_isl_tokens) + tuple(live.avg_isl_tokens),
-        avg_osl_tokens=tuple(warm.avg_osl_tokens) + tuple(live.avg_osl_tokens),
+        num_requests=tuple(warm.num_requests[n - keep:]) + tuple(live.num_requests),
+        avg_isl_tokens=tuple(warm.avg_isl_tokens[n - keep:]) + tuple(live.avg_isl_tokens),
+        avg_osl_tokens=tuple(warm.avg_osl_tokens[n - keep:]) + tuple(live.avg_osl_tokens),
         interval_s=live.interval_s,
+        peak_rps=peak,
+        peak_window_s=live.peak_window_s,
     )

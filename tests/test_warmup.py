@@ -1,0 +1,133 @@
+"""predictor.warmup_trace_path (Dynamo's load_predictor_warmup_trace): a trace's load seeds a short history."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from connectors.config import LocalConnectorConfig
+from flows.config import PlannerRunConfig, load_run_config
+from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
+from planner.pipeline import needs_warmup, predict_next
+from planner.predict import prime_history
+from planner.types import LoadHistory, Observation
+from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
+
+INTERVAL_S = 60.0
+
+
+def history(counts, *, start_s: float = 600.0, peaks=None) -> LoadHistory:
+    n = len(counts)
+    return LoadHistory(
+        t_s=tuple(start_s + INTERVAL_S * i for i in range(n)),
+        num_requests=tuple(float(c) for c in counts),
+        avg_isl_tokens=(1000.0,) * n,
+        avg_osl_tokens=(150.0,) * n,
+        interval_s=INTERVAL_S,
+        peak_rps=None if peaks is None else tuple(peaks),
+        peak_window_s=None if peaks is None else 15.0,
+    )
+
+
+def observation(hist: LoadHistory) -> Observation:
+    return Observation(taken_at_s=hist.t_s[-1], interval_s=INTERVAL_S, num_requests=hist.num_requests[-1],
+                       avg_isl_tokens=1000.0, avg_osl_tokens=150.0, avg_ttft_ms=60.0, avg_itl_ms=6.0,
+                       history=hist)
+
+
+def mooncake_trace(path: Path, counts: list[int]) -> Path:
+    """A Mooncake JSONL trace with counts[i] requests in minute i (timestamps in ms)."""
+    lines = [json.dumps({"timestamp": int(60_000 * i + 1000 * k), "input_length": 1000, "output_length": 150,
+                         "hash_ids": [k]})
+             for i, n in enumerate(counts) for k in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("warm, live, max_intervals, counts, t_s", [
+    pytest.param([1, 2, 3], [10, 11], None, (1, 2, 3, 10, 11), (420, 480, 540, 600, 660),
+                 id="all warm intervals, re-timed to end 60 s before the first live one"),
+    pytest.param([1, 2, 3], [10, 11], 4, (2, 3, 10, 11), (480, 540, 600, 660),
+                 id="max 4: the 2 newest warm + 2 live"),
+    pytest.param([1, 2, 3], [10, 11], 2, (10, 11), (600, 660), id="max 2: live only"),
+])
+def test_prime_history_keeps_the_newest(warm, live, max_intervals, counts, t_s):
+    primed = prime_history(history(warm, start_s=0.0), history(live), max_intervals=max_intervals)
+    assert primed.num_requests == counts and primed.t_s == t_s
+
+
+def test_prime_history_keeps_the_live_peak_rates():
+    primed = prime_history(history([1, 2]), history([10, 11], peaks=[0.5, 0.7]))
+    assert [None if math.isnan(p) else p for p in primed.peak_rps] == [None, None, 0.5, 0.7]
+    assert primed.peak_window_s == 15.0
+
+
+def test_a_short_history_forecasts_with_the_model_once_warmed():
+    cfg = PredictorConfig(name="kalman", min_history_points=5, burst_lookback_intervals=0,
+                          warmup_trace_path="trace.jsonl")
+    obs = observation(history([100, 110]))
+    cold = predict_next(obs, cfg)
+    assert cold.predictor == "constant"  # 2 points < min_history_points 5
+    warm = predict_next(obs, cfg, warmup=history([100 + 5 * i for i in range(20)], start_s=0.0))
+    assert warm.predictor == "kalman"
+    assert warm.notes[0] == "warm-up trace: 20 intervals before the 2 collected"
+
+
+@pytest.mark.parametrize("n_live, history_intervals, trace, expected", [
+    pytest.param(2, 288, "t.jsonl", True, id="2 collected < 288"),
+    pytest.param(288, 288, "t.jsonl", False, id="history full: Prometheus alone"),
+    pytest.param(2, 288, None, False, id="no trace configured"),
+])
+def test_needs_warmup(n_live, history_intervals, trace, expected):
+    cfg = PredictorConfig(history_intervals=history_intervals, warmup_trace_path=trace)
+    assert needs_warmup(observation(history([5] * n_live)), cfg) is expected
+
+
+def test_no_metrics_still_hold_with_a_warmup():
+    nan = float("nan")
+    obs = observation(history([nan, nan]))
+    assert predict_next(obs, PredictorConfig(), warmup=history([5] * 10, start_s=0.0)) is None
+
+
+def test_relative_trace_path_is_resolved_against_the_config_file(tmp_path, h200_profile_dir):
+    (tmp_path / "cfg").mkdir()
+    path = tmp_path / "cfg" / "planner.yaml"
+    path.write_text(f"planner:\n  profile: {{dir: {h200_profile_dir}}}\n  predictor: {{warmup_trace_path: w.jsonl}}\n")
+    assert load_run_config(path).planner.predictor.warmup_trace_path == str(tmp_path / "cfg" / "w.jsonl")
+
+
+@pytest.fixture
+def run_config(tmp_path: Path, h200_profile_dir: Path):
+    def make(trace: Path | None) -> PlannerRunConfig:
+        return PlannerRunConfig(
+            planner=PlannerConfig(
+                namespace="warm-ns",
+                profile=ProfileConfig(dir=str(h200_profile_dir)),
+                predictor=PredictorConfig(name="kalman", warmup_trace_path=None if trace is None else str(trace)),
+            ),
+            connector=LocalConnectorConfig(state_path=str(tmp_path / "fleet.json")),
+        )
+
+    return make
+
+
+def test_the_flow_reads_the_trace_and_forecasts_from_it(prefect_harness, run_config, tmp_path):
+    from flows.planner_flow import planner_flow
+
+    obs = observation(history([3000, 3100]))
+    cold = planner_flow(config=run_config(None), observation=obs, now_s=720.0, dry_run=True)
+    assert cold["forecast"]["predictor"] == "constant"
+    trace = mooncake_trace(tmp_path / "warm.jsonl", [20 + i for i in range(12)])
+    warm = planner_flow(config=run_config(trace), observation=obs, now_s=720.0, dry_run=True)
+    assert warm["forecast"]["predictor"] == "kalman"
+
+
+def test_a_missing_trace_fails_the_run_naming_the_field(prefect_harness, run_config, tmp_path):
+    from flows.planner_flow import planner_flow
+
+    with pytest.raises(ValueError, match=r"predictor\.warmup_trace_path: .*missing\.jsonl: trace file not found"):
+        planner_flow(config=run_config(tmp_path / "missing.jsonl"), observation=observation(history([5, 6])),
+                     now_s=720.0, dry_run=True)
