@@ -29,6 +29,7 @@ from routing.training import (
     Evaluation,
     GateDecision,
     PreparedSamples,
+    ProbeReport,
     TrainingConfig,
     bucket_labels,
     check_sample_counts,
@@ -203,6 +204,8 @@ def model_card(
     if evaluation is not None:
         lines += _metrics_section(evaluation)
         lines += _bucket_section(evaluation)
+        if evaluation.probe is not None:
+            lines += _probe_section(evaluation.probe)
     if models is not None:
         lines += ["", "## Training", "", "| target | model | iterations | fit s | p90 calibration factor |",
                   "|---|---|---|---|---|"]
@@ -255,6 +258,18 @@ def _bucket_section(ev: Evaluation) -> list[str]:
             if ev.current is not None:
                 row += f" {_pct(ev.current[t]['buckets'][k]['mape'])} |"
             lines.append(row + f" {_pct(ev.estimate[t]['buckets'][k]['mape'])} |")
+    return lines
+
+
+def _probe_section(report: ProbeReport) -> list[str]:
+    lines = ["", "## Probe grid", "", "| target | model | rows | min ms | max ms | ceiling ms | out of range | worst |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in report.results:
+        lines.append(f"| {r.target} | {r.quantile} | {r.rows} | {r.min_ms:.4g} | {r.max_ms:.4g} | {r.ceiling_ms:.0f} "
+                     f"| {r.bad_rows} | {r.first_bad or '—'} |")
+    lines += ["", "Every prediction on a grid of prompts up to the context length, queues and batches up to the "
+              "probe maximum, KV usage 0–1 and each role must be finite, above 0 and below the ceiling "
+              "(" + "; ".join(sorted({f"{r.target}: {r.ceiling_basis}" for r in report.results})) + ")."]
     return lines
 
 

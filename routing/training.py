@@ -21,7 +21,12 @@ routing service and calls, in order:
 4. `evaluate` the candidate, the currently published model and the profile
    estimate on the same held-out rows: MAPE of the mean prediction, p90
    coverage and relative p90 (pinball) loss, overall and per load bucket.
-5. `gate`: publish, refuse or skip, with the reason. Models are compared on
+5. `probe_document`: the candidate's predictions over a probe grid of the
+   feature ranges it may meet when serving (prompts up to the context length,
+   deep queues, big batches, KV usage 0-1, every role); a non-finite, zero or
+   absurd (above a ceiling) prediction anywhere on it refuses the model, even
+   when forced. Held-out rows only cover the load the fleet happened to see.
+6. `gate`: publish, refuse or skip, with the reason. Models are compared on
    MAPE of the point prediction and on the relative pinball loss of the p90
    (which rewards a calibrated p90, unlike coverage alone).
 
@@ -30,10 +35,11 @@ Latencies are in ms throughout.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -116,6 +122,18 @@ class TrainingConfig(BaseModel):
     max_regression_frac: float = Field(
         0.05, ge=0, description="no target's MAPE or p90 loss may exceed the current model's by this relative margin"
     )
+    probe_context_tokens: int = Field(
+        131_072, ge=1, description="longest prompt the publish probe grid tries (the served context length), tokens"
+    )
+    probe_max_requests: int = Field(
+        1024, ge=1, description="deepest queue and largest batch the publish probe grid tries, requests"
+    )
+    probe_ceiling_factor: float = Field(
+        10.0, gt=0,
+        description="a probe prediction above this many times the target's largest training latency (and above "
+        "max_<target>_ms in any case) is out of range and refuses the model",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> "TrainingConfig":
         missing = [t for t in TARGETS if t not in self.p90_calibration]
@@ -550,12 +568,153 @@ def document_predictions(document: dict, target: Target, x: np.ndarray) -> tuple
     return model.predict(target, x, quantile="mean"), model.predict(target, x, quantile="p90")
 
 
+# -- probe grid --------------------------------------------------------------------
+
+
+# Features that measure work ahead of a request (tokens, ms): probed together at none, the most
+# seen in training and the cap, so the grid stays small (3 levels, not 3^5 combinations).
+_WORK_TOKEN_FEATURES = ("prefill_tokens_in_flight", "decode_tokens_in_flight", "prefill_batch_tokens",
+                        "prefill_queued_tokens")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One target's model (mean or p90) over the probe grid.
+
+    ceiling_ms: predictions above it are out of range (ceiling_basis: how it
+    was set, with its numbers); min_ms / max_ms: the
+    extremes of the grid's predictions (inf when one overflowed); bad_rows:
+    grid rows out of range (not finite, <= 0 or above the ceiling); first_bad:
+    the worst of them, described ("" when none).
+    """
+
+    target: Target
+    quantile: str
+    rows: int
+    ceiling_ms: float
+    ceiling_basis: str
+    min_ms: float
+    max_ms: float
+    bad_rows: int
+    first_bad: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.bad_rows == 0
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """Every target's and quantile's probe result; `failure` is the first one-line refusal."""
+
+    results: tuple[ProbeResult, ...]
+
+    def failure(self) -> str | None:
+        bad = [r for r in self.results if not r.ok]
+        if not bad:
+            return None
+        r = bad[0]
+        also = f"; also {', '.join(f'{b.target} {b.quantile}' for b in bad[1:])}" if len(bad) > 1 else ""
+        return (f"probe grid: {r.target} {r.quantile} {r.first_bad}; {r.bad_rows} of {r.rows} probe rows out of "
+                f"range (ceiling {r.ceiling_ms:.0f} ms: {r.ceiling_basis}){also}")
+
+
+def probe_grid(target: Target, x_train: np.ndarray, cfg: TrainingConfig) -> np.ndarray:
+    """Feature rows (full FEATURES[target] columns) spanning what serving may meet.
+
+    Per feature: none, the most seen in training and a cap: prompts (and
+    tokens generated) up to cfg.probe_context_tokens, queue and batch up to
+    cfg.probe_max_requests, KV usage 0 / 0.5 / 1, prefix hits 0 / 1, work in
+    flight up to context x max requests tokens (together, at one of the three
+    levels); crossed with each role. Units as in routing.features.
+    """
+    names = FEATURES[target]
+    seen = {n: float(x_train[:, j].max()) if x_train.size else 0.0 for j, n in enumerate(names)}
+    ctx, reqs = float(cfg.probe_context_tokens), float(cfg.probe_max_requests)
+
+    def levels(name: str, cap: float, low: float = 0.0) -> list[dict[str, float]]:
+        return [{name: v} for v in sorted({low, min(seen[name], cap), cap})]
+
+    work_cap = ctx * reqs
+    elapsed_cap = cfg.max_latency_ms("ttft")
+    axes = [
+        levels("input_tokens", ctx, low=1.0),
+        [{"prefix_cache_hit_frac": 0.0}, {"prefix_cache_hit_frac": 1.0}],
+        [{"kv_usage_frac": v} for v in (0.0, 0.5, 1.0)],
+        levels("waiting_requests", reqs),
+        levels("running_requests", reqs),
+        [{**{f: 0.0 for f in _WORK_TOKEN_FEATURES}, "prefill_batch_elapsed_ms": 0.0},
+         {**{f: min(seen[f], work_cap) for f in _WORK_TOKEN_FEATURES},
+          "prefill_batch_elapsed_ms": min(seen["prefill_batch_elapsed_ms"], elapsed_cap)},
+         {**{f: work_cap for f in _WORK_TOKEN_FEATURES}, "prefill_batch_elapsed_ms": elapsed_cap}],
+        [{f"role_{r}": 1.0} for r in ROLE_CODE],
+    ]
+    if target == "tpot":
+        axes.append(levels("tokens_generated", ctx))
+    rows = []
+    for combo in itertools.product(*axes):
+        row = dict.fromkeys(names, 0.0)
+        for part in combo:
+            row.update(part)
+        rows.append([row[n] for n in names])
+    return np.array(rows, dtype=float)
+
+
+def describe_row(target: Target, row: np.ndarray) -> str:
+    """The probe row's request and load, e.g. 'input_tokens=131072 waiting_requests=1024 role=prefill'."""
+    names = FEATURES[target]
+    role = next((n[len("role_"):] for n, v in zip(names, row) if n.startswith("role_") and v), "?")
+    shown = [f"{n}={v:g}" for n, v in zip(names, row)
+             if not n.startswith("role_") and n not in _WORK_TOKEN_FEATURES + ("prefill_batch_elapsed_ms",)]
+    work = row[names.index("decode_tokens_in_flight")]
+    return " ".join(shown + [f"work_in_flight_tokens={work:g}", f"role={role}"])
+
+
+def probe_document(document: dict, prepared: PreparedSamples, cfg: TrainingConfig) -> ProbeReport:
+    """Predict every probe-grid row with the document, as the router would, and check each prediction.
+
+    Out of range: not finite (exp() overflowed), <= 0 ms (a negative raw
+    prediction the router clips to 0), or above the ceiling: the smaller of
+    cfg.probe_ceiling_factor x the largest latency of the target's training
+    rows and cfg.max_<target>_ms (what counts as absurd in a sample), ms.
+    """
+    splits = splits_for(prepared, cfg)
+    results = []
+    for t in TARGETS:
+        d = prepared.by_target[t]
+        train = splits[t].train
+        grid = probe_grid(t, d.x[train], cfg)
+        train_max = float(d.y_ms[train].max()) if d.y_ms[train].size else cfg.max_latency_ms(t)
+        limit = cfg.max_latency_ms(t)
+        ceiling = min(cfg.probe_ceiling_factor * train_max, limit)
+        basis = (f"{cfg.probe_ceiling_factor:g} x the largest training {t.upper()} {train_max:.4g} ms"
+                 if ceiling < limit else f"max_{t}_ms {limit:g}")
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean, p90 = document_predictions(document, t, grid)
+        for quantile, pred in (("mean", mean), ("p90", p90)):
+            finite = np.isfinite(pred)
+            bad = ~finite | (pred <= 0) | (pred > ceiling)
+            first_bad = ""
+            if bad.any():
+                # The worst row: an overflow first, then the largest, then a zero.
+                key = np.where(~finite, np.inf, np.where(pred <= 0, -1.0, pred))
+                i = int(np.argmax(np.where(bad, key, -np.inf)))
+                what = ("not finite (overflow)" if not finite[i] else "<= 0" if pred[i] <= 0
+                        else "above the ceiling")
+                first_bad = f"predicts {pred[i]:.4g} ms, {what}, at {describe_row(t, grid[i])}"
+            results.append(ProbeResult(
+                target=t, quantile=quantile, rows=int(grid.shape[0]), ceiling_ms=ceiling, ceiling_basis=basis,
+                min_ms=float(np.min(pred)), max_ms=float(np.max(pred)), bad_rows=int(bad.sum()),
+                first_bad=first_bad))
+    return ProbeReport(tuple(results))
+
+
 # -- gate ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class GateDecision:
-    """publish: whether to publish; code: publish, publish_forced, refused_estimate,
+    """publish: whether to publish; code: publish, publish_forced, refused_probe, refused_estimate,
     refused_current, skipped; reason: the numbers behind it."""
 
     publish: bool
@@ -651,6 +810,7 @@ class Evaluation:
     """Held-out metrics (see `evaluate`) of the candidate, the current model and the estimate.
 
     holdout: per target {"n", "from_s", "to_s"}: the rows every model was scored on.
+    probe: the candidate over the probe grid (probe_document); None until probed.
     current: None when no model is published. points: per target (observed,
     candidate mean, candidate p90, estimate) on the held-out rows, for plots.
     """
@@ -660,6 +820,7 @@ class Evaluation:
     estimate: dict[Target, dict]
     current: dict[Target, dict] | None
     points: dict[Target, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    probe: ProbeReport | None = None
 
     def metrics(self) -> dict[str, float]:
         """Flat finite metrics for the published document (name -> number)."""
@@ -706,3 +867,26 @@ def evaluate_all(
             cur[t] = evaluate(t, x, y, k_mean, k_p90)
         points[t] = (y, c_mean, c_p90, e_mean)
     return Evaluation(holdout=holdout, candidate=cand, estimate=est, current=cur, points=points)
+
+
+def decide_publish(
+    document: dict,
+    evaluation: Evaluation,
+    prepared: PreparedSamples,
+    cfg: TrainingConfig,
+    *,
+    current_version: str | None,
+    force: bool,
+) -> tuple[GateDecision, Evaluation]:
+    """The publish decision for a candidate document: the probe grid first (never forced past), then `gate`.
+
+    Returns the decision and the evaluation with its probe report.
+    """
+    report = probe_document(document, prepared, cfg)
+    evaluation = replace(evaluation, probe=report)
+    failure = report.failure()
+    if failure is not None:
+        return GateDecision(False, "refused_probe", failure), evaluation
+    decision = gate(evaluation.candidate, estimate=evaluation.estimate, current=evaluation.current,
+                    current_version=current_version, force=force, cfg=cfg)
+    return decision, evaluation

@@ -22,9 +22,9 @@ from routing.training import (
     PreparedSamples,
     TargetModels,
     TrainingConfig,
+    decide_publish,
     evaluate_all,
     fit_all,
-    gate,
     prepare_samples,
     to_document,
 )
@@ -90,14 +90,14 @@ def evaluate_models(
     estimate,
     force: bool,
 ) -> tuple[dict, Evaluation, GateDecision]:
-    """The candidate document, its held-out comparison with the current model and the estimate, the decision."""
+    """The candidate document, its held-out comparison with the current model and the estimate (with the
+    probe-grid report), the decision."""
     draft = to_document(models, version=version, metrics={}, created_at_s=created_at_s)
     evaluation = evaluate_all(
         prepared, cfg, candidate_document=draft, current_document=current_document, estimate=estimate
     )
-    decision = gate(
-        evaluation.candidate, estimate=evaluation.estimate, current=evaluation.current,
-        current_version=current_version, force=force, cfg=cfg,
+    decision, evaluation = decide_publish(
+        draft, evaluation, prepared, cfg, current_version=current_version, force=force,
     )
     document = dict(draft, metrics=evaluation.metrics(), notes=decision.reason[:4096])
     return document, evaluation, decision

@@ -389,3 +389,127 @@ def test_unknown_feature_set_or_calibration_target_is_a_config_error():
         TrainingConfig(feature_set=7)
     with pytest.raises(ValueError, match=r"p90_calibration: missing targets \['tpot'\]"):
         TrainingConfig(p90_calibration={"ttft": "global"})
+
+
+# -- probe grid: the gate refuses models that blow up where held-out rows never go ------------------------------
+
+
+def queueing_ttft(n: int, *, seed: int = 0) -> TargetData:
+    """TTFT = 30 ms x 2.2^waiting x e^(-1.2 x prefix hit) (+5% noise): steep in the queue, 0-8 waiting seen."""
+    rng = np.random.default_rng(seed)
+    cols = FEATURES["ttft"]
+    x = np.zeros((n, len(cols)))
+    x[:, cols.index("input_tokens")] = rng.uniform(10, 8000, n)
+    x[:, cols.index("waiting_requests")] = rng.integers(0, 9, n)
+    x[:, cols.index("prefix_cache_hit_frac")] = rng.uniform(0, 1, n)
+    x[:, cols.index("role_prefill")] = 1.0
+    waiting, hit = x[:, cols.index("waiting_requests")], x[:, cols.index("prefix_cache_hit_frac")]
+    y = 30 * 2.2 ** waiting * np.exp(-1.2 * hit) * rng.lognormal(0, 0.05, n)
+    return TargetData("ttft", x, y, np.arange(n, dtype=float), np.arange(n), {})
+
+
+class ConstantEstimate:
+    """A profile estimate that answers one latency per target (2 s TTFT, 50 ms TPOT)."""
+
+    def predict(self, target, x):
+        return np.full(len(x), 2000.0 if target == "ttft" else 50.0)
+
+
+def _log_linear_ttft_document() -> tuple[dict, PreparedSamples]:
+    """A log-link linear TTFT model fitted on queueing_ttft (TPOT: the usual trees), and its samples."""
+    from sklearn.linear_model import LinearRegression
+
+    from routing.models import export_linear
+    from routing.training import export_target, splits_for
+
+    prepared = PreparedSamples(fetched=2000, by_target={"ttft": queueing_ttft(1000), "tpot": synthetic("tpot", 1000)})
+    split = splits_for(prepared, SMALL)
+    ttft = prepared.by_target["ttft"]
+    linear = LinearRegression().fit(ttft.x[split["ttft"].train], np.log(ttft.y_ms[split["ttft"].train]))
+    tpot_mean, tpot_p90 = export_target(fit_target(prepared.by_target["tpot"], split["tpot"], SMALL))
+    doc = model_document(version="log-linear", ttft_mean=export_linear(linear, link="log"),
+                         tpot_mean=tpot_mean, tpot_p90=tpot_p90)
+    return doc, prepared
+
+
+def test_a_log_link_model_that_overflows_is_refused_by_the_probe_grid():
+    from routing.training import decide_publish, evaluate_all
+
+    doc, prepared = _log_linear_ttft_document()
+    # How it passed before: the router's own check (all-zero and all-1e6 rows) accepts it, since the
+    # prefix-hit coefficient (-1.2) outweighs the queue's (+log 2.2 = 0.79) at 1e6 everywhere, and on
+    # held-out rows (0-8 waiting) it fits well, so the metric gate publishes it.
+    parse_model_document(doc)
+    ev = evaluate_all(prepared, SMALL, candidate_document=doc, current_document=None, estimate=ConstantEstimate())
+    before = gate(ev.candidate, estimate=ev.estimate, current=None, current_version=None, force=False, cfg=SMALL)
+    assert before.code == "publish", before.reason
+    # With 1024 requests waiting: 0.79 x 1024 = 808 > 709.8, exp() overflows to inf.
+    for force in (False, True):
+        decision, probed = decide_publish(doc, ev, prepared, SMALL, current_version=None, force=force)
+        assert (decision.publish, decision.code) == (False, "refused_probe")
+        assert "\n" not in decision.reason
+        assert decision.reason.startswith("probe grid: ttft mean predicts inf ms, not finite (overflow), at ")
+        assert "waiting_requests=1024" in decision.reason and "prefix_cache_hit_frac=0 " in decision.reason
+    ttft_mean = probed.probe.results[0]
+    assert (ttft_mean.target, ttft_mean.quantile, ttft_mean.max_ms) == ("ttft", "mean", float("inf"))
+    assert f"{ttft_mean.bad_rows} of {ttft_mean.rows} probe rows out of range" in decision.reason
+    assert all(r.ok for r in probed.probe.results if r.target == "tpot")
+
+
+def test_a_normal_model_passes_the_probe_grid():
+    from routing.training import decide_publish, evaluate_all, splits_for
+
+    prepared = PreparedSamples(fetched=2000, by_target={t: synthetic(t, 1000, seed=1) for t in ("ttft", "tpot")})
+    split = splits_for(prepared, SMALL)
+    models = {t: fit_target(prepared.by_target[t], split[t], SMALL) for t in ("ttft", "tpot")}
+    doc = to_document(models, version="normal", metrics={})
+    ev = evaluate_all(prepared, SMALL, candidate_document=doc, current_document=None, estimate=ConstantEstimate())
+    decision, probed = decide_publish(doc, ev, prepared, SMALL, current_version=None, force=False)
+    assert decision.code == "publish", decision.reason
+    assert probed.probe.failure() is None and len(probed.probe.results) == 4
+    for r in probed.probe.results:
+        # Trees do not extrapolate: the grid's extremes stay near the training range, far below 10 x its max.
+        assert 0 < r.min_ms <= r.max_ms < r.ceiling_ms, r
+
+
+def _linear(intercept: float, link: str, **coef: float) -> dict:
+    names = FEATURES["ttft"]
+    return {"kind": "linear", "link": link, "intercept": intercept, "coef": [coef.get(n, 0.0) for n in names]}
+
+
+@pytest.mark.parametrize("ttft_mean, problem", [
+    pytest.param(_linear(-5.0, "identity", input_tokens=0.01), "predicts 0 ms, <= 0, at input_tokens=1 ",
+                 id="identity: -5 + 0.01 x 1 token < 0, the router would clip to 0 ms"),
+    pytest.param(_linear(4.0, "log", input_tokens=1e-4), "above the ceiling, at input_tokens=131072 ",
+                 id="log: e^(4 + 13.1) = 2.7e7 ms at the context length > 6e5 ms"),
+    pytest.param(_linear(4.0, "log", input_tokens=1e-5), None,
+                 id="log: e^(4 + 1.31) = 202 ms at the context length: within range"),
+])
+def test_probe_grid_finds_zero_and_absurd_predictions(ttft_mean, problem):
+    from routing.training import probe_document
+
+    prepared = PreparedSamples(fetched=2000, by_target={t: synthetic(t, 1000, seed=1) for t in ("ttft", "tpot")})
+    tpot = _linear(3.0, "log")  # e^3 = 20 ms everywhere
+    doc = model_document(version="lin", ttft_mean=ttft_mean, tpot_mean=tpot | {"coef": [0.0] * len(FEATURES["tpot"])})
+    # A 600 s ceiling: 10 x the largest synthetic TTFT (~220 ms) is 2.2 s; factor 1e4 leaves the absurd limit.
+    failure = probe_document(doc, prepared, SMALL.model_copy(update={"probe_ceiling_factor": 1e4})).failure()
+    if problem is None:
+        assert failure is None
+    else:
+        assert failure is not None and problem in failure, failure
+        assert "ceiling 600000 ms: max_ttft_ms 600000" in failure
+
+
+def test_model_card_names_the_failed_probe():
+    from flows.retrain import model_card
+    from routing.training import decide_publish, evaluate_all
+
+    doc, prepared = _log_linear_ttft_document()
+    ev = evaluate_all(prepared, SMALL, candidate_document=doc, current_document=None, estimate=ConstantEstimate())
+    decision, probed = decide_publish(doc, ev, prepared, SMALL, current_version=None, force=False)
+    card = model_card({"router_url": "http://r", "version": "log-linear", "current_version": None,
+                       "estimate": "profile:x"}, prepared, SMALL, decision, evaluation=probed)
+    assert "# Latency model log-linear: REFUSED" in card
+    assert f"**Decision** `refused_probe`: {decision.reason}" in card
+    assert "## Probe grid" in card
+    assert "| ttft | mean | " in card and "| inf |" in card

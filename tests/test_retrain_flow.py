@@ -156,6 +156,19 @@ def test_worse_model_refused_and_served_model_unchanged(router, first_run):
     assert active(router) == served and predict(router) == before
 
 
+def test_model_off_the_probe_grid_refused_even_forced_and_the_card_says_where(router, first_run):
+    """A ceiling of 0.05 x the largest training TTFT: the fitted trees predict more than that under load
+    somewhere on the grid, so the run refuses, forced or not, and says which probe failed."""
+    served, before = active(router), predict(router)
+    result = run(router.url, force=True, training=FAST.model_copy(update={"probe_ceiling_factor": 0.05}))
+    assert result["decision"] == "refused_probe", result["reason"]
+    assert result["reason"].startswith("probe grid: ") and "above the ceiling, at input_tokens=" in result["reason"]
+    assert "0.05 x the largest training" in result["reason"] and "\n" not in result["reason"]
+    assert not result["published"] and active(router) == served and predict(router) == before
+    card = next(c for c in model_cards() if result["version"] in c)
+    assert ": REFUSED" in card and f"`refused_probe`: {result['reason']}" in card and "## Probe grid" in card
+
+
 def test_too_few_samples_skips_with_the_reason(router, first_run):
     served = active(router)
     result = run(router.url, training=TRAINING.model_copy(update={"min_train_samples": 1_000_000}))
