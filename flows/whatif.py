@@ -58,6 +58,7 @@ def sweep_flow(scenarios: list[WhatIfScenario]) -> list[dict]:
             "trace": s["trace"],
             "policy": s["policy"],
             "load_multiplier": s.get("load_multiplier"),
+            "load_model": s.get("load_model"),
             "slo_attainment_pct": round(100 * s["slo_attainment"], 2),
             "ttft_p99_ms": None if s["ttft_ms"]["p99"] is None else round(s["ttft_ms"]["p99"], 1),
             "itl_p99_ms": None if s["itl_ms"]["p99"] is None else round(s["itl_ms"]["p99"], 2),

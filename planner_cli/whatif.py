@@ -34,7 +34,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--startup-s", type=float, default=60.0, help="worker startup delay, s (default: %(default)s)")
     p.add_argument("--interval-s", type=float, default=60.0, help="adjustment interval, s (default: %(default)s)")
     p.add_argument("--load-multiplier", type=float, default=1.0,
-                   help="superpose this many jittered copies of the trace (default: %(default)s)")
+                   help="superpose this many copies of the trace, each a tenant (default: %(default)s)")
+    p.add_argument("--jitter-s", type=float, default=30.0,
+                   help="shift each copied request by up to +- this many seconds: 30 models independent tenants, "
+                        "1 synchronised copies, a stress case (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for load multiplication and synthesis (default: 0)")
     p.add_argument("--router", default="least-loaded", choices=["least-loaded", "round-robin", "picker"],
                    help="request router (default: %(default)s)")
@@ -63,6 +66,7 @@ def _scenario(args: argparse.Namespace):
         startup_s=args.startup_s,
         interval_s=args.interval_s,
         load_multiplier=args.load_multiplier,
+        jitter_s=args.jitter_s,
         seed=args.seed,
         router=args.router,
         with_oracle=args.with_oracle,
@@ -79,6 +83,7 @@ def _print_summary(s: dict) -> None:
         return " / ".join("n/a" if d[k] is None else f"{d[k]:.1f}" for k in ("p50", "p90", "p99"))
 
     print(f"trace            {s['trace']} ({s['requests']:,} requests)")
+    print(f"load             {s.get('load_model') or 'the trace as recorded'}")
     print(f"policy           {s['policy']}")
     print(f"SLA attainment   {100 * s['slo_attainment']:.2f}% "
           f"(TTFT {100 * s['ttft_attainment']:.2f}%, ITL {100 * s['itl_attainment']:.2f}%)")

@@ -84,6 +84,7 @@ def markdown_report(summary: dict) -> str:
     oracle = "n/a" if s.get("oracle_gpu_hours") is None else f"{s['oracle_gpu_hours']:.2f}"
     rows = [
         ("trace", s["trace"]),
+        ("load", s.get("load_model") or "the trace as recorded"),
         ("policy", s["policy"]),
         ("requests", f"{s['requests']:,}"),
         ("SLA attainment (TTFT and ITL)", f"{100 * s['slo_attainment']:.2f}%"),

@@ -25,6 +25,18 @@ from sim.servegen import load_servegen, synthesize_servegen
 from sim.traces import Trace, detect_format, detect_tick_s, jitter_within_ticks, load_trace, multiply_load
 
 
+INDEPENDENT_TENANTS_JITTER_S = 30.0
+SYNCHRONISED_JITTER_S = 1.0
+
+
+def load_model(load_multiplier: float, jitter_s: float) -> str:
+    """How a multiplied load was made, in words every figure carries."""
+    if load_multiplier == 1.0:
+        return "the trace as recorded"
+    kind = "synchronised copies (stress case)" if jitter_s <= SYNCHRONISED_JITTER_S else "independent tenants"
+    return f"{load_multiplier:g} copies shifted by up to +-{jitter_s:g} s: {kind}"
+
+
 class WhatIfScenario(BaseModel):
     """A what-if question: this trace, this much load, these SLA targets, this policy."""
 
@@ -37,8 +49,14 @@ class WhatIfScenario(BaseModel):
     policy: str = Field("planner", description="planner, planner:<predictor>, dynamo, saturation, static:<P>x<D>, oracle")
     startup_s: float = Field(60.0, ge=0, description="time from adding a worker to it serving, s")
     interval_s: float = Field(60.0, gt=0, description="planner adjustment interval, s")
-    load_multiplier: float = Field(1.0, gt=0, le=1000, description="superpose this many jittered copies of the trace")
-    jitter_s: float = Field(1.0, ge=0, description="random shift of each copied request (load multiplier), s")
+    load_multiplier: float = Field(
+        1.0, gt=0, le=1000, description="superpose this many copies of the trace, each a tenant of its own"
+    )
+    jitter_s: float = Field(
+        INDEPENDENT_TENANTS_JITTER_S, ge=0,
+        description="shift each copied request by up to +- this, s: 30 models independent tenants (the default), "
+        f"{SYNCHRONISED_JITTER_S:g} synchronised copies (every burst K times at once: a stress case)",
+    )
     seed: int = Field(0, ge=0, description="seed for load multiplication, tick jitter and ServeGen synthesis")
     router: str = Field(
         "least-loaded", description="least-loaded, round-robin, or picker (the routing service's SLO-aware picker)"
@@ -153,6 +171,8 @@ def run_what_if(
         oracle_gpu_hours=oracle_gpu_hours,
         extra={
             "load_multiplier": sc.load_multiplier,
+            "jitter_s": sc.jitter_s,
+            "load_model": load_model(sc.load_multiplier, sc.jitter_s),
             "profile": profile.name,
             "trace_path": str(sc.trace),
             "skipped_lines": trace.skipped_lines,

@@ -260,3 +260,28 @@ def test_servegen_real_archive(shared_data):
     expected = counts[144:150].sum() * 0.001  # six 10-minute windows from day 1
     assert len(tr) == pytest.approx(expected, rel=0.1)
     assert tr.isl_tokens.min() >= 0 and tr.osl_tokens.max() > 0
+
+
+def test_independent_tenants_decorrelate_the_copies_bursts(shared_data):
+    """azure_code x8: copies shifted by up to +-30 s (independent tenants, the what-if default) spread each
+    copy's bursts, where +-1 s (the synchronised stress case) stacks them; every copy's requests are kept."""
+    from sim.whatif import WhatIfScenario, load_model
+
+    assert WhatIfScenario(trace="t", profile_dir="p").jitter_s == 30.0
+    assert load_model(8, 30.0).endswith("independent tenants")
+    assert load_model(8, 1.0).endswith("synchronised copies (stress case)")
+    base = load_trace(shared_data / "traces" / "azure2023_code.csv.gz")
+
+    def burstiness(tr, bin_s):
+        """Coefficient of variation of the request counts in bin_s bins."""
+        end_s = 60.0 * math.ceil(tr.arrival_s[-1] / 60.0 + 1e-9)
+        n = np.array(bin_trace(tr, bin_s=bin_s, end_s=end_s).num_requests)
+        return n.std() / n.mean()
+
+    synced = multiply_load(base, 8, seed=0, jitter_s=1.0)
+    tenants = multiply_load(base, 8, seed=0, jitter_s=30.0)
+    assert len(synced) == len(tenants) == 8 * len(base)
+    # Measured: 15 s bins CV 1.62 synchronised vs 1.02 tenants; 5 s 1.92 vs 1.03; minutes 1.03 vs 0.91.
+    assert burstiness(tenants, 5.0) < 0.7 * burstiness(synced, 5.0)
+    assert burstiness(tenants, 15.0) < 0.8 * burstiness(synced, 15.0)
+    assert burstiness(tenants, 60.0) > 0.8 * burstiness(synced, 60.0)  # the minute-scale shape stays
