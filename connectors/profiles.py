@@ -8,11 +8,17 @@ Two layouts:
   leading row axis (one row per parallel config) and config columns
   (gpu_type, tp, ...); a row is picked by tensor-parallel size and GPU type.
 
+A profiler folder's meta.json, when there is one, gives the GPUs per engine
+(num_gpus_prefill_engine / num_gpus_decode_engine, else tp_prefill / tp_decode);
+a pre-swept row's are its TP sizes. Throughputs are per GPU, so an engine of N
+GPUs serves N times one GPU's.
+
 Files are opened with allow_pickle=False. Errors name the file and the key.
 """
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -21,6 +27,7 @@ import numpy as np
 from planner.config import ProfileConfig
 from planner.profile import DecodeProfile, EngineProfile, OutOfRange, PrefillProfile
 
+META_FILE = "meta.json"
 PREFILL_FILE = Path("selected_prefill_interpolation") / "raw_data.npz"
 DECODE_FILE = Path("selected_decode_interpolation") / "raw_data.npz"
 
@@ -50,7 +57,33 @@ def load_profile_dir(path: str | Path, *, out_of_range: OutOfRange = "clip") -> 
     pf, df = path / PREFILL_FILE, path / DECODE_FILE
     prefill = PrefillProfile.from_arrays(read_npz(pf), source=str(pf), out_of_range=out_of_range)
     decode = DecodeProfile.from_arrays(read_npz(df), source=str(df), out_of_range=out_of_range)
-    return EngineProfile(prefill=prefill, decode=decode, name=path.name)
+    gpus = read_engine_gpus(path / META_FILE)
+    return EngineProfile(prefill=prefill, decode=decode, name=path.name,
+                         gpus_per_prefill_engine=gpus["prefill"], gpus_per_decode_engine=gpus["decode"])
+
+
+def read_engine_gpus(path: Path) -> dict[str, int | None]:
+    """GPUs per prefill and decode engine from a profile's meta.json (num_gpus_<role>_engine, else
+    tp_<role>); None for a role it does not name, or when there is no such file."""
+    out: dict[str, int | None] = {"prefill": None, "decode": None}
+    if not path.is_file():
+        return out
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not readable JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    for role in out:
+        for key in (f"num_gpus_{role}_engine", f"tp_{role}"):
+            if key not in meta:
+                continue
+            v = meta[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{path}: {key} must be an integer >= 1, got {v!r}")
+            out[role] = v
+            break
+    return out
 
 
 def _column(arrays: dict[str, np.ndarray], key: str, *, source: Path, rows: int) -> list:
@@ -124,7 +157,8 @@ def load_pre_swept(
     d_arrays, d_label = _select_row(read_npz(df), source=df, kind="decode", tp=decode_tp, gpu_type=gpu_type)
     prefill = PrefillProfile.from_arrays(p_arrays, source=f"{pf}[{p_label}]", out_of_range=out_of_range)
     decode = DecodeProfile.from_arrays(d_arrays, source=f"{df}[{d_label}]", out_of_range=out_of_range)
-    return EngineProfile(prefill=prefill, decode=decode, name=f"prefill {p_label}, decode {d_label}")
+    return EngineProfile(prefill=prefill, decode=decode, name=f"prefill {p_label}, decode {d_label}",
+                         gpus_per_prefill_engine=prefill_tp, gpus_per_decode_engine=decode_tp)
 
 
 def load_profile(cfg: ProfileConfig) -> EngineProfile:

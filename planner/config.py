@@ -149,8 +149,12 @@ class SizingConfig(_Strict):
         description="sla: each pool sized so a share of requests meets its latency target (queueing-aware "
         "prefill, ITL-quantile decode); dynamo: the seed formulas (100% of profiled throughput)",
     )
-    gpus_per_prefill_engine: int = Field(1, ge=1, description="GPUs one prefill replica uses")
-    gpus_per_decode_engine: int = Field(1, ge=1, description="GPUs one decode replica uses")
+    gpus_per_prefill_engine: int | None = Field(
+        None, ge=1, description="GPUs one prefill replica uses; None: what the profile says (meta.json), else 1"
+    )
+    gpus_per_decode_engine: int | None = Field(
+        None, ge=1, description="GPUs one decode replica uses; None: what the profile says (meta.json), else 1"
+    )
     ttft_quantile: float = Field(
         0.99, gt=0, lt=1,
         description="share of the requests that can meet slo.ttft_ms (their own prefill fits in it) that must "

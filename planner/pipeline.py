@@ -19,7 +19,7 @@ from planner.decide import decide
 from planner.predict import forecast_next, prime_history
 from planner.profile import EngineProfile
 from planner.saturation import PoolSaturation, analyze_fleet
-from planner.sizing import size_decode, size_prefill
+from planner.sizing import resolve_engine_gpus, size_decode, size_prefill
 from planner.types import (
     Corrections,
     Decision,
@@ -183,7 +183,9 @@ def size_pools(
     common = dict(
         corrections=corrections,
         slo=cfg.slo,
-        cfg=cfg.sizing,
+        cfg=resolve_engine_gpus(
+            cfg.sizing, prefill=profile.gpus_per_prefill_engine, decode=profile.gpus_per_decode_engine
+        ),
         interval_s=cfg.adjustment_interval_s,
         size_on=cfg.predictor.size_on,
     )

@@ -587,3 +587,7 @@ class EngineProfile:
     prefill: PrefillProfile
     decode: DecodeProfile
     name: str
+    # GPUs one engine of each role was profiled with (the profiler's meta.json:
+    # num_gpus_*_engine, or the TP degree); None: the profile does not say.
+    gpus_per_prefill_engine: int | None = None
+    gpus_per_decode_engine: int | None = None

@@ -62,7 +62,9 @@ __all__ = [
     "MAX_REPLICAS_SEARCH",
     "ceil_replicas",
     "erlang_c",
+    "engine_gpus",
     "lead_intervals",
+    "resolve_engine_gpus",
     "mean_wait_s",
     "size_decode",
     "size_prefill",
@@ -73,6 +75,22 @@ __all__ = [
 SizeOn = Literal["mean", "p90"]
 
 # -- inputs --------------------------------------------------------------------
+
+
+def engine_gpus(cfg: SizingConfig, pool: str) -> int:
+    """GPUs one replica of the pool uses: as configured (or resolved from the profile), else 1."""
+    n = cfg.gpus_per_prefill_engine if pool == "prefill" else cfg.gpus_per_decode_engine
+    return 1 if n is None else n
+
+
+def resolve_engine_gpus(cfg: SizingConfig, *, prefill: int | None, decode: int | None) -> SizingConfig:
+    """cfg with each unset GPUs-per-engine taken from the profile's (prefill, decode); the config wins."""
+    update = {}
+    if cfg.gpus_per_prefill_engine is None and prefill is not None:
+        update["gpus_per_prefill_engine"] = prefill
+    if cfg.gpus_per_decode_engine is None and decode is not None:
+        update["gpus_per_decode_engine"] = decode
+    return cfg.model_copy(update=update) if update else cfg
 
 
 def lead_intervals(*, startup_s: float, interval_s: float) -> int:
@@ -157,7 +175,7 @@ def size_prefill(
         "interval_s": interval_s,
         "prefill_correction": corr,
         "ttft_target_ms": slo.ttft_ms,
-        "gpus_per_engine": float(cfg.gpus_per_prefill_engine),
+        "gpus_per_engine": float(engine_gpus(cfg, "prefill")),
     }
     if requests <= 0 or isl <= 0:
         return PoolSizing("prefill", 0, numbers, f"no prefill load ({requests:g} requests, ISL {isl:g} tokens)")
@@ -172,12 +190,12 @@ def size_prefill(
 
     if cfg.mode == "dynamo":
         used = min(1.0, corr)
-        raw = load_tps * used / thpt / cfg.gpus_per_prefill_engine
+        raw = load_tps * used / thpt / engine_gpus(cfg, "prefill")
         replicas = max(1, ceil_replicas(raw))
         numbers.update(correction_used=used, raw_replicas=raw, utilization_frac=raw / replicas)
         msg = (
             f"dynamo: {rps:.3g} rps x {isl:.0f} tokens x {used:.2f} = {load_tps * used:.4g} tokens/s "
-            f"/ {thpt:.4g} tokens/s/GPU / {cfg.gpus_per_prefill_engine} GPU = {raw:.2f} -> {replicas}"
+            f"/ {thpt:.4g} tokens/s/GPU / {engine_gpus(cfg, 'prefill')} GPU = {raw:.2f} -> {replicas}"
         )
         return PoolSizing("prefill", replicas, numbers, msg)
 
@@ -312,7 +330,7 @@ def size_decode(
         "output_tokens_per_s": out_tps,
         "decode_correction": corr,
         "itl_target_ms": slo.itl_ms,
-        "gpus_per_engine": float(cfg.gpus_per_decode_engine),
+        "gpus_per_engine": float(engine_gpus(cfg, "decode")),
         "max_kv_tokens": float(profile.max_kv_tokens),
     }
     if requests <= 0 or osl <= 0:
@@ -323,7 +341,7 @@ def size_decode(
     numbers.update(corrected_itl_target_ms=corrected_itl, context_clamped=float(clamped))
 
     if cfg.mode == "dynamo":
-        raw = out_tps / op.throughput_per_gpu / cfg.gpus_per_decode_engine
+        raw = out_tps / op.throughput_per_gpu / engine_gpus(cfg, "decode")
         replicas = max(1, ceil_replicas(raw))
         numbers.update(
             throughput_per_gpu=op.throughput_per_gpu,
@@ -334,7 +352,7 @@ def size_decode(
         )
         msg = (
             f"dynamo: {rps:.3g} rps x {osl:.0f} tokens = {out_tps:.4g} tokens/s / {op.throughput_per_gpu:.4g} "
-            f"tokens/s/GPU at ITL {corrected_itl:.3g} ms / {cfg.gpus_per_decode_engine} GPU = {raw:.2f} -> {replicas}"
+            f"tokens/s/GPU at ITL {corrected_itl:.3g} ms / {engine_gpus(cfg, 'decode')} GPU = {raw:.2f} -> {replicas}"
         )
         if not op.meets_target:
             msg += f" (ITL target unreachable: best {op.itl_ms:.3g} ms at context {context:.0f})"
@@ -346,7 +364,7 @@ def size_decode(
     if not reachable:
         effective_itl = op.itl_ms * (1.0 + cfg.unreachable_slack_frac)
         op = profile.best_throughput_per_gpu(effective_itl, context_eval)
-    per_replica_tps = op.throughput_per_gpu * cfg.gpus_per_decode_engine
+    per_replica_tps = op.throughput_per_gpu * engine_gpus(cfg, "decode")
     usable_tps = per_replica_tps * (1.0 - cfg.decode_headroom_frac)
     r_thpt = out_tps / usable_tps
     # Little's law: requests in decode = arrival rate x time to emit osl tokens at the

@@ -23,6 +23,7 @@ import math
 
 from planner.config import PlannerConfig
 from planner.profile import EngineProfile
+from planner.sizing import engine_gpus, resolve_engine_gpus
 from planner.types import Observation
 from sim.replay import PolicyInput, PolicyOutput
 
@@ -45,6 +46,9 @@ class DynamoPeerPolicy:
         self.profile = profile
         self.stabilization_window_s = 0.0
         b = cfg.decision
+        sizing = resolve_engine_gpus(cfg.sizing, prefill=profile.gpus_per_prefill_engine,
+                                     decode=profile.gpus_per_decode_engine)
+        gpus_p, gpus_d = engine_gpus(sizing, "prefill"), engine_gpus(sizing, "decode")
         self._dcfg = DynamoPlannerConfig(
             environment="virtual",
             mode="disagg",
@@ -54,10 +58,9 @@ class DynamoPeerPolicy:
             ttft=cfg.slo.ttft_ms,
             itl=cfg.slo.itl_ms,
             load_predictor=load_predictor,
-            prefill_engine_num_gpu=cfg.sizing.gpus_per_prefill_engine,
-            decode_engine_num_gpu=cfg.sizing.gpus_per_decode_engine,
-            max_gpu_budget=b.prefill.max_replicas * cfg.sizing.gpus_per_prefill_engine
-            + b.decode.max_replicas * cfg.sizing.gpus_per_decode_engine,
+            prefill_engine_num_gpu=gpus_p,
+            decode_engine_num_gpu=gpus_d,
+            max_gpu_budget=b.prefill.max_replicas * gpus_p + b.decode.max_replicas * gpus_d,
             min_endpoint=1,
             metric_reporting_prometheus_port=0,
         )

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from connectors.profiles import load_profile_dir
 from planner.config import SloTarget
-from planner.profile import ProfileRangeWarning
+from planner.profile import EngineProfile, ProfileRangeWarning
 from sim.engine import SimConfig
 from sim.lookup import ProfileTables
 from sim.policies import check_policy_name, default_planner_config, make_policy
@@ -111,11 +111,16 @@ def load_scenario_trace(sc: WhatIfScenario) -> Trace:
     return trace
 
 
-def build_scenario(sc: WhatIfScenario) -> Scenario:
+def build_scenario(sc: WhatIfScenario, profile: EngineProfile | None = None) -> Scenario:
+    """The replay scenario; workers are billed the GPUs per engine the profile names (else 1)."""
     return Scenario(
         slo=sc.slo(),
         interval_s=sc.interval_s,
-        sim=SimConfig(startup_s=sc.startup_s),
+        sim=SimConfig(
+            startup_s=sc.startup_s,
+            gpus_per_prefill=(profile and profile.gpus_per_prefill_engine) or 1,
+            gpus_per_decode=(profile and profile.gpus_per_decode_engine) or 1,
+        ),
         router=sc.router,
     )
 
@@ -135,7 +140,7 @@ def run_what_if(
     trace = trace if trace is not None else load_scenario_trace(sc)
     profile = load_profile_dir(sc.profile_dir)
     tables = ProfileTables(profile)
-    scenario = build_scenario(sc)
+    scenario = build_scenario(sc, profile)
     cfg = default_planner_config(
         profile_dir=sc.profile_dir, ttft_ms=sc.ttft_ms, itl_ms=sc.itl_ms, interval_s=sc.interval_s
     )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from connectors.profiles import load_pre_swept, load_profile, load_profile_dir, read_npz
-from planner.config import ProfileConfig
+from planner.config import ProfileConfig, SloTarget
 from planner.profile import DecodeProfile, PrefillProfile, ProfileRangeWarning
 from tests.fixtures_profile import (
     PRE_SWEPT,
@@ -337,3 +337,48 @@ def test_best_throughput_in_range_emits_no_warning(h200_profile_dir):
         for ctx in (350, 1000, 2997, 13585):
             for target in (5.0, 15.0, 40.0, 100.0):
                 prof.decode.best_throughput_per_gpu(target, ctx)
+
+
+def test_gpus_per_engine_come_from_the_profile_and_size_and_bill_per_engine(shared_data, tmp_path):
+    """A TP4 aiconfigurator profile (meta.json: num_gpus_*_engine 4): loaded with 4 GPUs per engine, the
+    sizing divides per-GPU throughput by 4 fewer replicas than a 1-GPU reading would, the config can
+    override it, and the simulator bills 4 GPUs per worker."""
+    import json
+    import shutil
+
+    from planner.config import SizingConfig
+    from planner.sizing import engine_gpus, resolve_engine_gpus, size_decode
+    from planner.types import Corrections, Forecast
+    from sim.whatif import WhatIfScenario, build_scenario
+
+    src = shared_data / "profiles" / "aiconfigurator" / "Qwen3-32B_H100_sglang_TP4P_TP4D"
+    profile = load_profile_dir(src)
+    assert (profile.gpus_per_prefill_engine, profile.gpus_per_decode_engine) == (4, 4)
+    one = load_profile_dir(shared_data / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D")
+    assert (one.gpus_per_prefill_engine, one.gpus_per_decode_engine) == (None, None)  # no meta.json
+
+    fc = Forecast(num_requests=6000.0, avg_isl_tokens=2000.0, avg_osl_tokens=300.0, num_requests_p90=6000.0,
+                  predictor="constant")
+    slo = SloTarget(ttft_ms=1000, itl_ms=40)
+
+    def decode_replicas(cfg):
+        return size_decode(fc, corrections=Corrections(), profile=profile.decode, slo=slo, cfg=cfg,
+                           interval_s=60.0, size_on="mean")
+
+    per_gpu = decode_replicas(SizingConfig())  # unresolved: 1 GPU per engine
+    per_engine = decode_replicas(resolve_engine_gpus(SizingConfig(), prefill=4, decode=4))
+    assert per_engine.numbers["gpus_per_engine"] == 4.0
+    assert per_engine.numbers["replicas_for_throughput"] * 4 == pytest.approx(
+        per_gpu.numbers["replicas_for_throughput"])
+    assert engine_gpus(resolve_engine_gpus(SizingConfig(gpus_per_decode_engine=2), prefill=4, decode=4),
+                       "decode") == 2  # the config wins
+
+    sim = build_scenario(WhatIfScenario(trace="t", profile_dir=str(src)), profile).sim
+    assert (sim.gpus_per_prefill, sim.gpus_per_decode) == (4, 4)
+
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    meta = json.loads((bad / "meta.json").read_text())
+    (bad / "meta.json").write_text(json.dumps(dict(meta, num_gpus_decode_engine="four")))
+    with pytest.raises(ValueError, match=r"meta.json: num_gpus_decode_engine must be an integer >= 1, got 'four'"):
+        load_profile_dir(bad)
