@@ -128,6 +128,19 @@ class KubernetesConnector:
             self._version = self._discover_version(doing="discovering the served DynamoGraphDeployment versions")
         return self._version
 
+    def read_dgd(self) -> dict:
+        """The DGD as the cluster serves it, in the discovered version (`sla-planner import dgd --live`)."""
+        return self._get(doing="reading it")
+
+    def read_config_map(self, name: str) -> dict:
+        """A ConfigMap in this namespace as a plain object (a planner's --config file, WVA's settings)."""
+        core = k8s_client.CoreV1Api(self._api.api_client)
+        obj = self._call(
+            lambda: core.read_namespaced_config_map(name, self.namespace, _request_timeout=self.config.request_timeout_s),
+            verb="get", doing="reading it", resource=f"configmaps/{name} in namespace {self.namespace}",
+        )
+        return self._api.api_client.sanitize_for_serialization(obj)
+
     # -- Connector interface -------------------------------------------------
 
     def validate(self) -> None:

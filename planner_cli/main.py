@@ -19,6 +19,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "planner_cli.router",
     "planner_cli.stack",
     "planner_cli.executor",
+    "planner_cli.importer",
 )
 
 

@@ -1,0 +1,178 @@
+"""`sla-planner import`: our run configuration from Dynamo's planner or llm-d's WVA settings.
+
+  sla-planner import dgd FILE | --live NAME [--namespace NS] [--profile-dir DIR] [-o OUT]
+  sla-planner import wva FILE... | --live NAME... [--namespace NS] [--base CONFIG] [-o OUT]
+
+`dgd` reads a DynamoGraphDeployment (v1alpha1 or v1beta1; a YAML file, which
+may also hold the planner-config ConfigMap its Planner mounts, or the cluster's
+copy with --live) and maps its planner's settings: `--config` JSON or file
+(Dynamo 1.x) or flags (before 1.0), and the environment the planner reads.
+`wva` reads WVA's saturation ConfigMap (and its controller ConfigMap).
+
+The result is written as YAML (stdout, or -o), merged over --base when given,
+and loads through our models before it is written. Each setting that could not
+be mapped is one line on stderr: the key, its value and why. Bad input (not a
+DGD or ConfigMap, no planner, unreadable YAML, a value that does not validate)
+is one line and exit 2. The mapping: docs/dynamo.md, "Migrating from Dynamo's
+planner or WVA".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "sla-planner import"
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "import",
+        help="write our config from a Dynamo DGD's planner settings or a WVA ConfigMap (migration)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    kinds = p.add_subparsers(dest="source_kind", metavar="SOURCE")
+    kinds.required = True
+    dgd = kinds.add_parser("dgd", help="a DynamoGraphDeployment with a planner component")
+    dgd.add_argument("file", nargs="?", metavar="FILE", help="DGD YAML (may also hold the planner's ConfigMap)")
+    dgd.add_argument("--profile-dir", default=None, metavar="DIR",
+                     help="the profiler output on this machine (replaces the in-cluster profile_results_dir)")
+    wva = kinds.add_parser("wva", help="llm-d WVA saturation (and controller) ConfigMaps")
+    wva.add_argument("file", nargs="*", metavar="FILE", help="ConfigMap YAML files")
+    for sub, live_help in ((dgd, "read the DGD NAME (and its planner's ConfigMaps) from the cluster"),
+                           (wva, "read the ConfigMap(s) NAME from the cluster")):
+        sub.add_argument("--live", nargs="+" if sub is wva else None, default=None, metavar="NAME", help=live_help)
+        sub.add_argument("--namespace", default=None, metavar="NS", help="Kubernetes namespace (--live; "
+                         "a DGD file without metadata.namespace)")
+        sub.add_argument("--kubeconfig", default=None, metavar="PATH", help="kubeconfig (--live; default "
+                         "$KUBECONFIG or ~/.kube/config, in-cluster when KUBERNETES_SERVICE_HOST is set)")
+        sub.add_argument("--context", default=None, help="kubeconfig context (--live)")
+        sub.add_argument("--base", default=None, metavar="CONFIG", help="a run configuration the result is merged over")
+        sub.add_argument("-o", "--output", default=None, metavar="OUT", help="write the YAML here (default: stdout)")
+
+
+def _fail(msg: str) -> int:
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _documents(path: str) -> list:
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if not docs:
+        raise ValueError(f"{path}: empty: expected a YAML document")
+    return docs
+
+
+def _connector(args, name: str):
+    from connectors.config import KubernetesConnectorConfig
+    from connectors.kubernetes import KubernetesConnector
+
+    cfg = KubernetesConnectorConfig(dgd_name=name, namespace=args.namespace, kubeconfig_path=args.kubeconfig,
+                                    kubeconfig_context=args.context)
+    return KubernetesConnector(cfg, default_namespace=args.namespace or "default")
+
+
+def _from_dgd(args):
+    from connectors import migrate
+    from connectors.base import ConnectorError
+
+    if (args.file is None) == (args.live is None):
+        raise ValueError("give a DGD file or --live NAME (one of them)")
+    configmaps: dict[str, dict[str, str]] = {}
+    if args.live is not None:
+        connector = _connector(args, args.live)
+        obj = connector.read_dgd()
+        source = f"DynamoGraphDeployment {connector.namespace}/{args.live}"
+        for name in migrate.planner_configmaps(obj, source=source):
+            try:
+                configmaps[name] = migrate.configmap_data(connector.read_config_map(name), source=name)[1]
+            except ConnectorError:
+                pass  # reported by the migration as a --config file whose content is missing
+        namespace = (obj.get("metadata") or {}).get("namespace") or connector.namespace
+    else:
+        source = args.file
+        docs = _documents(args.file)
+        dgds = [d for d in docs if isinstance(d, dict) and d.get("kind") == "DynamoGraphDeployment"]
+        if len(dgds) != 1:
+            if dgds:
+                raise ValueError(f"{source}: {len(dgds)} DynamoGraphDeployments: give a file with one")
+            migrate.dgd_version(docs[0], source=source)  # raises: names what the file holds
+        obj = dgds[0]
+        for d in docs:
+            if isinstance(d, dict) and d.get("kind") == "ConfigMap":
+                name, data = migrate.configmap_data(d, source=source)
+                configmaps[name] = data
+        namespace = args.namespace
+    return migrate.from_dgd(obj, configmaps=configmaps, namespace=namespace, profile_dir=args.profile_dir,
+                            source=source), source
+
+
+def _from_wva(args):
+    from connectors import migrate
+
+    if bool(args.file) == bool(args.live):
+        raise ValueError("give WVA ConfigMap files or --live NAME... (one of them)")
+    maps = []
+    if args.live:
+        for name in args.live:
+            maps.append(migrate.configmap_data(_connector(args, name).read_config_map(name), source=name))
+        source = ", ".join(f"ConfigMap {name}" for name in args.live)
+    else:
+        for path in args.file:
+            maps += [migrate.configmap_data(d, source=path) for d in _documents(path)]
+        source = ", ".join(args.file)
+    return migrate.from_wva(maps, source=source), source
+
+
+def run(args) -> int:
+    import yaml
+
+    from connectors.base import ConnectorError
+    from connectors.migrate import merge
+    from flows.config import PlannerRunConfig
+    from planner.config import format_validation_error
+    from pydantic import ValidationError
+
+    try:
+        migration, source = (_from_dgd if args.source_kind == "dgd" else _from_wva)(args)
+        base = {}
+        if args.base is not None:
+            base = _documents(args.base)[0]
+            if not isinstance(base, dict):
+                raise ValueError(f"{args.base}: expected a run configuration mapping")
+        data = merge(base, migration.config)
+        if "planner" in data and "profile" not in data["planner"]:
+            data["planner"]["profile"] = {"dir": "PROFILE_DIR"}
+            migration.skip("planner.profile.dir", None, f"not in {source}: set it to the profiler output "
+                           "(written as PROFILE_DIR), or pass --base with a configuration that has it")
+        try:
+            PlannerRunConfig.model_validate(data)
+        except ValidationError as exc:
+            problems = format_validation_error(exc, source="the imported configuration").splitlines()
+            raise ValueError("; ".join(problems)) from None
+    except (ValueError, ConnectorError) as exc:
+        return _fail(" ".join(str(exc).split()))
+    for item in migration.unmapped:
+        print(f"{PROG}: not mapped: {item.line()}", file=sys.stderr)
+    text = (f"# sla-planner run configuration imported from {source} by `{PROG} {args.source_kind}`;\n"
+            f"# {len(migration.unmapped)} setting(s) could not be mapped (listed when it ran).\n"
+            + yaml.safe_dump(data, sort_keys=False))
+    if args.output:
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            return _fail(f"{args.output}: cannot write: {exc.strerror}")
+    else:
+        sys.stdout.write(text)
+    return 0
