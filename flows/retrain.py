@@ -242,6 +242,10 @@ def _metrics_section(ev: Evaluation) -> list[str]:
     lines += ["", "MAPE: mean |predicted - observed| / observed of the point model. p90 loss: pinball loss at 0.9 "
               "relative to the observed latency (lower is better; the estimate's p90 is its single value, as the "
               "router uses it). Score: the mean of the four MAPE and p90-loss figures."]
+    capped = {t: ev.holdout[t].get("left_out_by_source_cap", 0) for t in TARGETS}
+    if any(capped.values()):
+        lines += ["", "Held out but not scored, so that no endpoint holds more than holdout_max_source_frac of "
+                  "the scored rows: " + ", ".join(f"{t} {n}" for t, n in capped.items()) + "."]
     return lines
 
 

@@ -2,13 +2,16 @@
 
 Serve (default):
 
-    SLA_ROUTER_TOKEN=... sla-planner router --host 0.0.0.0 --port 8080 --config configs/routing.yaml
+    SLA_ROUTER_TOKEN=... SLA_ROUTER_DATA_TOKEN=... sla-planner router --host 0.0.0.0 --port 8080 \\
+        --config configs/routing.yaml
 
 The admin token (model publishing, rollback, endpoint registration, samples)
 comes only from the environment variable named in the config (default
 SLA_ROUTER_TOKEN); there is no default token: without it the admin API
-answers 403. Without --config, --profile-dir is enough for a service with
-defaults.
+answers 403. The data-plane token (route, lifecycle, pushed metrics, reads)
+comes from auth.data_token_env (default SLA_ROUTER_DATA_TOKEN); without it
+the data plane is open, with a warning. Without --config, --profile-dir is
+enough for a service with defaults.
 
 Register (run beside an engine, e.g. as an init container):
 
@@ -88,13 +91,15 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from routing.app import create_app
+    from routing.server import uvicorn_options
     from routing.topology import TopologyLabelError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_router_config(args.config, profile_dir=args.profile_dir)
         token = os.environ.get(cfg.auth.token_env) or None
-        app = create_app(cfg, token=token)
+        data_token = os.environ.get(cfg.auth.data_token_env) or None
+        app = create_app(cfg, token=token, data_token=data_token)
     except (ValueError, TopologyLabelError) as exc:
         print(f"sla-planner router: {exc}", file=sys.stderr)
         return 2
@@ -105,9 +110,11 @@ def _serve(args: argparse.Namespace) -> int:
     # uvloop and httptools (declared dependencies) by name: uvicorn's "auto"
     # would fall back silently to the slower pure-Python loop and parser.
     # One worker process: the registry and in-flight state live in memory.
-    # No proxy-header rewriting: nothing here reads the client address.
+    # No proxy-header rewriting: rate limits and sample quotas key on the
+    # client address, which a forged X-Forwarded-For must not change.
+    # httptools under routing.server's protocol: it adds the request-head deadline and size limit.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                loop="uvloop", http="httptools", proxy_headers=False)
+                loop="uvloop", proxy_headers=False, **uvicorn_options(cfg))
     return 0
 
 

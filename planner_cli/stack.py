@@ -49,6 +49,7 @@ ROUTER_TEMPLATE = PROJECT_ROOT / "stack" / "routing.yaml"
 STATE_FILE = "stack.json"
 MARKER_ENV = "SLA_PLANNER_STACK"
 TOKEN_ENV = "SLA_ROUTER_TOKEN"
+DATA_TOKEN_ENV = "SLA_ROUTER_DATA_TOKEN"
 STACK_DEPLOYMENTS = ("planner", "retrain")  # prefect.yaml's process work-pool deployments
 ETCD_BIN = "/usr/bin/etcd"
 PROMETHEUS_BIN = "/usr/bin/prometheus"
@@ -138,7 +139,8 @@ class Component:
     health_url: str | None
     cwd: str = str(PROJECT_ROOT)
     env: dict[str, str] = field(default_factory=dict)
-    needs_token: bool = False
+    needs_token: bool = False  # gets the router's admin token
+    needs_data_token: bool = False  # gets the router's data-plane token
     pid: int | None = None
     started_unix_s: float | None = None
 
@@ -153,10 +155,10 @@ def up(opts: StackOptions, *, log=print) -> dict:
         raise StackError(f"{state_dir}: a stack is already running there; run `sla-planner stack down` first")
     _check_binaries()
     _fresh_dir(state_dir)
-    token = secrets.token_urlsafe(24)
-    token_path = state_dir / "router-token"
-    token_path.write_text(token)
-    token_path.chmod(0o600)
+    for name in ("router-token", "router-data-token"):
+        token_path = state_dir / name
+        token_path.write_text(secrets.token_urlsafe(24))
+        token_path.chmod(0o600)
     planner_cfg = _write_planner_config(opts, state_dir)
     comps = _components(opts, state_dir, planner_cfg)
     state = {"marker": f"{state_dir}#{uuid.uuid4().hex}", "options": asdict(opts), "urls": opts.urls(),
@@ -330,7 +332,13 @@ def marked_processes(marker: str) -> list[int]:
 
 
 def read_token(state_dir: str) -> str:
+    """The stack's router admin token."""
     return (Path(state_dir).resolve() / "router-token").read_text().strip()
+
+
+def read_data_token(state_dir: str) -> str:
+    """The stack's router data-plane token (routes, lifecycle events, load pushes)."""
+    return (Path(state_dir).resolve() / "router-data-token").read_text().strip()
 
 
 def read_state(state_dir: str) -> dict:
@@ -371,7 +379,7 @@ def _write_router_config(opts: StackOptions, state_dir: Path) -> Path:
     data.setdefault("models", {})["dir"] = str(state_dir / "router-models")
     # Training samples survive a router restart, as models do.
     data.setdefault("samples", {})["path"] = str(state_dir / "router-samples.sqlite")
-    data.setdefault("auth", {})["token_env"] = TOKEN_ENV
+    data.setdefault("auth", {}).update({"token_env": TOKEN_ENV, "data_token_env": DATA_TOKEN_ENV})
     path = state_dir / "routing.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -396,6 +404,7 @@ def _write_fleet_config(opts: StackOptions, state_dir: Path, planner_cfg) -> Pat
         "etcd_url": opts.urls()["etcd"],
         "router_url": opts.urls()["router"],
         "router_token_env": TOKEN_ENV,
+        "router_data_token_env": DATA_TOKEN_ENV,
         "slo_ttft_ms": p.slo.ttft_ms,
         "slo_tpot_ms": p.slo.itl_ms,
         "status_path": str(state_dir / "fleet-final-status.json"),
@@ -497,7 +506,7 @@ def _components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, C
         Component("router", [
             str(bin_dir / "sla-planner"), "router", "--host", "127.0.0.1", "--port", str(opts.router_port),
             "--config", str(router_cfg), "--log-level", "warning",
-        ], f"{urls['router']}/healthz", needs_token=True),
+        ], f"{urls['router']}/healthz", needs_token=True, needs_data_token=True),
         Component("prefect-server", [
             str(bin_dir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(opts.prefect_port),
         ], f"{urls['prefect_api']}/health", env=server_env),
@@ -507,7 +516,7 @@ def _components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, C
     ]
     if opts.fleet == "sim":
         comps.append(Component("fleet", [py, "-m", "sim.live", "--config", str(fleet_cfg)],
-                               f"{urls['fleet']}/healthz", needs_token=True))
+                               f"{urls['fleet']}/healthz", needs_token=True, needs_data_token=True))
     else:
         from planner_cli import stack_dynamo
 
@@ -613,8 +622,11 @@ def _launch(state_dir: Path, state: dict, comp: Component) -> None:
     log_path = state_dir / "logs" / f"{comp.name}.log"
     env = {**os.environ, **comp.env, MARKER_ENV: state["marker"]}
     env.pop(TOKEN_ENV, None)
+    env.pop(DATA_TOKEN_ENV, None)
     if comp.needs_token:
         env[TOKEN_ENV] = read_token(str(state_dir))
+    if comp.needs_data_token:
+        env[DATA_TOKEN_ENV] = read_data_token(str(state_dir))
     with log_path.open("ab") as out:
         proc = subprocess.Popen(comp.argv, cwd=comp.cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)

@@ -1,7 +1,11 @@
 """HTTP API of the routing service (FastAPI): a thin layer over RoutingService.
 
-Data plane (no auth: bind to a private network): route, predict, request
-lifecycle events, pushed engine metrics, endpoint list, health, /metrics.
+Data plane: route, predict, request lifecycle events, pushed engine metrics,
+endpoint and model reads. With a data token (environment variable named by
+`auth.data_token_env`) every call but `auth.open_paths` (health, /metrics,
+the OpenAPI docs) needs it or the admin token, else 401; without one the data
+plane is open (a warning at start). Lifecycle calls and pushed metrics are
+rate-limited per client address (429 with Retry-After).
 Admin (bearer token from the environment variable named in the config;
 without it the admin API answers 403): register/remove endpoints, publish /
 roll back models, read training samples.
@@ -20,6 +24,7 @@ import hmac
 import json
 import logging
 import re
+import time
 import typing
 import uuid
 from typing import Annotated, Any, Literal
@@ -36,6 +41,7 @@ from starlette.routing import Match
 
 from routing.config import RouterConfig
 from routing.model_store import UnknownVersionError, VersionExistsError
+from routing.store_guard import StoreFullError
 from routing.models import ModelDocument
 from routing.picker import MissingSloError, NoEndpointError, PickResult, RouteRequest, TopologyError
 from routing.registry import (
@@ -46,12 +52,15 @@ from routing.registry import (
     UnknownRequestError,
 )
 from routing.samples import FEATURE_NAMES
+from routing.ratelimit import TokenBuckets, retry_after_header
 from routing.scrape import scrape_forever
 from routing.service import RoutingService
 
 log = logging.getLogger("sla_planner.routing.app")
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$"
+# No "/": an id is one path segment (/v1/requests/{id}/...), and an encoded %2F
+# is decoded before routing here and rewritten or refused by many proxies.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$"
 MAX_TOKENS = 10_000_000
 
 
@@ -264,6 +273,44 @@ class EventBatchOut(BaseModel):
     results: list[EventResult]
 
 
+def bounded_bodies(*, max_tokens: int, ttft_ms: tuple[float, float], tpot_ms: tuple[float, float]) -> dict[str, type]:
+    """The data plane's body models with this service's bounds in their schemas (so a 422 names field and bound).
+
+    max_tokens: the model's context length, tokens (input, generated and output
+    tokens each at most this). ttft_ms, tpot_ms: (floor, ceiling) of a
+    plausible observed latency, ms.
+    """
+    def tokens(ge: int, description: str):
+        return (Count, Field(ge=ge, le=max_tokens, description=f"{description} (at most the context length)"))
+
+    def latency(bounds: tuple[float, float], description: str):
+        return (float | None, Field(None, ge=bounds[0], le=bounds[1],
+                                    description=f"{description}, ms (within the profile's plausible range)"))
+
+    fields = {
+        "input_tokens": tokens(0, "prompt length, tokenizer tokens"),
+        "expected_output_tokens": (Annotated[Count, Field(ge=1, le=max_tokens)] | None, Field(
+            None, description="output length hint, tokens (scoring with SLO routing off)")),
+        "tokens_generated": tokens(0, "output tokens generated so far"),
+        "output_tokens": tokens(0, "output tokens generated"),
+        "observed_ttft_ms": latency(ttft_ms, "measured TTFT; default: router clock"),
+        "observed_tpot_ms": latency(tpot_ms, "measured TPOT; default: router clock"),
+    }
+
+    def bounded(cls):
+        own = {k: v for k, v in fields.items() if k in cls.model_fields}
+        return create_model(cls.__name__, __base__=cls, __module__=__name__, __doc__=cls.__doc__, **own)
+
+    out = {cls.__name__: bounded(cls) for cls in (
+        RouteBody, SloRouteBody, PredictBody, DispatchedBody, FirstTokenBody, ProgressBody, CompletedBody,
+        FirstTokenEvent, ProgressEvent, CompletedEvent)}
+    event = out["FirstTokenEvent"] | out["ProgressEvent"] | out["CompletedEvent"]
+    out["EventBatch"] = create_model(
+        "EventBatch", __base__=EventBatch, __module__=__name__, __doc__=EventBatch.__doc__,
+        events=(list[Annotated[event, Field(discriminator="event")]], Field(min_length=1, max_length=1000)))
+    return out
+
+
 class EndpointBody(_Body):
     role: Literal["prefill", "decode", "aggregated"]
     url: str | None = Field(None, max_length=2048, pattern=r"^https?://\S+$")
@@ -376,65 +423,108 @@ def _responses(*codes: int) -> dict:
     return {c: {"model": ErrorBody} for c in codes}
 
 
-# -- request guard: unknown query parameters, body size ---------------------------
+# -- request guard: tokens, rate limits, unknown query parameters, body size and time ------
 
 
 class RequestGuard:
-    """ASGI middleware: 422 for unknown query parameters, 413 for bodies over the limit.
+    """ASGI middleware in front of every call: the data-plane token, per-source rate
+    limits, 422 for unknown query parameters, 413 for bodies over the limit and
+    408 for bodies that do not arrive in time.
 
-    Done here rather than as a FastAPI dependency so the hot routes pay nothing
-    for it: the query check runs only when a query string is present.
+    Done here rather than as FastAPI dependencies so the hot routes pay little
+    for it and the fast path and FastAPI's routes answer alike.
     query_names: (path regex, names the route accepts) for every route.
-    fast_path: (method, path, body) -> (status, content, headers) or None;
-    answers the hot calls without entering FastAPI.
+    tokens: bearer tokens accepted on every path but `open_paths` (the data
+    token and the admin token); empty: no check here (admin routes still check
+    theirs). limits: {"lifecycle" | "metrics": TokenBuckets or None}.
+    fast_path: (method, path, body, source) -> (status, content, headers) or
+    None; answers the hot calls without entering FastAPI.
     """
 
-    def __init__(self, app, *, max_body_bytes: int, max_model_bytes: int, query_names: list, fast_path=None):
+    def __init__(self, app, *, max_body_bytes: int, max_model_bytes: int, query_names: list, fast_path=None,
+                 tokens: tuple[bytes, ...] = (), open_paths=(), limits: dict | None = None,
+                 body_timeout_s: float = 10.0, clock=time.monotonic):
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.max_model_bytes = max_model_bytes
         self.query_names = query_names
         self.fast_path = fast_path
+        self.tokens = tokens
+        self.open_paths = frozenset(open_paths)
+        self.limits = limits or {}
+        self.body_timeout_s = body_timeout_s
+        self.clock = clock
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        path = scope["path"]
+        authorization = declared = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                authorization = value
+            elif name == b"content-length":
+                declared = value
+        if self.tokens and path not in self.open_paths:
+            problem = _bearer_problem(authorization, self.tokens)
+            if problem:
+                return await _send_json(send, 401, "unauthorized", problem, headers={"www-authenticate": "Bearer"})
         if scope.get("query_string"):
             problem = self._unknown_query(scope)
             if problem:
                 field, message = problem
                 return await _send_json(send, 422, "invalid_request", f"{field}: {message}",
                                         [{"field": field, "message": message}])
-        limit = self.max_model_bytes if scope["path"] == "/v1/models" else self.max_body_bytes
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    return await _send_json(send, 400, "bad_request", "content-length is not a number")
-                if declared > limit:
-                    return await _send_json(send, 413, "body_too_large", f"body is {declared} bytes, limit {limit}")
-        # Read the body here (bounded) and replay it: an over-limit stream is
-        # answered 413 before the app sees any of it.
+        limit = self.max_model_bytes if path == "/v1/models" else self.max_body_bytes
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                return await _send_json(send, 400, "bad_request", "content-length is not a number")
+            if size > limit:
+                return await _send_json(send, 413, "body_too_large", f"body is {size} bytes, limit {limit}")
+        # Read the body here (bounded in size and time) and replay it: an
+        # over-limit stream is answered 413 before the app sees any of it, a
+        # body trickled in slower than body_timeout_s is answered 408 and the
+        # connection closed.
         chunks: list[bytes] = []
         seen = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # client went away
-            chunk = message.get("body", b"")
-            seen += len(chunk)
-            if seen > limit:
-                return await _send_json(send, 413, "body_too_large", f"body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # client went away
+                    chunk = message.get("body", b"")
+                    seen += len(chunk)
+                    if seen > limit:
+                        return await _send_json(send, 413, "body_too_large",
+                                                f"body exceeds the limit of {limit} bytes")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            return await _send_json(send, 408, "request_timeout",
+                                    f"body not received within {self.body_timeout_s:g} s "
+                                    f"(limits.body_timeout_s; {seen} bytes arrived)", headers={"connection": "close"})
         body = b"".join(chunks)
+        source = _source(scope)
+        kind = _limited_kind(scope["method"], path)
+        bucket = self.limits.get(kind) if kind else None
+        if bucket is not None:
+            # Each event of a batch counts as a call ('"event"' appears once per event).
+            cost = max(1, body.count(b'"event"')) if path == "/v1/requests/events" else 1
+            wait_s = bucket.take(source, now_s=self.clock(), cost=cost)
+            if wait_s > 0:
+                return await _send_json(
+                    send, 429, "rate_limited",
+                    f"{kind} calls from {source}: over {bucket.rate_per_s:g}/s (burst {bucket.burst:g}); "
+                    f"retry in {wait_s:.2f} s", headers={"retry-after": retry_after_header(wait_s)})
         if self.fast_path is not None:
             try:
-                answer = self.fast_path(scope["method"], scope["path"], body)
+                answer = self.fast_path(scope["method"], path, body, source)
             except Exception as exc:  # noqa: BLE001 - answered like any other error, then logged
-                log.exception("%s %s failed", scope["method"], scope["path"])
+                log.exception("%s %s failed", scope["method"], path)
                 answer = _err(500, "internal_error", f"{type(exc).__name__}: {exc}")
             if answer is not None:
                 status, content, headers = answer
@@ -449,7 +539,6 @@ class RequestGuard:
             return await receive()
 
         await self.app(scope, replay, send)
-
 
     def _unknown_query(self, scope) -> tuple[str, str] | None:
         from urllib.parse import parse_qsl
@@ -477,22 +566,55 @@ async def _send_json_content(send, status: int, content: dict, headers: dict | N
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_json(send, status: int, code: str, message: str, fields: list | None = None) -> None:
+async def _send_json(send, status: int, code: str, message: str, fields: list | None = None,
+                     headers: dict | None = None) -> None:
     body = json.dumps({"error": code, "message": message, "fields": fields or []}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+def _bearer_problem(authorization: bytes | None, tokens: tuple[bytes, ...]) -> str | None:
+    """Why an Authorization header value does not carry one of `tokens` (None: it does)."""
+    scheme, _, credentials = (authorization or b"").partition(b" ")
+    if scheme.lower() != b"bearer" or not credentials:
+        return "bearer token required"
+    # Every token is compared (constant time each), so timing does not tell which matched.
+    matched = False
+    for token in tokens:
+        matched |= hmac.compare_digest(credentials.strip(), token)
+    return None if matched else "bearer token is not valid"
+
+
+def _source(scope) -> str:
+    """The caller's identity for rate limits and sample quotas: its address."""
+    client = scope.get("client")
+    return client[0] if client else "-"
+
+
+def _limited_kind(method: str, path: str) -> str | None:
+    if method == "POST" and path.startswith("/v1/requests/"):
+        return "lifecycle"
+    if method == "PUT" and path.startswith("/v1/endpoints/") and path.endswith("/metrics"):
+        return "metrics"
+    return None
 
 
 # -- app ------------------------------------------------------------------------
 
 
-def create_app(config: RouterConfig, *, token: str | None, service: RoutingService | None = None, profile=None) -> FastAPI:
-    """Build the app. token: the admin bearer token (None: admin API refused with 403)."""
+def create_app(config: RouterConfig, *, token: str | None, data_token: str | None = None,
+               service: RoutingService | None = None, profile=None) -> FastAPI:
+    """Build the app. token: the admin bearer token (None: admin API refused with 403).
+    data_token: the data-plane bearer token (None: the data plane is open)."""
     svc = service or RoutingService(config, profile=profile)
     if not token:
         log.warning("no admin token (env %s): publishing, rollback, registration and samples are refused",
                     config.auth.token_env)
+    if not data_token:
+        log.warning("no data-plane token (env %s): route, lifecycle, pushed metrics and reads are open to anyone "
+                    "who can reach this port", config.auth.data_token_env)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -506,7 +628,7 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        svc.samples.flush()  # a persisted sample store writes its last batch before the process exits
+        svc.samples.close()  # a persisted sample store writes its last batch and lets the file go
 
     app = _RouterApp(
         title="sla-planner routing service",
@@ -516,6 +638,14 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
     )
     app.state.service = svc
     bearer = HTTPBearer(auto_error=False, description=f"admin token from ${config.auth.token_env}")
+    # The request guard checks the data token; this dependency only declares it in the OpenAPI document.
+    data_bearer = HTTPBearer(auto_error=False, scheme_name="DataToken",
+                             description=f"data-plane token from ${config.auth.data_token_env} (or the admin token)")
+
+    async def data_auth(credentials: HTTPAuthorizationCredentials | None = Depends(data_bearer)) -> None:
+        return None
+
+    data = [Depends(data_auth)] if data_token else []
 
     async def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if not token:
@@ -536,11 +666,18 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             # Starlette/FastAPI could not decode the body at all (not JSON/UTF-8).
             return _error(422, "invalid_request", "body: not valid JSON",
                           [{"field": "body", "message": "not valid JSON"}])
+        if exc.status_code == 404 and b"%2f" in request.scope.get("raw_path", b"").lower():
+            message = "path: holds an encoded '/' (%2F); request and endpoint ids cannot contain '/'"
+            return _error(422, "invalid_request", message, [{"field": "path", "message": message}])
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(app, request.scope))
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail), headers=headers)
+
+    @app.exception_handler(StoreFullError)
+    async def _store_full(request: Request, exc: StoreFullError):
+        return _error(507, "insufficient_storage", str(exc))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
@@ -554,17 +691,23 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
 
     # -- data plane --------------------------------------------------------
 
+    # The body schemas say what this service accepts: token counts within the
+    # model's context length, latencies within the profile's plausible range.
+    bodies = bounded_bodies(max_tokens=svc.max_context_tokens, ttft_ms=svc.latency_bounds_ms("ttft"),
+                            tpot_ms=svc.latency_bounds_ms("tpot"))
+
     async def route(body: RouteBody):
         status, content, headers = route_response(svc, body)
         return JSONResponse(content, status_code=status, headers=headers)
 
-    # The body schema says what this service requires: with SLO routing on, an SLO.
-    route.__annotations__["body"] = SloRouteBody if config.picker.slo.enabled else RouteBody
-    app.post("/v1/route", response_model=RouteOut, responses={429: {"model": ShedOut}, **_responses(409, 413, 422, 503)},
-             tags=["routing"], summary="Pick endpoints for a request and record it")(route)
+    # With SLO routing on, an SLO is required.
+    route.__annotations__["body"] = bodies["SloRouteBody" if config.picker.slo.enabled else "RouteBody"]
+    app.post("/v1/route", response_model=RouteOut, responses={429: {"model": ShedOut}, **_responses(401, 409, 413, 422, 503)},
+             tags=["routing"], summary="Pick endpoints for a request and record it", dependencies=data)(route)
 
-    @app.post("/v1/predict", response_model=PredictOut, responses=_responses(404, 413, 422), tags=["routing"],
-              summary="Predicted TTFT/TPOT per endpoint, without routing")
+    @app.post("/v1/predict", response_model=PredictOut, responses=_responses(401, 404, 413, 422), tags=["routing"],
+              summary="Predicted TTFT/TPOT per endpoint, without routing", dependencies=data)
+    @_typed_body(bodies["PredictBody"])
     async def predict(body: PredictBody):
         req = RouteRequest(request_id="predict", input_tokens=body.input_tokens,
                            prefix_cache_hit_frac=body.prefix_cache_hit_frac)
@@ -574,8 +717,9 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(404, "unknown_endpoint", str(exc), [{"field": "body.endpoint_ids", "message": str(exc)}])
 
     @app.post("/v1/requests/{request_id}/dispatched", response_model=EventOut, status_code=201,
-              responses=_responses(404, 409, 413, 422), tags=["lifecycle"],
-              summary="Record a request routed by someone else")
+              responses=_responses(401, 404, 409, 413, 422, 429), tags=["lifecycle"],
+              summary="Record a request routed by someone else", dependencies=data)
+    @_typed_body(bodies["DispatchedBody"])
     async def dispatched(body: DispatchedBody, request_id: str = Path(pattern=ID_PATTERN)):
         req = RouteRequest(
             request_id=request_id, input_tokens=body.input_tokens,
@@ -592,28 +736,35 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
         return JSONResponse(status_code=201, content={"request_id": request_id, "samples_recorded": 0})
 
-    @app.post("/v1/requests/{request_id}/first_token", response_model=EventOut, responses=_responses(404, 413, 422),
-              tags=["lifecycle"], summary="The request produced its first token")
-    async def first_token(body: FirstTokenBody, request_id: str = Path(max_length=253)):
-        return _json(event_response(svc, request_id, "first_token", body))
+    lifecycle = _responses(401, 404, 413, 422, 429)
 
-    @app.post("/v1/requests/{request_id}/progress", response_model=EventOut, responses=_responses(404, 413, 422),
-              tags=["lifecycle"], summary="Tokens generated so far (and TPOT observed around now)")
-    async def progress(body: ProgressBody, request_id: str = Path(max_length=253)):
-        return _json(event_response(svc, request_id, "progress", body))
+    @app.post("/v1/requests/{request_id}/first_token", response_model=EventOut, responses=lifecycle,
+              tags=["lifecycle"], summary="The request produced its first token", dependencies=data)
+    @_typed_body(bodies["FirstTokenBody"])
+    async def first_token(request: Request, body: FirstTokenBody, request_id: str = Path(max_length=253)):
+        return _json(event_response(svc, request_id, "first_token", body, _source(request.scope)))
 
-    @app.post("/v1/requests/events", response_model=EventBatchOut, responses=_responses(413, 422),
-              tags=["lifecycle"], summary="Several lifecycle events in one call (per-event status in the answer)")
-    async def events(body: EventBatch):
-        return _json(batch_response(svc, body))
+    @app.post("/v1/requests/{request_id}/progress", response_model=EventOut, responses=lifecycle,
+              tags=["lifecycle"], summary="Tokens generated so far (and TPOT observed around now)", dependencies=data)
+    @_typed_body(bodies["ProgressBody"])
+    async def progress(request: Request, body: ProgressBody, request_id: str = Path(max_length=253)):
+        return _json(event_response(svc, request_id, "progress", body, _source(request.scope)))
 
-    @app.post("/v1/requests/{request_id}/completed", response_model=EventOut, responses=_responses(404, 413, 422),
-              tags=["lifecycle"], summary="The request finished")
-    async def completed(body: CompletedBody, request_id: str = Path(max_length=253)):
-        return _json(event_response(svc, request_id, "completed", body))
+    @app.post("/v1/requests/events", response_model=EventBatchOut, responses=_responses(401, 413, 422, 429),
+              tags=["lifecycle"], summary="Several lifecycle events in one call (per-event status in the answer)",
+              dependencies=data)
+    @_typed_body(bodies["EventBatch"])
+    async def events(request: Request, body: EventBatch):
+        return _json(batch_response(svc, body, _source(request.scope)))
 
-    @app.put("/v1/endpoints/{endpoint_id}/metrics", response_model=OkOut, responses=_responses(404, 413, 422),
-             tags=["endpoints"], summary="Push an engine's scraped load metrics")
+    @app.post("/v1/requests/{request_id}/completed", response_model=EventOut, responses=lifecycle,
+              tags=["lifecycle"], summary="The request finished", dependencies=data)
+    @_typed_body(bodies["CompletedBody"])
+    async def completed(request: Request, body: CompletedBody, request_id: str = Path(max_length=253)):
+        return _json(event_response(svc, request_id, "completed", body, _source(request.scope)))
+
+    @app.put("/v1/endpoints/{endpoint_id}/metrics", response_model=OkOut, responses=_responses(401, 404, 413, 422, 429),
+             tags=["endpoints"], summary="Push an engine's scraped load metrics", dependencies=data)
     async def push_metrics(body: MetricsBody, endpoint_id: str = Path(max_length=253)):
         try:
             svc.observe_metrics(endpoint_id, kv_usage_frac=body.kv_usage_frac,
@@ -622,7 +773,8 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(404, "unknown_endpoint", str(exc))
         return {"ok": True}
 
-    @app.get("/v1/endpoints", response_model=list[EndpointOut], responses=_responses(422), tags=["endpoints"], summary="Endpoints and their load")
+    @app.get("/v1/endpoints", response_model=list[EndpointOut], responses=_responses(401, 422), tags=["endpoints"],
+             summary="Endpoints and their load", dependencies=data)
     async def list_endpoints():
         return svc.endpoint_status()
 
@@ -664,7 +816,8 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(404, "unknown_endpoint", str(exc))
         return {"id": endpoint_id, "detached_requests": n}
 
-    @app.post("/v1/models", response_model=PublishedOut, status_code=201, responses=_responses(401, 403, 409, 413, 422),
+    @app.post("/v1/models", response_model=PublishedOut, status_code=201,
+              responses=_responses(401, 403, 409, 413, 422, 507),
               tags=["models"], summary="Publish a latency model (safe JSON format) and make it active",
               dependencies=[Depends(admin)])
     def publish(document: ModelDocument):
@@ -679,19 +832,21 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
             return _error(422, "invalid_model", str(exc), [{"field": f"body.{field}", "message": str(exc)}])
         return JSONResponse(status_code=201, content=out)
 
-    @app.get("/v1/models", response_model=ModelListOut, responses=_responses(422), tags=["models"], summary="Published versions and the active one")
+    @app.get("/v1/models", response_model=ModelListOut, responses=_responses(401, 422), tags=["models"],
+             summary="Published versions and the active one", dependencies=data)
     async def list_models():
         return svc.model_list()
 
-    @app.get("/v1/models/{version}", response_model=ModelDocument, responses=_responses(404, 422), tags=["models"],
-             summary="A retained model document")
+    @app.get("/v1/models/{version}", response_model=ModelDocument, responses=_responses(401, 404, 422), tags=["models"],
+             summary="A retained model document", dependencies=data)
     async def get_model(version: str = Path(max_length=64)):
         try:
             return JSONResponse(svc.models.get(version).document)
         except UnknownVersionError as exc:
             return _error(404, "unknown_version", str(exc))
 
-    @app.post("/v1/models/rollback", response_model=RollbackOut, responses=_responses(401, 403, 404, 409, 413, 422),
+    @app.post("/v1/models/rollback", response_model=RollbackOut,
+              responses=_responses(401, 403, 404, 409, 413, 422, 507),
               tags=["models"], summary="Reactivate the previous (or a named) model version",
               dependencies=[Depends(admin)])
     async def rollback(body: RollbackBody):
@@ -713,11 +868,17 @@ def create_app(config: RouterConfig, *, token: str | None, service: RoutingServi
         return JSONResponse({"feature_names": FEATURE_NAMES, **page})
 
     query_names = [(r.path_regex, _query_names(r.dependant)) for r in app.router.routes if hasattr(r, "dependant")]
+    tokens = tuple(t.encode() for t in (data_token, token) if t) if data_token else ()
+    rl = config.rate_limits
+    limits = {kind: TokenBuckets(rate_per_s=b.rate_per_s, burst=b.burst, max_sources=rl.max_sources)
+              for kind, b in (("lifecycle", rl.lifecycle), ("metrics", rl.metrics)) if b.rate_per_s is not None}
     app.guard = RequestGuard(
         functools.partial(FastAPI.__call__, app),
         max_body_bytes=config.limits.max_body_bytes, max_model_bytes=config.limits.max_model_bytes,
         query_names=query_names,
-        fast_path=_fast_path(svc, route_model=route.__annotations__["body"]),
+        fast_path=_fast_path(svc, route_model=route.__annotations__["body"], bodies=bodies),
+        tokens=tokens, open_paths=config.auth.open_paths, limits=limits,
+        body_timeout_s=config.limits.body_timeout_s,
     )
     return app
 
@@ -753,7 +914,17 @@ class _RouterApp(FastAPI):
 _EVENT_PATH = re.compile(r"^/v1/requests/([^/]+)/(first_token|progress|completed)$")
 
 
-def _fast_path(svc: RoutingService, *, route_model: type[BaseModel]):
+def _typed_body(model: type[BaseModel]):
+    """Decorator: the handler's `body` parameter is `model` (built per app, so not nameable in the signature)."""
+
+    def set_body(handler):
+        handler.__annotations__["body"] = model
+        return handler
+
+    return set_body
+
+
+def _fast_path(svc: RoutingService, *, route_model: type[BaseModel], bodies: dict[str, type]):
     """route and lifecycle calls answered straight from the ASGI guard.
 
     The same body models, validation-error format and handlers as the FastAPI
@@ -761,15 +932,17 @@ def _fast_path(svc: RoutingService, *, route_model: type[BaseModel]):
     FastAPI's per-request dependency machinery: on this path a call costs
     about half the CPU. Returns None for any other request.
     """
-    events = {"first_token": FirstTokenBody, "progress": ProgressBody, "completed": CompletedBody}
+    events = {"first_token": bodies["FirstTokenBody"], "progress": bodies["ProgressBody"],
+              "completed": bodies["CompletedBody"]}
+    batch_model = bodies["EventBatch"]
 
-    def handle(method: str, path: str, body: bytes):
+    def handle(method: str, path: str, body: bytes, source: str):
         if method != "POST":
             return None
         if path == "/v1/route":
             model, request_id, kind = route_model, None, None
         elif path == "/v1/requests/events":
-            model, request_id, kind = EventBatch, None, "batch"
+            model, request_id, kind = batch_model, None, "batch"
         else:
             m = _EVENT_PATH.match(path)
             if m is None:
@@ -786,8 +959,8 @@ def _fast_path(svc: RoutingService, *, route_model: type[BaseModel]):
         if kind is None:
             return route_response(svc, parsed)
         if kind == "batch":
-            return batch_response(svc, parsed)
-        return event_response(svc, request_id, kind, parsed)
+            return batch_response(svc, parsed, source)
+        return event_response(svc, request_id, kind, parsed, source)
 
     return handle
 
@@ -809,17 +982,17 @@ def route_response(svc: RoutingService, body: RouteBody) -> tuple[int, dict, dic
     return 200, _route_out(result, svc), None
 
 
-def event_response(svc: RoutingService, request_id: str, kind: str, body) -> tuple[int, dict, dict | None]:
-    """(status, JSON content, headers) for a lifecycle call."""
+def event_response(svc: RoutingService, request_id: str, kind: str, body, source: str) -> tuple[int, dict, dict | None]:
+    """(status, JSON content, headers) for a lifecycle call from `source` (the client's address)."""
     try:
         if kind == "first_token":
-            n = svc.first_token(request_id, observed_ttft_ms=body.observed_ttft_ms)
+            n = svc.first_token(request_id, observed_ttft_ms=body.observed_ttft_ms, source=source)
         elif kind == "progress":
             n = svc.progress(request_id, tokens_generated=body.tokens_generated,
-                             observed_tpot_ms=body.observed_tpot_ms)
+                             observed_tpot_ms=body.observed_tpot_ms, source=source)
         else:
             n = svc.completed(request_id, output_tokens=body.output_tokens, observed_ttft_ms=body.observed_ttft_ms,
-                              observed_tpot_ms=body.observed_tpot_ms)
+                              observed_tpot_ms=body.observed_tpot_ms, source=source)
     except UnknownRequestError as exc:
         return _err(404, "unknown_request", str(exc))
     except (RegistryError, ValueError) as exc:
@@ -827,11 +1000,11 @@ def event_response(svc: RoutingService, request_id: str, kind: str, body) -> tup
     return 200, {"request_id": request_id, "samples_recorded": n}, None
 
 
-def batch_response(svc: RoutingService, body: EventBatch) -> tuple[int, dict, None]:
+def batch_response(svc: RoutingService, body: EventBatch, source: str) -> tuple[int, dict, None]:
     """(200, per-event results) for a batch of lifecycle events, applied in order."""
     results = []
     for ev in body.events:
-        status, content, _ = event_response(svc, ev.request_id, ev.event, ev)
+        status, content, _ = event_response(svc, ev.request_id, ev.event, ev, source)
         results.append({"request_id": ev.request_id, "status": status,
                         "samples_recorded": content.get("samples_recorded", 0),
                         "error": None if status == 200 else content["message"]})

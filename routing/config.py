@@ -2,8 +2,9 @@
 
 Unknown keys are errors; units are in field names. `RouterConfig` is the whole
 file; `PickerConfig` is what the in-process picker needs (the simulator builds
-one directly). The publish token is never in this file: it comes from the
-environment variable named by `auth.token_env`.
+one directly). Tokens are never in this file: the admin token comes from the
+environment variable named by `auth.token_env`, the data-plane token from the
+one named by `auth.data_token_env`.
 """
 
 from __future__ import annotations
@@ -151,13 +152,91 @@ class AuthConfig(_Strict):
     token_env: str = Field(
         "SLA_ROUTER_TOKEN", min_length=1, description="environment variable holding the admin bearer token"
     )
+    data_token_env: str = Field(
+        "SLA_ROUTER_DATA_TOKEN", min_length=1,
+        description="environment variable holding the data-plane bearer token (route, predict, lifecycle, pushed "
+        "metrics, reads); unset or empty: the data plane is open (a warning at start). The admin token is "
+        "accepted wherever the data token is",
+    )
+    open_paths: list[str] = Field(
+        default_factory=lambda: ["/healthz", "/metrics", "/openapi.json", "/docs", "/redoc"],
+        description="paths served without a token even when a data token is set (exact paths)",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "AuthConfig":
+        for path in self.open_paths:
+            if not path.startswith("/") or path.startswith(("/v1/route", "/v1/requests", "/v1/predict")):
+                raise ValueError(f"auth.open_paths: {path!r} must be an absolute path outside the data plane's "
+                                 "route, predict and lifecycle calls")
+        return self
 
 
 class LimitsConfig(_Strict):
     max_body_bytes: int = Field(65_536, ge=1024, description="largest request body, bytes (model publish excepted)")
     max_model_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest model document, bytes")
+    max_context_tokens: int | None = Field(
+        131_072, ge=1,
+        description="the served model's context length, tokens: input_tokens (and output tokens) above it are a "
+        "422; null: the profile's KV capacity (max_kv_tokens), the most one engine can hold",
+    )
+    max_header_bytes: int = Field(
+        16_384, ge=1024, le=1_048_576, description="largest request line plus headers, bytes (431 above it)"
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="a request's line and headers must arrive within this, s (else 408, closed)"
+    )
+    body_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="a request's body must arrive within this after its headers, s (else 408, "
+        "closed)"
+    )
+    keep_alive_s: int = Field(5, ge=1, le=300, description="an idle keep-alive connection is closed after this, s")
+    max_connections: int | None = Field(
+        2048, ge=1, description="open connections plus tasks above this get 503 (uvicorn's limit_concurrency)"
+    )
 
 
+class TokenBucketConfig(_Strict):
+    """A token bucket per source (client address): `rate_per_s` calls per second, bursts up to `burst`."""
+
+    rate_per_s: float | None = Field(description="sustained calls per second per source; null: no limit")
+    burst: float = Field(ge=1, description="calls a source may make at once after being idle")
+
+
+class RateLimitConfig(_Strict):
+    """Per-source limits on lifecycle calls (each event of a batch counts) and pushed metrics; 429 with Retry-After."""
+
+    lifecycle: TokenBucketConfig = Field(
+        default_factory=lambda: TokenBucketConfig(rate_per_s=5000.0, burst=10_000.0),
+        description="dispatched, first_token, progress, completed and events (per event)",
+    )
+    metrics: TokenBucketConfig = Field(
+        default_factory=lambda: TokenBucketConfig(rate_per_s=200.0, burst=400.0),
+        description="PUT /v1/endpoints/{id}/metrics",
+    )
+    max_sources: int = Field(
+        10_000, ge=1, description="sources tracked at once; beyond it idle (full) buckets are forgotten first"
+    )
+
+
+class SampleValidationConfig(_Strict):
+    """Checks on samples recorded from calls over HTTP (in-process callers such as the simulator are trusted)."""
+
+    min_latency_frac: float = Field(
+        0.1, ge=0, le=1,
+        description="TTFT and TPOT below this share of the profile's fastest decode step (ITL) are refused: even a "
+        "fully cached prompt needs one forward pass",
+    )
+    max_latency_factor: float = Field(
+        200.0, ge=1,
+        description="TTFT above this many times the profile's TTFT at the context length, and TPOT above this many "
+        "times its slowest ITL, are refused",
+    )
+    max_source_frac: float = Field(
+        0.5, gt=0, le=1,
+        description="one source (client address) may have recorded at most this share of the last `capacity` "
+        "samples offered to the store; beyond it its samples are refused (counted)",
+    )
 class ScrapeConfig(_Strict):
     interval_s: float | None = Field(
         None, gt=0, description="scrape each endpoint's url + /metrics this often; unset: no scraping"
@@ -175,12 +254,17 @@ class RouterConfig(_Strict):
         10.0, gt=0, description="scraped metrics older than this are ignored (lifecycle estimates used)"
     )
     inflight_ttl_s: float = Field(
-        900.0, gt=0, description="a request with no completion after this long is dropped from the load, s"
+        900.0, gt=0, description="a request with no completion after this long is dropped from the load (lost), s"
+    )
+    inflight_max_requests: int = Field(
+        100_000, ge=1, description="requests tracked in flight at most; a new one beyond it drops the oldest (lost)"
     )
     samples: SampleStoreConfig = Field(default_factory=SampleStoreConfig)
     models: ModelStoreConfig = Field(default_factory=ModelStoreConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    rate_limits: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    sample_validation: SampleValidationConfig = Field(default_factory=SampleValidationConfig)
     scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
     seed: int | None = Field(None, description="picker RNG seed; unset: fresh entropy")
 

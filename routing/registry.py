@@ -522,6 +522,11 @@ class EndpointRegistry:
     def in_flight_count(self) -> int:
         return len(self._inflight)
 
+    def oldest_in_flight(self) -> str | None:
+        """The request id dispatched first among those still in flight (None: none)."""
+        with self._lock:
+            return next(iter(self._inflight), None)
+
     def raw_features(
         self, i: int, *, input_tokens: int, prefix_cache_hit_frac: float, now_s: float, tokens_generated: int = 0
     ) -> dict:

@@ -6,6 +6,14 @@ metrics (in its own CollectorRegistry, so several services can live in one
 process). The FastAPI app is a thin layer over it; tests and the simulator
 can drive it directly. `now_s` comes from the injected clock (wall clock by
 default), so samples carry Unix timestamps the retrain flow can order by.
+
+Lifecycle calls made over HTTP name their `source` (the client address):
+the samples they record must be plausible for the profile
+(`latency_bounds_ms`) and within the source's share of the store, or they
+are not stored (counted). In-process callers (source None: the simulator)
+are trusted. `max_context_tokens` and the latency bounds are what the HTTP
+layer's schemas allow. Requests in flight are bounded in number and age;
+dropped ones are counted as lost.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -51,9 +60,13 @@ class ServiceMetrics:
         self.lifecycle = Counter(
             "router_lifecycle_events", "Request lifecycle calls by event", ["event"], registry=registry
         )
-        self.expired = Counter(
-            "router_requests_expired", "In-flight requests dropped after inflight_ttl_s without completion",
-            registry=registry,
+        self.lost = Counter(
+            "router_requests_lost", "In-flight requests dropped without completion: ttl (older than inflight_ttl_s) "
+            "or capacity (the oldest, when inflight_max_requests were in flight)", ["reason"], registry=registry,
+        )
+        self.samples_refused = Counter(
+            "router_samples_refused", "Samples from HTTP callers not stored: implausible (latency outside the "
+            "profile's bounds) or quota (the source's share of the store used up)", ["reason"], registry=registry,
         )
         self.publish = Counter(
             "router_model_publish", "Model publications by result (accepted, rejected)", ["result"], registry=registry
@@ -143,6 +156,11 @@ class RoutingService:
         self.metrics.samples_evicted.set_function(lambda: self.samples.evicted_total)
         self._lock = threading.RLock()
         self._last_expiry_s = -np.inf
+        self._last_capacity_log_s = -np.inf
+        self._set_bounds(config, profile)
+        # Sources of the last `capacity` samples offered by HTTP callers (None: refused), for per-source quotas.
+        self._recent_sources: deque[str | None] = deque()
+        self._source_counts: dict[str, int] = {}
         self._set_active_gauge()
         for spec in config.endpoints:
             domains = dict(spec.domains)
@@ -174,6 +192,7 @@ class RoutingService:
                 self.metrics.count_request("error", "-", "-")
                 raise
             if result.routed:
+                self._make_room(now_s)
                 self.registry.dispatched(dispatch_record(request, result, now_s=now_s))
             self.metrics.pick_seconds.observe(time.perf_counter() - t0)
             self.metrics.count_request(result.outcome, result.mode, result.tier)
@@ -228,6 +247,7 @@ class RoutingService:
         """Record a request routed elsewhere (features and predictions computed now)."""
         with self._lock:
             now_s = self.clock()
+            self._maybe_expire(now_s)
             model = self.predictor.snapshot()
             feats = {}
             preds = {}
@@ -249,6 +269,8 @@ class RoutingService:
                 )
             ttft_eid = prefill_id if prefill_id is not None else decode_id
             hit = feats[ttft_eid]["prefix_cache_hit_frac"] if ttft_eid else 0.0
+            if self.registry.in_flight(request.request_id) is None:
+                self._make_room(now_s)  # a duplicate is refused by the registry without dropping anyone
             self.registry.dispatched(InFlight(
                 request_id=request.request_id, prefill_id=prefill_id, decode_id=decode_id,
                 input_tokens=request.input_tokens, uncached_tokens=request.input_tokens * (1.0 - hit),
@@ -262,17 +284,18 @@ class RoutingService:
             ))
             self.metrics.count_event("dispatched")
 
-    def first_token(self, request_id: str, *, observed_ttft_ms: float | None = None) -> int:
+    def first_token(self, request_id: str, *, observed_ttft_ms: float | None = None, source: str | None = None) -> int:
         with self._lock:
             samples = self.registry.first_token(request_id, now_s=self.clock(), observed_ttft_ms=observed_ttft_ms)
-            return self._keep(samples, "first_token")
+            return self._keep(samples, "first_token", source)
 
-    def progress(self, request_id: str, *, tokens_generated: int, observed_tpot_ms: float | None = None) -> int:
+    def progress(self, request_id: str, *, tokens_generated: int, observed_tpot_ms: float | None = None,
+                 source: str | None = None) -> int:
         with self._lock:
             samples = self.registry.progress(
                 request_id, now_s=self.clock(), tokens_generated=tokens_generated, observed_tpot_ms=observed_tpot_ms
             )
-            return self._keep(samples, "progress")
+            return self._keep(samples, "progress", source)
 
     def completed(
         self,
@@ -281,13 +304,14 @@ class RoutingService:
         output_tokens: int,
         observed_ttft_ms: float | None = None,
         observed_tpot_ms: float | None = None,
+        source: str | None = None,
     ) -> int:
         with self._lock:
             samples = self.registry.completed(
                 request_id, now_s=self.clock(), output_tokens=output_tokens,
                 observed_ttft_ms=observed_ttft_ms, observed_tpot_ms=observed_tpot_ms,
             )
-            return self._keep(samples, "completed")
+            return self._keep(samples, "completed", source)
 
     # -- endpoints -----------------------------------------------------------
 
@@ -370,15 +394,79 @@ class RoutingService:
             "samples_stored": len(self.samples),
         }
 
+    # -- bounds --------------------------------------------------------------
+
+    def latency_bounds_ms(self, target: str) -> tuple[float, float]:
+        """(floor, ceiling) of a plausible observed latency for target "ttft" or "tpot", ms."""
+        return self._latency_bounds[target]
+
+    def _set_bounds(self, config: RouterConfig, profile) -> None:
+        limits, checks = config.limits, config.sample_validation
+        # The model's context length, tokens: the most input (or output) tokens one request can have.
+        self.max_context_tokens = int(limits.max_context_tokens or profile.decode.max_kv_tokens)
+        fastest_step_ms = float(np.min(profile.decode.itl_ms))
+        slowest_step_ms = float(np.max(profile.decode.itl_ms))
+        # Prefill time grows at least linearly with the prompt: beyond the longest
+        # profiled ISL, scale the TTFT measured there up to the context length.
+        longest_isl = float(profile.prefill.isl_range_tokens[1])
+        ttft_at_context_ms = profile.prefill.ttft_ms_at(longest_isl) * max(1.0, self.max_context_tokens / longest_isl)
+        floor_ms = checks.min_latency_frac * fastest_step_ms
+        # Rounded to µs: the bounds appear in the schemas and their 422 messages.
+        self._latency_bounds = {
+            "ttft": (round(floor_ms, 3), round(checks.max_latency_factor * ttft_at_context_ms, 3)),
+            "tpot": (round(floor_ms, 3), round(checks.max_latency_factor * slowest_step_ms, 3)),
+        }
+
+
     # -- internals -----------------------------------------------------------
 
-    def _keep(self, samples: list[Sample], event: str) -> int:
+    def _keep(self, samples: list[Sample], event: str, source: str | None = None) -> int:
         self.metrics.count_event(event)
+        kept = 0
         for s in samples:
+            if source is not None and not self._admit(s, source):
+                continue
             self.samples.add(s)
+            kept += 1
             if s.predicted_ms and s.predicted_ms > 0:
                 self.metrics.observe_ratio(s.target, s.observed_ms / s.predicted_ms)
-        return len(samples)
+        return kept
+
+    def _admit(self, sample: Sample, source: str) -> bool:
+        """Whether an HTTP caller's sample is plausible and within its source's share of the store."""
+        lo, hi = self._latency_bounds[sample.target]
+        if not lo <= sample.observed_ms <= hi:
+            self.metrics.samples_refused.labels("implausible").inc()
+            return False
+        window = self.config.samples.capacity
+        used = self._source_counts.get(source, 0)
+        admitted = used < self.config.sample_validation.max_source_frac * window
+        # Refused offers take a place in the window too, so a lone source's share recovers as it ages.
+        self._recent_sources.append(source if admitted else None)
+        if admitted:
+            self._source_counts[source] = used + 1
+        if len(self._recent_sources) > window:
+            old = self._recent_sources.popleft()
+            if old is not None:
+                left = self._source_counts[old] - 1
+                if left:
+                    self._source_counts[old] = left
+                else:
+                    del self._source_counts[old]
+        if not admitted:
+            self.metrics.samples_refused.labels("quota").inc()
+        return admitted
+
+    def _make_room(self, now_s: float) -> None:
+        """At inflight_max_requests, drop the oldest request in flight (counted lost) for a new one."""
+        while self.registry.in_flight_count() >= self.config.inflight_max_requests:
+            oldest = self.registry.oldest_in_flight()
+            self.registry.completed(oldest, now_s=now_s, output_tokens=0)
+            self.metrics.lost.labels("capacity").inc()
+            if now_s - self._last_capacity_log_s >= _EXPIRE_EVERY_S:  # one line per period, not per request
+                self._last_capacity_log_s = now_s
+                log.warning("dropping the oldest requests in flight (e.g. %s): %d are in flight "
+                            "(inflight_max_requests)", oldest, self.config.inflight_max_requests)
 
     def _maybe_expire(self, now_s: float) -> None:
         if now_s - self._last_expiry_s < _EXPIRE_EVERY_S:
@@ -386,7 +474,7 @@ class RoutingService:
         self._last_expiry_s = now_s
         expired = self.registry.expire(now_s=now_s, ttl_s=self.config.inflight_ttl_s)
         if expired:
-            self.metrics.expired.inc(len(expired))
+            self.metrics.lost.labels("ttl").inc(len(expired))
             log.warning("dropped %d requests in flight longer than %g s", len(expired), self.config.inflight_ttl_s)
 
     def _count_endpoints(self) -> None:

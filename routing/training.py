@@ -19,7 +19,9 @@ routing service and calls, in order:
 3. `to_document`: export to the routing service's safe JSON format (trees as
    node arrays, link "log"; nothing pickled).
 4. `evaluate` the candidate, the currently published model and the profile
-   estimate on the same held-out rows: MAPE of the mean prediction, p90
+   estimate on the same held-out rows (`holdout_rows`: the most recent slice,
+   with no endpoint holding more than `holdout_max_source_frac` of it, so a
+   source of fabricated samples cannot decide the gate): MAPE of the mean prediction, p90
    coverage and relative p90 (pinball) loss, overall and per load bucket.
 5. `probe_document`: the candidate's predictions over a probe grid of the
    feature ranges it may meet when serving (prompts up to the context length,
@@ -80,6 +82,11 @@ class TrainingConfig(BaseModel):
     )
     min_train_samples: int = Field(1000, ge=20, description="fewest training samples per target; fewer: skip the run")
     min_holdout_samples: int = Field(200, ge=10, description="fewest held-out samples per target; fewer: skip the run")
+    holdout_max_source_frac: float = Field(
+        0.5, gt=0, le=1,
+        description="no endpoint (a sample's source) may hold more than this share of the held-out rows, or 1/k "
+        "with only k endpoints there; its oldest rows beyond it are left out of the evaluation",
+    )
     max_ttft_ms: float = Field(600_000.0, gt=0, description="TTFT above this is absurd (dropped), ms")
     max_tpot_ms: float = Field(10_000.0, gt=0, description="TPOT above this is absurd (dropped), ms")
     point_loss: Literal["squared_error", "absolute_error"] = Field(
@@ -162,6 +169,7 @@ class TargetData:
     x: features (columns FEATURES[target]); y_ms: observed latency, ms;
     recorded_at_s: when each sample was recorded, s; seq: store sequence numbers.
     dropped: reason -> count of samples of this target left out.
+    source: each sample's endpoint id (None: unknown, every row one source).
     """
 
     target: Target
@@ -170,6 +178,7 @@ class TargetData:
     recorded_at_s: np.ndarray
     seq: np.ndarray
     dropped: dict[str, int]
+    source: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -199,7 +208,7 @@ def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig) -> Prepared
     features (a field missing, not finite, negative, or an unknown role).
     Kept samples are ordered by recorded_at_s, then seq.
     """
-    rows: dict[Target, list[tuple[float, int, dict, float]]] = {t: [] for t in TARGETS}
+    rows: dict[Target, list[tuple[float, int, dict, float, str]]] = {t: [] for t in TARGETS}
     dropped = {t: dict.fromkeys(DROP_REASONS[1:], 0) for t in TARGETS}
     unknown = 0
     for i, s in enumerate(samples):
@@ -223,8 +232,10 @@ def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig) -> Prepared
             continue
         t_s = _number(s.get("recorded_at_s"))
         seq = _number(s.get("seq"))
+        endpoint = s.get("endpoint_id")
         rows[target].append((t_s if t_s is not None and math.isfinite(t_s) else math.inf,
-                             int(seq) if seq is not None and math.isfinite(seq) else i, feats, y))
+                             int(seq) if seq is not None and math.isfinite(seq) else i, feats, y,
+                             endpoint if isinstance(endpoint, str) else ""))
     by_target = {}
     for target in TARGETS:
         kept = sorted(rows[target], key=lambda r: (r[0], r[1]))
@@ -235,6 +246,7 @@ def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig) -> Prepared
             recorded_at_s=np.array([r[0] for r in kept], dtype=float),
             seq=np.array([r[1] for r in kept], dtype=np.int64),
             dropped=dropped[target],
+            source=np.array([r[4] for r in kept], dtype=object),
         )
     return PreparedSamples(fetched=len(samples), by_target=by_target, dropped_unknown_target=unknown)
 
@@ -287,16 +299,43 @@ def time_split(n: int, *, holdout_frac: float, calibration_frac: float) -> Split
     return Split(slice(0, n_train), slice(n_train, n_train + n_cal), slice(n_train + n_cal, n))
 
 
+def holdout_rows(data: TargetData, split: Split, *, max_source_frac: float) -> np.ndarray:
+    """Row indices of the held-out slice that are evaluated: each source's most recent rows,
+    as many per source as keeps every source's share at most max(max_source_frac, 1/k)
+    of the rows kept (k: sources in the slice). Ascending."""
+    rows = np.arange(split.holdout.start, split.holdout.stop)
+    if data.source is None or rows.size == 0:
+        return rows
+    names, inverse, counts = np.unique(data.source[rows].astype(str), return_inverse=True, return_counts=True)
+    share = max(max_source_frac, 1.0 / names.size)
+    caps = np.arange(1, counts.max() + 1)
+    kept_total = np.minimum(counts[:, None], caps[None, :]).sum(axis=0)
+    # A cap m is fine when the largest source's min(count, m) rows are at most `share` of all kept;
+    # m = 1 always is (share >= 1/k), and past the largest fine cap none is.
+    fine = np.minimum(counts.max(), caps) <= share * kept_total + 1e-9
+    cap = int(caps[fine].max())
+    keep = np.zeros(rows.size, dtype=bool)
+    for k in np.flatnonzero(counts > cap):
+        keep[np.flatnonzero(inverse == k)[-cap:]] = True
+    keep |= counts[inverse] <= cap
+    return rows[keep]
+
+
 def check_sample_counts(prepared: PreparedSamples, cfg: TrainingConfig) -> str | None:
     """Why there are too few samples to train and evaluate (None: enough)."""
     problems = []
     for target in TARGETS:
-        n = prepared.by_target[target].n
-        n_train, _, n_hold = time_split(n, holdout_frac=cfg.holdout_frac, calibration_frac=cfg.calibration_frac).sizes()
+        data = prepared.by_target[target]
+        n = data.n
+        split = time_split(n, holdout_frac=cfg.holdout_frac, calibration_frac=cfg.calibration_frac)
+        n_train = split.sizes()[0]
+        n_hold = holdout_rows(data, split, max_source_frac=cfg.holdout_max_source_frac).size
         if n_train < cfg.min_train_samples or n_hold < cfg.min_holdout_samples:
+            capped = split.sizes()[2] - n_hold
             problems.append(
                 f"{target}: {n} usable samples give {n_train} to train (need {cfg.min_train_samples}) and "
-                f"{n_hold} to hold out (need {cfg.min_holdout_samples})"
+                f"{n_hold} to hold out (need {cfg.min_holdout_samples}"
+                + (f"; {capped} left out by holdout_max_source_frac" if capped else "") + ")"
             )
     return "too few samples: " + "; ".join(problems) if problems else None
 
@@ -809,7 +848,8 @@ def fit_all(prepared: PreparedSamples, cfg: TrainingConfig) -> dict[Target, Targ
 class Evaluation:
     """Held-out metrics (see `evaluate`) of the candidate, the current model and the estimate.
 
-    holdout: per target {"n", "from_s", "to_s"}: the rows every model was scored on.
+    holdout: per target {"n", "from_s", "to_s", "sources", "left_out_by_source_cap"}: the rows every
+    model was scored on (holdout_rows).
     probe: the candidate over the probe grid (probe_document); None until probed.
     current: None when no model is published. points: per target (observed,
     candidate mean, candidate p90, estimate) on the held-out rows, for plots.
@@ -853,10 +893,12 @@ def evaluate_all(
     holdout, cand, est, cur, points = {}, {}, {}, {} if current_document is not None else None, {}
     for t in TARGETS:
         d = prepared.by_target[t]
-        h = splits[t].holdout
+        h = holdout_rows(d, splits[t], max_source_frac=cfg.holdout_max_source_frac)
         x, y = d.x[h], d.y_ms[h]
         holdout[t] = {"n": int(y.size), "from_s": float(d.recorded_at_s[h][0]) if y.size else None,
-                      "to_s": float(d.recorded_at_s[h][-1]) if y.size else None}
+                      "to_s": float(d.recorded_at_s[h][-1]) if y.size else None,
+                      "sources": int(np.unique(d.source[h].astype(str)).size) if d.source is not None else None,
+                      "left_out_by_source_cap": splits[t].sizes()[2] - int(y.size)}
         c_mean, c_p90 = document_predictions(candidate_document, t, x)
         cand[t] = evaluate(t, x, y, c_mean, c_p90)
         e_mean = np.asarray(estimate.predict(t, x), dtype=float)

@@ -131,6 +131,9 @@ class LiveConfig(TraceReplayConfig):
     etcd_poll_s: float = Field(0.5, gt=0, description="how often the etcd keys are read, wall s")
     router_url: str | None = Field(None, description="routing service base URL; None: route in-process")
     router_token_env: str = Field("SLA_ROUTER_TOKEN", min_length=1, description="env var with the router's admin token")
+    router_data_token_env: str = Field(
+        "SLA_ROUTER_DATA_TOKEN", min_length=1,
+        description="env var with the router's data-plane token (routes, events, load pushes); unset: the admin token")
     router_timeout_s: float = Field(1.0, gt=0, description="timeout of one router call, wall s")
     router_retry_after_s: float = Field(1.0, gt=0, description="after a failed router call, route locally this long")
     metrics_push_s: float = Field(1.0, gt=0, description="push worker load to the router this often, wall s")
@@ -232,12 +235,15 @@ class RouterClient:
 
     Lifecycle events and load pushes go through a queue to one sender thread,
     so the simulation never waits for them; a route call is synchronous
-    because the fleet needs its answer.
+    because the fleet needs its answer. Data-plane calls carry `data_token`
+    (the admin token when None), registrations the admin `token`.
     """
 
-    def __init__(self, base_url: str, *, token: str | None, timeout_s: float):
+    def __init__(self, base_url: str, *, token: str | None, timeout_s: float, data_token: str | None = None):
         self.base_url = base_url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        data_token = data_token or token
+        self._admin_headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {"Authorization": f"Bearer {data_token}"} if data_token else {}
         self._client = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
         self._events_client = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
         self._queue: queue.Queue = queue.Queue()
@@ -246,9 +252,9 @@ class RouterClient:
         self._thread = threading.Thread(target=self._send_events, name="router-events", daemon=True)
         self._thread.start()
 
-    def call(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
-        """One request now; raises httpx.HTTPError when the router cannot be reached."""
-        return self._client.request(method, path, json=body)
+    def call(self, method: str, path: str, body: dict | None = None, *, admin: bool = False) -> httpx.Response:
+        """One request now (admin: with the admin token); raises httpx.HTTPError when the router cannot be reached."""
+        return self._client.request(method, path, json=body, headers=self._admin_headers if admin else None)
 
     def post_later(self, method: str, path: str, body: dict) -> None:
         self._queue.put((method, path, body))
@@ -366,7 +372,7 @@ class HttpRouter:
             return True
         try:
             for eid in sorted(self.registered - serving.keys()):
-                resp = self.client.call("DELETE", f"/v1/endpoints/{eid}")
+                resp = self.client.call("DELETE", f"/v1/endpoints/{eid}", admin=True)
                 if resp.status_code not in (200, 404):
                     raise RuntimeError(f"DELETE /v1/endpoints/{eid}: HTTP {resp.status_code}: {resp.text[:200]}")
                 self.registered.discard(eid)
@@ -376,7 +382,7 @@ class HttpRouter:
                 body = {"role": "prefill" if isinstance(w, PrefillWorker) else "decode",
                         "domains": {"zone": zone, "rack": rack or zone}, "max_kv_tokens": self.max_kv_tokens,
                         "gpus": w.gpus}
-                resp = self.client.call("PUT", f"/v1/endpoints/{eid}", body)
+                resp = self.client.call("PUT", f"/v1/endpoints/{eid}", body, admin=True)
                 if resp.status_code >= 300:
                     raise RuntimeError(f"PUT /v1/endpoints/{eid}: HTTP {resp.status_code}: {resp.text[:200]}")
                 self.registered.add(eid)
@@ -392,7 +398,7 @@ class HttpRouter:
             resp.raise_for_status()
             for ep in resp.json():
                 if ep["id"].startswith(self.pod_prefix):
-                    self.client.call("DELETE", f"/v1/endpoints/{ep['id']}")
+                    self.client.call("DELETE", f"/v1/endpoints/{ep['id']}", admin=True)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             self._unavailable(f"listing endpoints: {exc}")
 
@@ -485,7 +491,7 @@ class LiveFleet:
     """A FleetSim stepped by the wall clock, with metrics, routing and the etcd protocol."""
 
     def __init__(self, cfg: LiveConfig, *, trace: Trace, tables: ProfileTables, clock=time.monotonic,
-                 token: str | None = None):
+                 token: str | None = None, data_token: str | None = None):
         self.cfg = cfg
         self.trace = trace
         self.clock = clock
@@ -508,7 +514,8 @@ class LiveFleet:
         self.router: HttpRouter | None = None
         self.client: RouterClient | None = None
         if cfg.router_url:
-            self.client = RouterClient(cfg.router_url, token=token, timeout_s=cfg.router_timeout_s)
+            self.client = RouterClient(cfg.router_url, token=token, data_token=data_token,
+                                       timeout_s=cfg.router_timeout_s)
             self.router = HttpRouter(
                 self.client, pod_prefix=cfg.pod_prefix, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms,
                 retry_after_s=cfg.router_retry_after_s, max_kv_tokens=tables.max_kv_tokens,
@@ -845,7 +852,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sim.live: set ${cfg.router_token_env}: registering endpoints needs the router's admin token",
               file=sys.stderr)
         return 2
-    fleet = LiveFleet(cfg, trace=trace, tables=tables, token=token)
+    data_token = os.environ.get(cfg.router_data_token_env) or None
+    fleet = LiveFleet(cfg, trace=trace, tables=tables, token=token, data_token=data_token)
     server = serve(fleet)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -43,6 +43,7 @@ class RunningStack:
         self.urls = state["urls"]
         self.namespace = state["namespace"]
         self.token = stack.read_token(opts.state_dir)
+        self.data_token = stack.read_data_token(opts.state_dir)
 
     # -- HTTP ------------------------------------------------------------------
 
@@ -66,7 +67,7 @@ class RunningStack:
                 time.sleep(1.0 + attempt)
 
     def router(self, method: str, path: str, body: dict | None = None, *, admin: bool = False):
-        headers = {"Authorization": f"Bearer {self.token}"} if admin else None
+        headers = {"Authorization": f"Bearer {self.token if admin else self.data_token}"}
         return self.http(method, self.urls["router"] + path, body, headers=headers)
 
     def fleet(self) -> dict:

@@ -94,8 +94,9 @@ def kustomize(folder: Path) -> list[dict]:
 def manifests(tmp_path_factory, prefect_harness) -> list[dict]:  # noqa: F811  (prefect-kubernetes resolves templates through the API)
     """The example overlay as `kubectl apply -k` would send it (with a tokens.env, as the docs write one)."""
     tree = tmp_path_factory.mktemp("deploy") / "kubernetes"
-    shutil.copytree(DEPLOY, tree, ignore=shutil.ignore_patterns("tokens.env"))
+    shutil.copytree(DEPLOY, tree, ignore=shutil.ignore_patterns("tokens.env", "data-token.env"))
     (tree / OVERLAY / "tokens.env").write_text("SLA_ROUTER_TOKEN=not-a-secret-test-token\n")
+    (tree / OVERLAY / "data-token.env").write_text("SLA_ROUTER_DATA_TOKEN=not-a-secret-data-token\n")
     return kustomize(tree / OVERLAY)
 
 
@@ -217,6 +218,14 @@ def test_every_referenced_configmap_secret_account_and_claim_is_defined(manifest
     # The router's token is the retrain flow's: both read SLA_ROUTER_TOKEN from the one Secret.
     secret = defined["Secret"]["sla-planner-tokens"]
     assert set(secret["data"]) == {"SLA_ROUTER_TOKEN"}
+    # The data-plane token is the router's alone (and its gateways'), in a Secret no flow run reads.
+    assert set(defined["Secret"]["sla-planner-data-token"]["data"]) == {"SLA_ROUTER_DATA_TOKEN"}
+    router_env = by_kind(manifests, "Deployment")["sla-planner-router"]["spec"]["template"]["spec"]["containers"][0]
+    assert {r["secretRef"]["name"] for r in router_env["envFrom"] if "secretRef" in r} == {
+        "sla-planner-tokens", "sla-planner-data-token"}
+    for name, job in flow_run_jobs():
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert "sla-planner-data-token" not in json.dumps(c), f"flow run {name} gets the data-plane token"
 
 
 def test_nothing_is_granted_cluster_wide_and_the_planner_role_is_the_connectors(manifests):
