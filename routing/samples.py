@@ -30,14 +30,37 @@ sequence order through the same bounded insertion (a smaller capacity evicts
 by bucket, and those rows leave the file too), and sequence numbers continue
 where they stopped, so a reader's cursor stays valid across restarts.
 
-A file that is not a readable sample store (not SQLite, damaged, missing
-tables) does not stop the service: it is renamed to
-`<name>.corrupt-<UTC time>` (kept for inspection, never deleted) and the store
-starts empty with a warning naming both files. A file written by a newer
-schema is refused (ValueError naming the file): a downgrade must not discard
-it. Stored features are kept by name; rows lacking a field the current feature
+One writer per file: the store holds an exclusive lock on `<name>.lock`
+(routing.store_guard) from open to close, so a second router on the same file
+is refused at start naming the holder's pid instead of interleaving writes.
+
+Sequence numbers never repeat, even across a crash: before handing out a
+number at or past the durable high-water mark (`seq_reserved` in the meta
+table) the store raises the mark by SEQ_BLOCK in its own synced transaction,
+and at start numbering resumes at the mark. A killed process leaves a gap of
+at most SEQ_BLOCK numbers; close() gives back the unused part, so a clean
+restart leaves none.
+
+Every row carries a CRC-32 of its values (and of the field layout its
+features use). A row whose CRC does not match, or that is malformed, is
+quarantined at start: appended to `<name>.quarantine-<UTC time>.jsonl`,
+removed from the store, counted in a warning. A file SQLite itself finds
+damaged (`quick_check` fails, a read errors, tables missing) is renamed to
+`<name>.corrupt-<UTC time>` (kept for inspection, never deleted); the rows
+still readable in it are salvaged in sequence order (a read that fails skips
+ahead to where the table reads again), checked the same way, and carried into
+a fresh file, and the warning names both files and the counts. Numbering
+after a salvage resumes SEQ_BLOCK past anything known, since the file's own
+high-water mark may be among the lost pages. A file written by a newer schema
+is refused (ValueError naming the file): a downgrade must not discard it.
+Stored features are kept by name; rows lacking a field the current feature
 set needs (written before a feature-set change) are not loaded and are
 counted in the warning.
+
+A write that fails (a full disk) keeps the unwritten samples in memory and
+retries every `flush_interval_s` until it goes through; the file stays as the
+last good transaction left it. Routing never waits on the file: the failure is
+logged and counted in stats() (`persist_errors_total`, `pending_writes`).
 """
 
 from __future__ import annotations
@@ -49,6 +72,7 @@ import math
 import sqlite3
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,10 +81,13 @@ import numpy as np
 
 from routing.features import FEATURES, RAW_FIELDS, ROLE_CODE, ROLES, TARGETS
 from routing.registry import Sample
+from routing.store_guard import StoreLock, is_full, lock_and_load
 
 WAITING_EDGES = (1, 2, 4, 8)  # waiting-queue buckets: 0, 1, 2-3, 4-7, 8+
 _TARGET_CODE = {t: i for i, t in enumerate(TARGETS)}
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a CRC per row
+# Sequence numbers reserved per synced write: one fsync'd transaction per this many samples.
+SEQ_BLOCK = 4096
 log = logging.getLogger(__name__)
 
 
@@ -137,8 +164,13 @@ class SampleStore:
         self._deletes: list[int] = []  # seqs in the file, evicted since the last flush
         self._timer: threading.Timer | None = None
         self.persist_errors_total = 0
+        self._failing = False  # the last write failed: retry on the timer only
+        self._seq_reserved = 0  # numbers below this are durably spoken for
+        self._file_lock: StoreLock | None = None
         if self.path is not None:
-            self._open()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file_lock = lock_and_load(self.path.with_name(self.path.name + ".lock"),
+                                            store=f"sample store {self.path}", load=self._open)
 
     def flush(self) -> None:
         """Write the samples added (and evicted) since the last flush, in one transaction."""
@@ -146,12 +178,17 @@ class SampleStore:
             self._flush()
 
     def close(self) -> None:
-        """Flush and close the SQLite file (memory-only stores: nothing to do)."""
+        """Flush, give back unused sequence numbers, close the SQLite file and release its lock.
+
+        Memory-only stores: nothing to do."""
         with self._lock:
             if self._db is not None:
-                self._flush()
+                self._seq_reserved = self._next_seq
+                self._flush(counters=True)
                 self._db.close()
                 self._db = None
+            if self._file_lock is not None:
+                self._file_lock.release()
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -172,6 +209,8 @@ class SampleStore:
         row += [sample.observed_ms, predicted, sample.recorded_at_s]
         with self._lock:
             seq = self._next_seq
+            if self._db is not None and seq >= self._seq_reserved:
+                self._reserve(seq + SEQ_BLOCK)
             self._insert(seq, row, sample.target, sample.role, sample.request_id, sample.endpoint_id,
                          sample.model_version)
             self._next_seq += 1
@@ -235,6 +274,7 @@ class SampleStore:
                 "buckets": len([b for b in self._buckets.values() if b]),
                 "last_seq": self._next_seq - 1,
                 "persist_errors_total": self.persist_errors_total,
+                "pending_writes": len(self._pending) + len(self._deletes),
             }
 
     def bucket_counts(self) -> dict[tuple, int]:
@@ -291,42 +331,72 @@ class SampleStore:
 
     def _queue(self, seq: int, row: list, sample: Sample) -> None:
         n = len(RAW_FIELDS)
-        predicted = None if sample.predicted_ms is None else float(sample.predicted_ms)
-        self._pending[seq] = (seq, sample.target, sample.request_id, sample.endpoint_id, sample.role,
-                              np.asarray(row[:n], dtype="<f8").tobytes(), float(row[n]), predicted,
-                              sample.model_version, float(row[n + 2]))
+        # + 0.0 turns -0.0 into 0.0, which is what SQLite gives back (the CRC must match on reading).
+        predicted = None if sample.predicted_ms is None else float(sample.predicted_ms) + 0.0
+        values = (seq, sample.target, sample.request_id, sample.endpoint_id, sample.role,
+                  np.asarray(row[:n], dtype="<f8").tobytes(), float(row[n]) + 0.0, predicted,
+                  sample.model_version, float(row[n + 2]) + 0.0)
+        self._pending[seq] = values + (_row_crc(values, _CURRENT_LAYOUT_CRC),)
         for q in self._evicted_seqs:
             if self._pending.pop(q, None) is None:  # evicted before it was written: nothing to delete
                 self._deletes.append(q)
-        if len(self._pending) + len(self._deletes) >= self.flush_rows:
+        if len(self._pending) + len(self._deletes) >= self.flush_rows and not self._failing:
             self._flush()
         elif self._timer is None:
-            self._timer = threading.Timer(self.flush_interval_s, self.flush)
-            self._timer.daemon = True
-            self._timer.start()
+            self._start_timer()
 
-    def _flush(self) -> None:
+    def _start_timer(self) -> None:
+        self._timer = threading.Timer(self.flush_interval_s, self.flush)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _flush(self, *, counters: bool = False) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._db is None or not (self._pending or self._deletes):
+        if self._db is None or not (self._pending or self._deletes or counters):
             return
         try:
             with self._db:  # one transaction: new rows, what they evicted, the counters
-                self._db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self._db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                      list(self._pending.values()))
                 self._db.executemany("DELETE FROM samples WHERE seq = ?", [(q,) for q in self._deletes])
                 self._write_counters()
         except sqlite3.Error as exc:
-            # The samples stay in memory and routing goes on; a full or failing
-            # disk shows in the log and in stats()["persist_errors_total"].
-            self.persist_errors_total += 1
-            if self.persist_errors_total == 1 or self.persist_errors_total % 100 == 0:
-                log.error("sample store %s: writing %d samples failed (%s); %d failed writes so far, "
-                          "those samples are in memory only", self.path, len(self._pending), exc,
-                          self.persist_errors_total)
+            # The transaction rolled back: the file is as the last good batch left
+            # it. The samples stay queued (and in memory, so routing goes on) and
+            # the timer tries again; row counts no longer trigger writes meanwhile.
+            self._persist_failed(exc, f"writing {len(self._pending)} samples")
+            self._failing = True
+            if self._pending or self._deletes:
+                self._start_timer()
+            return
+        if self._failing:
+            log.warning("sample store %s: writing works again (%d samples written after %d failed writes)",
+                        self.path, len(self._pending), self.persist_errors_total)
+            self._failing = False
         self._pending.clear()
         self._deletes.clear()
+
+    def _reserve(self, upto: int) -> None:
+        """Durably raise the sequence high-water mark to `upto` before numbers below it are handed out."""
+        self._seq_reserved = upto  # a failed write is retried with the next batch's counters
+        try:
+            self._db.execute("PRAGMA synchronous=FULL")  # this one commit survives a power cut too
+            try:
+                with self._db:
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES ('seq_reserved', ?)", (str(upto),))
+            finally:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            self._persist_failed(exc, f"reserving sequence numbers up to {upto}")
+
+    def _persist_failed(self, exc: sqlite3.Error, doing: str) -> None:
+        self.persist_errors_total += 1
+        if self.persist_errors_total == 1 or self.persist_errors_total % 100 == 0:
+            cause = "disk full" if is_full(exc) else "write failed"
+            log.error("sample store %s: %s %s (%s); kept in memory and retried every %g s; %d failed writes so far",
+                      self.path, cause, doing, exc, self.flush_interval_s, self.persist_errors_total)
 
     def _write_counters(self) -> None:
         self._db.execute(
@@ -334,27 +404,44 @@ class SampleStore:
             (json.dumps({"next_seq": self._next_seq, "added_total": self.added_total,
                          "evicted_total": self.evicted_total}),),
         )
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('seq_reserved', ?)", (str(self._seq_reserved),))
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db, rows, fields, skipped = self._read_file()
+            self._open_file()
+        except sqlite3.Error as exc:
+            if not is_full(exc):
+                raise
+            raise ValueError(f"sample store {self.path}: disk full while opening it ({exc}); "
+                             "free space or point samples.path elsewhere") from None
+
+    def _open_file(self) -> None:
+        try:
+            self._db, rows, fields, skipped, bad = self._read_file()
         except _CorruptFile as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+            salvage = _salvage(self.path)  # a file from a newer schema raises here and stays in place
+            stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
             self.path.rename(aside)
             for suffix in ("-wal", "-shm"):
                 side = self.path.with_name(self.path.name + suffix)
                 if side.exists():
                     side.rename(aside.with_name(aside.name + suffix))
-            log.warning("sample store %s is unreadable (%s): moved to %s, starting empty", self.path, exc, aside)
-            self._db, rows, fields, skipped = self._read_file()
+            if salvage.rows or salvage.next_seq > 1:
+                self._write_salvage(salvage)
+            self._db, rows, fields, skipped, bad = self._read_file()
+            log.warning("sample store %s is unreadable (%s): moved to %s; %d rows salvaged from it "
+                        "(%d unreadable stretches skipped), numbering resumes at %d", self.path, exc, aside,
+                        len(salvage.rows), salvage.stretches, self._next_seq)
+        self._quarantine(bad)
         if skipped:
             log.warning("sample store %s: %d stored samples lack current feature fields (feature set changed); "
                         "not loaded and removed", self.path, skipped)
         self._load(rows, fields)
 
     def _read_file(self):
-        """(connection, rows in seq order, stored field names, rows skipped) or _CorruptFile."""
+        """(connection, good rows in seq order, stored field names, rows skipped, (row, reason) failing
+        their CRC) or _CorruptFile."""
         try:
             # `with db:` commits a transaction (or rolls it back on an error).
             db = sqlite3.connect(self.path, check_same_thread=False)
@@ -373,11 +460,11 @@ class SampleStore:
                     db.execute(
                         "CREATE TABLE samples (seq INTEGER PRIMARY KEY, target TEXT NOT NULL, request_id TEXT, "
                         "endpoint_id TEXT, role TEXT NOT NULL, features BLOB NOT NULL, observed_ms REAL NOT NULL, "
-                        "predicted_ms REAL, model_version TEXT, recorded_at_s REAL NOT NULL)"
+                        "predicted_ms REAL, model_version TEXT, recorded_at_s REAL NOT NULL, crc INTEGER)"
                     )
                     db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                     db.execute("INSERT INTO meta VALUES ('raw_fields', ?)", (json.dumps(list(RAW_FIELDS)),))
-                return db, [], list(RAW_FIELDS), 0
+                return db, [], list(RAW_FIELDS), 0, []
             if tables != {"meta", "samples"}:
                 raise _CorruptFile(f"tables {sorted(tables)}, expected ['meta', 'samples']")
             meta = dict(db.execute("SELECT key, value FROM meta"))
@@ -385,19 +472,32 @@ class SampleStore:
             if version > SCHEMA_VERSION:
                 raise SampleStoreVersionError(f"sample store {self.path}: schema_version {version} is newer than this router's "
                                  f"{SCHEMA_VERSION}; use a newer router or another samples.path")
-            if version != SCHEMA_VERSION or "raw_fields" not in meta:
+            if version not in (1, SCHEMA_VERSION) or "raw_fields" not in meta:
                 raise _CorruptFile(f"meta has schema_version {meta.get('schema_version')!r}, raw_fields "
                                    f"{'present' if 'raw_fields' in meta else 'missing'}")
             fields = json.loads(meta["raw_fields"])
             counters = json.loads(meta.get("counters", "{}"))
+            if version == 1:
+                _add_crcs(db, fields)
             rows = db.execute("SELECT * FROM samples ORDER BY seq").fetchall()
         except SampleStoreVersionError:
             db.close()
             raise
-        except (sqlite3.Error, ValueError, TypeError, KeyError) as exc:
+        except sqlite3.Error as exc:
+            db.close()
+            if is_full(exc):
+                raise
+            raise _CorruptFile(f"{type(exc).__name__}: {exc}") from exc
+        except (ValueError, TypeError, KeyError) as exc:
             db.close()
             raise _CorruptFile(f"{type(exc).__name__}: {exc}") from exc
-        self._next_seq = max(int(counters.get("next_seq", 1)), (rows[-1][0] + 1) if rows else 1)
+        layout = _layout_crc(fields)
+        bad = [(r, "checksum mismatch") for r in rows if r[10] != _row_crc(r, layout)]
+        if bad:
+            rows = [r for r in rows if r[10] == _row_crc(r, layout)]
+        self._next_seq = max(int(counters.get("next_seq", 1)), (rows[-1][0] + 1) if rows else 1,
+                             int(meta.get("seq_reserved", 0)))
+        self._seq_reserved = self._next_seq
         self.added_total = int(counters.get("added_total", len(rows)))
         self.evicted_total = int(counters.get("evicted_total", 0))
         skipped = 0
@@ -410,7 +510,7 @@ class SampleStore:
         elif fields != list(RAW_FIELDS):
             rows = self._migrate(db, rows, fields)
             fields = list(RAW_FIELDS)
-        return db, rows, fields, skipped
+        return db, rows, fields, skipped, bad
 
     def _migrate(self, db: sqlite3.Connection, rows: list, fields: list[str]) -> list:
         """Rewrite rows stored with another field order (or extra fields) in the current layout."""
@@ -419,9 +519,10 @@ class SampleStore:
         for row in rows:
             feats = np.frombuffer(row[5], dtype="<f8") if isinstance(row[5], bytes) else np.empty(0)
             blob = feats[cols].astype("<f8").tobytes() if feats.size == len(fields) else b""
-            out.append(row[:5] + (blob,) + row[6:])
+            values = row[:5] + (blob,) + row[6:10]
+            out.append(values + (_row_crc(values, _CURRENT_LAYOUT_CRC),))
         with db:
-            db.executemany("UPDATE samples SET features = ? WHERE seq = ?", [(r[5], r[0]) for r in out])
+            db.executemany("UPDATE samples SET features = ?, crc = ? WHERE seq = ?", [(r[5], r[10], r[0]) for r in out])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('raw_fields', ?)", (json.dumps(list(RAW_FIELDS)),))
         log.info("sample store %s: %d rows rewritten from fields %s to %s", self.path, len(out), fields,
                  list(RAW_FIELDS))
@@ -430,7 +531,7 @@ class SampleStore:
     def _load(self, rows: list, fields: list[str]) -> None:
         cols = np.array([fields.index(f) for f in RAW_FIELDS], dtype=np.int64)
         bad = []
-        for seq, target, request_id, endpoint_id, role, blob, observed, predicted, version, recorded in rows:
+        for seq, target, request_id, endpoint_id, role, blob, observed, predicted, version, recorded, _ in rows:
             feats = np.frombuffer(blob, dtype="<f8") if isinstance(blob, bytes) else np.empty(0)
             if (feats.size != len(fields) or target not in _TARGET_CODE or role not in ROLE_CODE
                     or not np.isfinite(feats[cols]).all()):
@@ -448,6 +549,35 @@ class SampleStore:
                 self._write_counters()
         self._evicted_seqs.clear()
 
+    def _quarantine(self, bad: list[tuple[tuple, str]]) -> None:
+        """Append rows that failed their check to a side file (kept for inspection) and drop them from the store."""
+        if not bad:
+            return
+        side = self.path.with_name(f"{self.path.name}.quarantine-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.jsonl")
+        try:
+            with open(side, "a") as f:
+                for row, reason in bad:
+                    values = [v.hex() if isinstance(v, bytes) else v for v in row]
+                    f.write(json.dumps({"seq": row[0], "reason": reason, "row": values}) + "\n")
+        except OSError as exc:
+            side = f"nowhere ({exc.strerror})"
+        with self._db:
+            self._db.executemany("DELETE FROM samples WHERE seq = ?", [(r[0],) for r, _ in bad])
+        log.warning("sample store %s: %d rows failed their checksum (first seq %d): quarantined to %s and removed",
+                    self.path, len(bad), bad[0][0][0], side)
+
+    def _write_salvage(self, salvage: "_Salvage") -> None:
+        """A fresh file at self.path holding the salvaged rows, counters and a high-water mark past them."""
+        db, *_ = self._read_file()
+        layout = _layout_crc(salvage.fields)
+        rows = [r if r[10] is not None else r[:10] + (_row_crc(r, layout),) for r in salvage.rows]
+        with db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('raw_fields', ?)", (json.dumps(salvage.fields),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('counters', ?)", (json.dumps(salvage.counters),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('seq_reserved', ?)", (str(salvage.next_seq),))
+            db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.close()
+
 
 class SampleStoreVersionError(ValueError):
     """The sample file was written by a newer schema than this router reads."""
@@ -455,6 +585,136 @@ class SampleStoreVersionError(ValueError):
 
 class _CorruptFile(Exception):
     """The sample file is not a readable sample store."""
+
+
+@dataclass
+class _Salvage:
+    rows: list[tuple]  # stored rows, CRC last (None: written before schema 2)
+    fields: list[str]
+    counters: dict
+    next_seq: int
+    stretches: int  # unreadable stretches skipped
+
+
+def _layout_crc(fields: list[str]) -> int:
+    return zlib.crc32(json.dumps(list(fields)).encode())
+
+
+def _row_crc(row: tuple, layout_crc: int) -> int:
+    """CRC-32 of a stored row's ten values (repr is exact for floats and bytes), seeded by its field layout."""
+    return zlib.crc32(repr(tuple(row[:10])).encode(), layout_crc)
+
+
+def _add_crcs(db: sqlite3.Connection, fields: list[str]) -> None:
+    """Schema 1 -> 2: a CRC column, filled for the rows already there (trusted as they are)."""
+    layout = _layout_crc(fields)
+    with db:
+        db.execute("ALTER TABLE samples ADD COLUMN crc INTEGER")
+        rows = db.execute("SELECT * FROM samples").fetchall()
+        db.executemany("UPDATE samples SET crc = ? WHERE seq = ?", [(_row_crc(r, layout), r[0]) for r in rows])
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+
+def _salvage(path: Path) -> _Salvage:
+    """What can still be read from a damaged sample file: rows in seq order, its meta where readable.
+
+    Raises SampleStoreVersionError if the meta says a newer schema wrote it.
+    """
+    empty = _Salvage([], list(RAW_FIELDS), {}, 1, 0)
+    try:
+        db = sqlite3.connect(path)
+    except sqlite3.Error:
+        return empty
+    try:
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta"))
+        except sqlite3.Error:
+            meta = {}
+        try:
+            version = int(meta.get("schema_version", "0"))
+        except ValueError:
+            version = 0
+        if version > SCHEMA_VERSION:
+            raise SampleStoreVersionError(f"sample store {path}: schema_version {version} is newer than this "
+                                          f"router's {SCHEMA_VERSION}; use a newer router or another samples.path")
+        try:
+            fields = json.loads(meta["raw_fields"])
+            if not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
+                raise TypeError
+        except (KeyError, ValueError, TypeError):
+            fields = list(RAW_FIELDS)  # rows in another layout then fail their CRC instead of being misread
+        counters, known = {}, [1]
+        try:
+            counters = json.loads(meta.get("counters", "{}"))
+            known += [int(counters.get("next_seq", 1)), int(meta.get("seq_reserved", 0))]
+        except (ValueError, TypeError, AttributeError):
+            counters = {}
+        try:
+            has_table = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'samples'").fetchone() is not None
+        except sqlite3.Error:
+            has_table = True  # the schema page itself may be what is damaged: try anyway
+        if not has_table:
+            return empty
+        rows, stretches = _readable_rows(db)
+    finally:
+        db.close()
+    rows = [tuple(r) + (None,) * (11 - len(r)) for r in rows if len(r) in (10, 11) and isinstance(r[0], int)]
+    if rows:
+        known.append(rows[-1][0] + 1)
+    next_seq = max(known) + SEQ_BLOCK if max(known) > 1 else 1
+    counters = {"next_seq": next_seq, "added_total": int(counters.get("added_total", len(rows))),
+                "evicted_total": int(counters.get("evicted_total", 0))}
+    return _Salvage(rows, fields, counters, counters["next_seq"], stretches)
+
+
+def _readable_rows(db: sqlite3.Connection) -> tuple[list[tuple], int]:
+    """Every row a seq-ordered scan can read, and how many unreadable stretches it skipped."""
+    rows: list[tuple] = []
+    stretches, last, resumed = 0, 0, None
+    while True:
+        try:
+            for row in db.execute("SELECT * FROM samples WHERE seq > ? ORDER BY seq", (last,)):
+                rows.append(row)
+                last = row[0]
+            return rows, stretches
+        except sqlite3.Error:
+            if last != resumed:  # a failure right where the last skip landed is the same stretch
+                stretches += 1
+            resume = _next_readable(db, last + 2)
+            if resume is None:
+                return rows, stretches
+            last = resumed = resume - 1
+
+
+def _next_readable(db: sqlite3.Connection, lo: int, *, upper: int = 2**62) -> int | None:
+    """Smallest seq >= lo from which a seek into the table reads again (None: nothing up to `upper`).
+
+    Doubling steps find a readable point past the damage, then bisection narrows
+    it down, so a damaged page costs about 2 log2(rows it spans) seeks.
+    """
+    def readable(x: int) -> bool:
+        try:
+            db.execute("SELECT seq FROM samples WHERE seq >= ? ORDER BY seq LIMIT 1", (x,)).fetchall()
+            return True
+        except sqlite3.Error:
+            return False
+
+    bad, x, step = lo - 1, lo, 1
+    while not readable(x):
+        bad = x
+        if x > upper:
+            return None
+        x, step = lo + step, step * 2
+    while x - bad > 1:
+        mid = (bad + x) // 2
+        if readable(mid):
+            x = mid
+        else:
+            bad = mid
+    return x
+
+
+_CURRENT_LAYOUT_CRC = _layout_crc(list(RAW_FIELDS))
 
 
 _KV = RAW_FIELDS.index("kv_usage_frac")

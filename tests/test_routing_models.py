@@ -183,9 +183,11 @@ def test_store_persists_and_restores(tmp_path):
     store.publish(linear_document("v1"), now_s=1.0)
     store.publish(trained_document("v2"), now_s=2.0)
     store.rollback()
+    store.close()  # one store per directory at a time
     again = ModelStore(directory=tmp_path)
     assert again.active.version == "v1"
     assert again.rollback(to_version="v2").version == "v2"
+    again.close()
     x = np.ones((3, len(FEATURES["ttft"])))
     np.testing.assert_allclose(ModelStore(directory=tmp_path).active.predict("ttft", x), store.get("v2").predict("ttft", x))
 

@@ -17,7 +17,7 @@ from routing.features import (
     features_from_samples,
 )
 from routing.registry import Sample
-from routing.samples import SampleStore, load_bucket
+from routing.samples import SCHEMA_VERSION, SampleStore, load_bucket
 
 
 def sample(rid: str, *, kv=0.05, waiting=0, target="ttft", role="prefill", observed=100.0) -> Sample:
@@ -221,7 +221,7 @@ def test_file_from_a_newer_schema_is_refused_not_discarded(tmp_path):
     SampleStore(capacity=5, path=path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(ValueError, match=rf"sample store {path}: schema_version 99 is newer than this router's 1"):
+    with pytest.raises(ValueError, match=rf"sample store {path}: schema_version 99 is newer than this router's {SCHEMA_VERSION}"):
         SampleStore(capacity=5, path=path)
     assert not list(tmp_path.glob("*.corrupt-*"))
 
@@ -239,6 +239,7 @@ def test_samples_from_an_older_feature_set_are_dropped_with_a_warning(tmp_path, 
     with sqlite3.connect(path) as db:  # as a router before the prefill-batch fields wrote it
         db.execute("UPDATE meta SET value = ? WHERE key = 'raw_fields'", (json.dumps(old_fields),))
         db.execute("UPDATE samples SET features = ?", (np.zeros(len(old_fields)).tobytes(),))
+        _as_schema_1(db)
     with caplog.at_level("WARNING", logger="routing.samples"):
         again = SampleStore(capacity=5, path=path)
     assert len(again) == 0 and "2 stored samples lack current feature fields" in caplog.text
@@ -260,6 +261,7 @@ def test_stored_features_are_matched_by_name(tmp_path):
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = ? WHERE key = 'raw_fields'", (json.dumps(fields),))
         db.execute("UPDATE samples SET features = ?", (np.array([values[f] for f in fields]).tobytes(),))
+        _as_schema_1(db)
     again = SampleStore(capacity=5, path=path)
     (got,) = _pages(again)
     assert got["features"] == {f: float(i) for i, f in enumerate(RAW_FIELDS)}
@@ -279,12 +281,18 @@ def test_unclosed_store_reaches_the_file_within_the_flush_interval(tmp_path):
     store.add(sample("r1"))
     deadline = time.monotonic() + 5.0
     while True:  # as if the process were killed now: another reader opens the file
-        seen = [s["request_id"] for s in _pages(SampleStore(capacity=5, path=path))]
+        seen = _file_ids(path)
         if seen == ["r0", "r1"] or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     assert seen == ["r0", "r1"]
     store.close()
+
+
+def _as_schema_1(db) -> None:
+    """Make a file edited by hand look as a schema-1 router wrote it (no row checksums)."""
+    db.execute("ALTER TABLE samples DROP COLUMN crc")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
 
 
 def _file_ids(path) -> list[str]:
