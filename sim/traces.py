@@ -17,6 +17,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -264,10 +265,15 @@ def load_trace(path: str | Path, *, fmt: str | None = None, skip_malformed: bool
     """
     path = Path(path)
     fmt = fmt or detect_format(path)
-    if fmt == "azure":
-        return _load_azure(path, skip_malformed)
-    if fmt == "mooncake":
-        return _load_mooncake(path, skip_malformed)
+    # A gzip cut short past its first block fails only while the rows are read, and the
+    # decompressor's error does not say which file.
+    try:
+        if fmt == "azure":
+            return _load_azure(path, skip_malformed)
+        if fmt == "mooncake":
+            return _load_mooncake(path, skip_malformed)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: truncated or corrupt gzip data: {exc}") from None
     if fmt == "servegen":
         raise ValueError(
             f"{path}: is a ServeGen archive (per-window statistics, not requests): "
