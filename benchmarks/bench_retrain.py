@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import pickle
 import platform
 import statistics
 import sys
@@ -44,6 +45,7 @@ from connectors.profiles import load_profile_dir  # noqa: E402
 from routing.features import FEATURE_SET_VERSION  # noqa: E402
 from routing.predictor import ProfileEstimator  # noqa: E402
 from routing.training import (  # noqa: E402
+    STRATA,
     TrainingConfig,
     evaluate_all,
     fit_all,
@@ -72,7 +74,24 @@ VARIANTS = {
     "p90 calibration: per load bucket for both targets": {
         "p90_calibration": {"ttft": "load_bucket", "tpot": "load_bucket"}},
 }
-TARGETS = {"mape_max": 0.05, "p90_coverage": [0.88, 0.92], "training_s_max_100k": 10.0}
+TARGETS = {"mape_max": 0.05, "p90_coverage": [0.88, 0.92], "training_s_max_100k": 10.0,
+           "stratum_min_holdout": 500}
+
+
+def samples_cached(sc: dict, *, quick: bool, cache_dir: Path | None) -> tuple[list[dict], dict]:
+    """samples_for, read from / written to cache_dir when given (this benchmark's own recordings, pickled)."""
+    if cache_dir is None:
+        return samples_for(sc, quick=quick)
+    path = cache_dir / (sc["name"].replace(" ", "_").replace("(", "").replace(")", "") + ("-quick" if quick else "")
+                        + ".pkl")
+    if path.exists():
+        with path.open("rb") as f:
+            return pickle.load(f)
+    out = samples_for(sc, quick=quick)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        pickle.dump(out, f)
+    return out
 
 
 def samples_for(sc: dict, *, quick: bool) -> tuple[list[dict], dict]:
@@ -103,7 +122,7 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
     decision = gate(ev.candidate, estimate=ev.estimate, current=None, current_version=None, force=False, cfg=cfg)
     splits = splits_for(prepared, cfg)
     out = {"samples_used": len(used), "fit_s": round(fit_s, 2), "document_bytes": len(json.dumps(doc)),
-           "gate": decision.code}
+           "gate": decision.code, "strata": strata_of(ev.candidate)}
     for t in ("ttft", "tpot"):
         c, e = ev.candidate[t], ev.estimate[t]
         n_tr, n_cal, n_hold = splits[t].sizes()
@@ -118,6 +137,38 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
                         for b in c["buckets"] if b["n"]],
         }
     return out
+
+
+def _figures(m: dict) -> dict:
+    return {"n": m["n"], **{k: (None if m[k] is None else round(m[k], 5)) for k in ("mape", "p90_coverage", "p90_loss")}}
+
+
+def strata_of(candidate: dict) -> list[dict]:
+    """Per stratum (routing.training.STRATA): {"name", "n" (both targets' held-out rows), "ttft", "tpot"}."""
+    out = []
+    for i, stratum in enumerate(STRATA):
+        per = {t: _figures(candidate[t]["strata"][i]) for t in ("ttft", "tpot")}
+        out.append({"name": stratum.name, "n": per["ttft"]["n"] + per["tpot"]["n"], **per})
+    return out
+
+
+def target_misses(result: dict) -> list[str]:
+    """Every figure outside TARGETS: each scenario, and each stratum with enough held-out rows of a target."""
+    lo, hi = TARGETS["p90_coverage"]
+    misses = []
+    for s in result["scenarios"]:
+        blocks = [(s["name"], t, s[t] | {"n": s[t]["holdout"]}) for t in ("ttft", "tpot")]
+        blocks += [(f"{s['name']} / {st['name']}", t, st[t]) for st in s["strata"] for t in ("ttft", "tpot")
+                   if st[t]["n"] >= TARGETS["stratum_min_holdout"]]
+        for where, t, m in blocks:
+            if m["mape"] > TARGETS["mape_max"]:
+                misses.append(f"{where} {t} MAPE {m['mape']:.2%} (n={m['n']})")
+            if not lo <= m["p90_coverage"] <= hi:
+                misses.append(f"{where} {t} p90 coverage {m['p90_coverage']:.1%} (n={m['n']})")
+    tt = result.get("training_time")
+    if tt and tt["median_s"] > TARGETS["training_s_max_100k"]:
+        misses.append(f"training {tt['median_s']} s for {tt['samples']} samples")
+    return misses
 
 
 def training_time(samples: list[dict], cfg: TrainingConfig, *, n: int, repeats: int) -> dict:
@@ -155,6 +206,19 @@ def table(result: dict) -> str:
         for name, v in s["variants"].items():
             lines.append(f"| {s['name']} | {name} | {v['ttft']['mape']:.2%} | {v['ttft']['p90_coverage']:.1%} "
                          f"| {v['tpot']['mape']:.2%} | {v['tpot']['p90_coverage']:.1%} |")
+    lines += ["", "Per stratum (held-out rows, MAPE / p90 coverage; * fewer than "
+              f"{TARGETS['stratum_min_holdout']} rows, not held to the targets):", "",
+              "| scenario | stratum | TTFT n | TTFT MAPE | TTFT p90 cov. | TPOT n | TPOT MAPE | TPOT p90 cov. |",
+              "|---|---|---|---|---|---|---|---|"]
+    for s in result["scenarios"]:
+        for st in s["strata"]:
+            cells = []
+            for t in ("ttft", "tpot"):
+                m = st[t]
+                star = "*" if m["n"] < TARGETS["stratum_min_holdout"] else ""
+                cells += [f"{m['n']}{star}", "—" if m["mape"] is None else f"{m['mape']:.2%}",
+                          "—" if m["p90_coverage"] is None else f"{m['p90_coverage']:.1%}"]
+            lines.append(f"| {s['name']} | {st['name']} | " + " | ".join(cells) + " |")
     tt = result["training_time"]
     lines.append("")
     lines.append(f"Training time for {tt['samples']} samples (4 models, {tt['n_threads']} thread): median "
@@ -168,7 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-samples", type=int, default=100_000, help="newest samples used (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=3, help="training-time runs (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="5-minute windows, no JSON written (smoke run)")
+    ap.add_argument("--only", help="run only the scenario whose name starts with this (no JSON written)")
+    ap.add_argument("--no-variants", action="store_true", help="skip the training variants (no JSON written)")
+    ap.add_argument("--samples-cache", type=Path,
+                    help="folder keeping each scenario's recorded samples, to re-train without re-simulating")
     args = ap.parse_args(argv)
+    partial = args.quick or bool(args.only) or args.no_variants
     for p in (PROFILE_DIR, *(DATA / "traces" / s["trace"] for s in SCENARIOS)):
         if not p.exists():
             print(f"{p}: benchmark data not found (../shared/data beside the project)", file=sys.stderr)
@@ -177,15 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     estimate = ProfileEstimator(load_profile_dir(PROFILE_DIR))
     load_start = os.getloadavg()[0]
     scenarios, first_samples = [], None
-    for sc in SCENARIOS:
-        samples, info = samples_for(sc, quick=args.quick)
+    for sc in [s for s in SCENARIOS if not args.only or s["name"].startswith(args.only)]:
+        samples, info = samples_cached(sc, quick=args.quick, cache_dir=args.samples_cache)
         first_samples = first_samples if first_samples is not None else samples
         res = {"name": sc["name"], "trace": sc["trace"], "load_multiplier": sc["load_multiplier"],
                "window_s": sc["window_s"], **info, **evaluate_scenario(samples, cfg, estimate,
                                                                       max_samples=args.max_samples)}
         res["variants"] = {
             name: variant(samples, cfg.model_copy(update=update), estimate, max_samples=args.max_samples)
-            for name, update in VARIANTS.items()
+            for name, update in ({} if args.no_variants else VARIANTS).items()
         }
         scenarios.append(res)
         print(f"{sc['name']}: {info['requests']} requests, TTFT MAPE {res['ttft']['mape']:.2%}, "
@@ -205,8 +274,11 @@ def main(argv: list[str] | None = None) -> int:
         "training_time": training_time(first_samples, cfg, n=args.max_samples, repeats=args.repeats),
     }
     result["machine"]["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    result["targets_missed"] = target_misses(result)
     print(table(result))
-    if not args.quick:
+    print("targets missed:" if result["targets_missed"] else "every target met",
+          *result["targets_missed"], sep="\n  ")
+    if not partial:
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {OUT}")

@@ -26,6 +26,7 @@ from planner.config import ProfileConfig
 from routing.features import FEATURE_SETS, TARGETS
 from routing.predictor import ProfileEstimator
 from routing.training import (
+    STRATA,
     Evaluation,
     GateDecision,
     PreparedSamples,
@@ -203,6 +204,7 @@ def model_card(
               + "."]
     if evaluation is not None:
         lines += _metrics_section(evaluation)
+        lines += _strata_section(evaluation, cfg)
         lines += _bucket_section(evaluation)
         if evaluation.probe is not None:
             lines += _probe_section(evaluation.probe)
@@ -249,13 +251,40 @@ def _metrics_section(ev: Evaluation) -> list[str]:
     return lines
 
 
+def _strata_section(ev: Evaluation, cfg: TrainingConfig) -> list[str]:
+    lines = _comparison_head(ev, "## Per stratum (held out)",
+                             ["stratum", "target", "samples", "MAPE", "p90 coverage", "p90 loss"],
+                             ["current MAPE", "current p90 loss"])
+    for stratum in STRATA:
+        for t in TARGETS:
+            c = _stratum(ev.candidate[t], stratum.name)
+            row = (f"| {stratum.name} | {t} | {c['n']} | {_pct(c['mape'])} | {_pct(c['p90_coverage'], 1)} "
+                   f"| {_pct(c['p90_loss'])} |")
+            if ev.current is not None:
+                k = _stratum(ev.current[t], stratum.name)
+                row += f" {_pct(k['mape'])} | {_pct(k['p90_loss'])} |"
+            lines.append(row + f" {_pct(_stratum(ev.estimate[t], stratum.name)['mape'])} |")
+    lines += ["", f"Strata: queue depth (`waiting_requests`), KV-cache use (`kv_usage_frac`) and prompt length "
+              f"(`input_tokens`) of the endpoint at dispatch. The gate refuses a candidate whose MAPE or p90 loss "
+              f"in a stratum with at least {cfg.stratum_min_samples} held-out rows is more than "
+              f"{cfg.stratum_max_regression_frac:.0%} above the current model's."]
+    return lines
+
+
+def _comparison_head(ev: Evaluation, title: str, columns: list[str], current_columns: list[str]) -> list[str]:
+    """A section title and table header: columns, the current model's (when there is one), the estimate's MAPE."""
+    names = columns + (current_columns if ev.current is not None else []) + ["estimate MAPE"]
+    return ["", title, "", "| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+
+
+def _stratum(metrics: dict, name: str) -> dict:
+    return next(s for s in metrics["strata"] if s["name"] == name)
+
+
 def _bucket_section(ev: Evaluation) -> list[str]:
-    head = "| target | load bucket | samples | candidate MAPE | candidate p90 coverage |"
-    sep = "|---|---|---|---|---|"
-    if ev.current is not None:
-        head += " current MAPE |"
-        sep += "---|"
-    lines = ["", "## Per load bucket", "", head + " estimate MAPE |", sep + "---|"]
+    lines = _comparison_head(ev, "## Per load bucket",
+                             ["target", "load bucket", "samples", "candidate MAPE", "candidate p90 coverage"],
+                             ["current MAPE"])
     for t in TARGETS:
         for k, b in enumerate(ev.candidate[t]["buckets"]):
             row = f"| {t} | {b['bucket']} | {b['n']} | {_pct(b['mape'])} | {_pct(b['p90_coverage'], 1)} |"

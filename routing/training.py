@@ -22,7 +22,8 @@ routing service and calls, in order:
    estimate on the same held-out rows (`holdout_rows`: the most recent slice,
    with no endpoint holding more than `holdout_max_source_frac` of it, so a
    source of fabricated samples cannot decide the gate): MAPE of the mean prediction, p90
-   coverage and relative p90 (pinball) loss, overall and per load bucket.
+   coverage and relative p90 (pinball) loss, overall, per load bucket and per
+   stratum (STRATA: queue depth, KV-cache use, prompt length).
 5. `probe_document`: the candidate's predictions over a probe grid of the
    feature ranges it may meet when serving (prompts up to the context length,
    deep queues, big batches, KV usage 0-1, every role); a non-finite, zero or
@@ -30,7 +31,8 @@ routing service and calls, in order:
    when forced. Held-out rows only cover the load the fleet happened to see.
 6. `gate`: publish, refuse or skip, with the reason. Models are compared on
    MAPE of the point prediction and on the relative pinball loss of the p90
-   (which rewards a calibrated p90, unlike coverage alone).
+   (which rewards a calibrated p90, unlike coverage alone), on average and in
+   every stratum with enough held-out rows.
 
 Latencies are in ms throughout.
 """
@@ -71,6 +73,39 @@ BUCKET_EDGES: dict[Target, tuple[str, tuple[float, ...]]] = {
 }
 
 
+@dataclass(frozen=True)
+class Stratum:
+    """Held-out rows with lo <= feature < hi (hi None: open), scored apart from the average.
+
+    Both targets are scored in every stratum (on their own rows): the average
+    hides where routing decisions matter, because most requests meet an idle
+    endpoint.
+    """
+
+    name: str
+    feature: str
+    lo: float
+    hi: float | None
+
+    def select(self, target: Target, x: np.ndarray) -> np.ndarray:
+        """Boolean mask of the rows of x (full FEATURES[target] columns) in this stratum."""
+        col = x[:, FEATURES[target].index(self.feature)]
+        return (col >= self.lo) & (col < self.hi) if self.hi is not None else col >= self.lo
+
+
+# Load strata (queue depth, KV-cache use) and prompt-length bands; a row is in one of each group.
+STRATA: tuple[Stratum, ...] = (
+    Stratum("queue 0", "waiting_requests", 0, 1),
+    Stratum("queue 1-3", "waiting_requests", 1, 4),
+    Stratum("queue 4+", "waiting_requests", 4, None),
+    Stratum("kv < 80%", "kv_usage_frac", 0, 0.8),
+    Stratum("kv >= 80%", "kv_usage_frac", 0.8, None),
+    Stratum("prompt < 1k", "input_tokens", 0, 1024),
+    Stratum("prompt 1k-4k", "input_tokens", 1024, 4096),
+    Stratum("prompt >= 4k", "input_tokens", 4096, None),
+)
+
+
 class TrainingConfig(BaseModel):
     """Hyperparameters, data limits and gate thresholds of one retrain run."""
 
@@ -84,8 +119,9 @@ class TrainingConfig(BaseModel):
     min_holdout_samples: int = Field(200, ge=10, description="fewest held-out samples per target; fewer: skip the run")
     holdout_max_source_frac: float = Field(
         0.5, gt=0, le=1,
-        description="no endpoint (a sample's source) may hold more than this share of the held-out rows, or 1/k "
-        "with only k endpoints there; its oldest rows beyond it are left out of the evaluation",
+        description="no endpoint (a sample's source) may hold more of the held-out rows than this share, 1/k with "
+        "only k endpoints there, or its share of the rows before them, whichever is largest; its oldest rows "
+        "beyond it are left out of the evaluation",
     )
     max_ttft_ms: float = Field(600_000.0, gt=0, description="TTFT above this is absurd (dropped), ms")
     max_tpot_ms: float = Field(10_000.0, gt=0, description="TPOT above this is absurd (dropped), ms")
@@ -128,6 +164,16 @@ class TrainingConfig(BaseModel):
     )
     max_regression_frac: float = Field(
         0.05, ge=0, description="no target's MAPE or p90 loss may exceed the current model's by this relative margin"
+    )
+    stratum_min_samples: int = Field(
+        200, ge=1,
+        description="a stratum (STRATA: queue depth, KV use, prompt length) with at least this many held-out rows "
+        "of a target is gated on its own",
+    )
+    stratum_max_regression_frac: float = Field(
+        0.10, ge=0,
+        description="in a gated stratum, no MAPE or p90 loss may exceed the current model's by this relative margin "
+        "(looser than the average's: a stratum has fewer rows)",
     )
     probe_context_tokens: int = Field(
         131_072, ge=1, description="longest prompt the publish probe grid tries (the served context length), tokens"
@@ -300,24 +346,33 @@ def time_split(n: int, *, holdout_frac: float, calibration_frac: float) -> Split
 
 
 def holdout_rows(data: TargetData, split: Split, *, max_source_frac: float) -> np.ndarray:
-    """Row indices of the held-out slice that are evaluated: each source's most recent rows,
-    as many per source as keeps every source's share at most max(max_source_frac, 1/k)
-    of the rows kept (k: sources in the slice). Ascending."""
+    """Row indices of the held-out slice that are evaluated (ascending): each source's most
+    recent rows, as many as keep its share of the rows kept at most
+    max(max_source_frac, 1/k, its share of the rows before the slice) (k: sources in the slice).
+
+    A source that was as dominant before (an endpoint that simply serves more) keeps its
+    rows; one that floods the most recent samples is cut back to its earlier share.
+    """
     rows = np.arange(split.holdout.start, split.holdout.stop)
     if data.source is None or rows.size == 0:
         return rows
     names, inverse, counts = np.unique(data.source[rows].astype(str), return_inverse=True, return_counts=True)
-    share = max(max_source_frac, 1.0 / names.size)
-    caps = np.arange(1, counts.max() + 1)
-    kept_total = np.minimum(counts[:, None], caps[None, :]).sum(axis=0)
-    # A cap m is fine when the largest source's min(count, m) rows are at most `share` of all kept;
-    # m = 1 always is (share >= 1/k), and past the largest fine cap none is.
-    fine = np.minimum(counts.max(), caps) <= share * kept_total + 1e-9
-    cap = int(caps[fine].max())
+    before = data.source[: split.holdout.start].astype(str)
+    prior = np.array([np.mean(before == name) if before.size else 0.0 for name in names])
+    allowed = np.maximum(max(max_source_frac, 1.0 / names.size), prior)
+    kept = counts.copy()
+    while True:
+        # share <= a  <=>  count <= a / (1 - a) x (the others' rows); counts only fall, so this ends.
+        others = kept.sum() - kept
+        limit = np.where(allowed < 1, np.floor(allowed / np.maximum(1 - allowed, 1e-12) * others + 1e-9), kept)
+        new = np.minimum(kept, limit).astype(kept.dtype)
+        if np.array_equal(new, kept):
+            break
+        kept = new
     keep = np.zeros(rows.size, dtype=bool)
-    for k in np.flatnonzero(counts > cap):
-        keep[np.flatnonzero(inverse == k)[-cap:]] = True
-    keep |= counts[inverse] <= cap
+    for k in range(names.size):
+        mine = np.flatnonzero(inverse == k)
+        keep[mine[mine.size - kept[k]:]] = True
     return rows[keep]
 
 
@@ -589,14 +644,18 @@ def latency_metrics(y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray) -
 
 
 def evaluate(target: Target, x: np.ndarray, y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray) -> dict:
-    """Overall metrics plus one entry per load bucket (see BUCKET_EDGES)."""
+    """Overall metrics plus one entry per load bucket (see BUCKET_EDGES) and one per stratum (STRATA)."""
+    mean_ms, p90_ms = np.asarray(mean_ms), np.asarray(p90_ms)
     out = latency_metrics(y_ms, mean_ms, p90_ms)
     b = bucket_of(target, x)
     out["buckets"] = []
     for k, label in enumerate(bucket_labels(target)):
         sel = b == k
-        m = latency_metrics(y_ms[sel], np.asarray(mean_ms)[sel], np.asarray(p90_ms)[sel])
-        out["buckets"].append({"bucket": label, **m})
+        out["buckets"].append({"bucket": label, **latency_metrics(y_ms[sel], mean_ms[sel], p90_ms[sel])})
+    out["strata"] = []
+    for stratum in STRATA:
+        sel = stratum.select(target, x)
+        out["strata"].append({"name": stratum.name, **latency_metrics(y_ms[sel], mean_ms[sel], p90_ms[sel])})
     return out
 
 
@@ -787,7 +846,12 @@ def gate(
        target, even when forced;
     2. unless forced, better than the current model (when there is one): the
        score (mean of the four metrics) lower by min_improvement_frac, and none
-       of the four above the current one's by more than max_regression_frac.
+       of the four above the current one's by more than max_regression_frac;
+    3. unless forced, in every stratum (`strata` of each target's metrics, see
+       STRATA) with at least stratum_min_samples rows, neither metric above the
+       current one's by more than stratum_max_regression_frac: a model better
+       on average, because idle requests dominate, may be worse where the
+       queue is deep.
     """
     for t in TARGETS:
         for k in GATE_METRICS:
@@ -815,12 +879,40 @@ def gate(
                 return GateDecision(False, "refused_current",
                                     f"{t} {_NAMES[k]} {candidate[t][k]:.2%} regresses past the current model "
                                     f"{current_version}'s {current[t][k]:.2%} (+{cfg.max_regression_frac:.0%} allowed)")
+    regression = stratum_regression(candidate, current, cfg)
+    if regression is not None:
+        return GateDecision(False, "refused_current", f"{regression} (current model {current_version}; score "
+                                                      f"{cand:.2%} vs {cur:.2%} on average)")
     return GateDecision(True, "publish",
                         f"score {cand:.2%} beats current {current_version}'s {cur:.2%} "
                         f"(candidate {summary}; current {_summary(current)})")
 
 
 _NAMES = {"mape": "MAPE", "p90_loss": "p90 loss"}
+
+
+def stratum_regression(candidate: Mapping[Target, Mapping], current: Mapping[Target, Mapping],
+                       cfg: TrainingConfig) -> str | None:
+    """The first stratum where the candidate is worse than the current model past the margin (None: none).
+
+    Only strata where both were scored on at least cfg.stratum_min_samples
+    rows count (fewer rows: too noisy to refuse on). Metrics of a stratum
+    missing from either side are skipped.
+    """
+    for t in TARGETS:
+        current_strata = {s["name"]: s for s in current[t].get("strata", ())}
+        for c in candidate[t].get("strata", ()):
+            k_ = current_strata.get(c["name"])
+            if k_ is None or min(c["n"], k_["n"]) < cfg.stratum_min_samples:
+                continue
+            for k in GATE_METRICS:
+                if c[k] is None or k_[k] is None:
+                    continue
+                limit = k_[k] * (1 + cfg.stratum_max_regression_frac)
+                if c[k] > limit:
+                    return (f"{t} stratum {c['name']} (n={c['n']}): {_NAMES[k]} {c[k]:.2%} regresses past the "
+                            f"current model's {k_[k]:.2%} (+{cfg.stratum_max_regression_frac:.0%} allowed)")
+    return None
 
 
 def _summary(metrics: Mapping[Target, Mapping]) -> str:

@@ -12,6 +12,7 @@ import pytest
 from routing.features import FEATURE_SETS, FEATURES, RAW_FIELDS
 from routing.models import model_document, parse_model_document
 from routing.training import (
+    STRATA,
     PreparedSamples,
     TargetData,
     TrainingConfig,
@@ -198,6 +199,44 @@ def test_evaluate_reports_each_bucket():
                                            "p90_coverage": None, "p90_loss": None}
 
 
+# Four held-out TTFT rows: (waiting, kv, prompt tokens) -> observed, point, p90 (ms). Per row:
+#   r0 (0, 0.50,  500): y 100, mean  90 (APE .1), p90 120 covered, pinball y-q=-20 -> max(-18, 2) = 2/100 = .02
+#   r1 (2, 0.85, 2000): y 200, mean 260 (APE .3), p90 190 missed,  y-q=10 -> 9/200 = .045
+#   r2 (5, 0.90, 5000): y 400, mean 400 (APE 0),  p90 500 covered, y-q=-100 -> 10/400 = .025
+#   r3 (3, 0.79, 1024): y 100, mean 110 (APE .1), p90  80 missed,  y-q=20 -> 18/100 = .18
+STRATA_ROWS = np.array([[0, 0.50, 500], [2, 0.85, 2000], [5, 0.90, 5000], [3, 0.79, 1024]])
+STRATA_Y, STRATA_MEAN, STRATA_P90 = [100.0, 200.0, 400.0, 100.0], [90.0, 260.0, 400.0, 110.0], [120.0, 190.0, 500.0, 80.0]
+
+
+@pytest.mark.parametrize("name, n, mape, coverage, loss", [
+    pytest.param("queue 0", 1, 0.1, 1.0, 0.02, id="queue 0: r0"),
+    pytest.param("queue 1-3", 2, 0.2, 0.0, 0.1125, id="queue 1-3: r1 r3, (.3+.1)/2, (.045+.18)/2"),
+    pytest.param("queue 4+", 1, 0.0, 1.0, 0.025, id="queue 4+: r2"),
+    pytest.param("kv < 80%", 2, 0.1, 0.5, 0.1, id="kv < 80%: r0 r3 (0.79), (.02+.18)/2"),
+    pytest.param("kv >= 80%", 2, 0.15, 0.5, 0.035, id="kv >= 80%: r1 r2, (.3+0)/2, (.045+.025)/2"),
+    pytest.param("prompt < 1k", 1, 0.1, 1.0, 0.02, id="prompt < 1k: r0"),
+    pytest.param("prompt 1k-4k", 2, 0.2, 0.0, 0.1125, id="prompt 1k-4k: r1 r3 (1024 is in)"),
+    pytest.param("prompt >= 4k", 1, 0.0, 1.0, 0.025, id="prompt >= 4k: r2"),
+])
+def test_strata_metrics_by_hand(name, n, mape, coverage, loss):
+    x = np.zeros((4, len(FEATURES["ttft"])))
+    for j, f in enumerate(("waiting_requests", "kv_usage_frac", "input_tokens")):
+        x[:, FEATURES["ttft"].index(f)] = STRATA_ROWS[:, j]
+    out = evaluate("ttft", x, np.array(STRATA_Y), np.array(STRATA_MEAN), np.array(STRATA_P90))
+    assert [s["name"] for s in out["strata"]] == [s.name for s in STRATA]
+    got = next(s for s in out["strata"] if s["name"] == name)
+    assert got == {"name": name, "n": n, "mape": pytest.approx(mape), "p90_coverage": pytest.approx(coverage),
+                   "p90_loss": pytest.approx(loss)}
+
+
+def test_a_stratum_without_rows_has_no_figures():
+    x = np.zeros((2, len(FEATURES["tpot"])))  # waiting 0, kv 0, prompt 0: nothing queued, long or full
+    out = evaluate("tpot", x, np.array([5.0, 6.0]), np.array([5.0, 6.0]), np.array([6.0, 7.0]))
+    by = {s["name"]: s for s in out["strata"]}
+    assert by["queue 0"]["n"] == 2 and by["queue 0"]["mape"] == 0.0
+    assert by["queue 4+"] == {"name": "queue 4+", "n": 0, "mape": None, "p90_coverage": None, "p90_loss": None}
+
+
 # -- models and export ----------------------------------------------------------------------
 
 
@@ -304,6 +343,42 @@ def test_gate(cand, current, force, cfg_kw, code):
     assert decision.publish == code.startswith("publish")
     if code in ("publish", "refused_current") and current is not None:
         assert "v0" in decision.reason  # the reason names the model it was compared with
+
+
+def with_strata(metrics, target="ttft", **strata):
+    """metrics with strata added to one target: name=(n, mape, p90_loss)."""
+    out = {t: dict(v) for t, v in metrics.items()}
+    out[target]["strata"] = [{"name": name.replace("_", " ").replace("plus", "+"), "n": n, "mape": mape,
+                              "p90_coverage": 0.9, "p90_loss": loss} for name, (n, mape, loss) in strata.items()]
+    return out
+
+
+# Candidate better on average (score .035 < current .045) in each case; current's queue 4+ stratum:
+# n 600, MAPE .08, p90 loss .05. Allowed: .08 * 1.10 = .088 and .05 * 1.10 = .055.
+CURRENT = with_strata(m(.05, .05, .04, .04), queue_0=(5000, .01, .01), queue_4plus=(600, .08, .05))
+
+
+@pytest.mark.parametrize("cand, code, named", [
+    pytest.param(with_strata(m(.04, .04, .03, .03), queue_0=(5000, .005, .008), queue_4plus=(600, .10, .05)),
+                 "refused_current", "ttft stratum queue 4+ (n=600): MAPE 10.00% regresses past the current "
+                 "model's 8.00% (+10% allowed)", id="better on average, queue 4+ MAPE .10 > .088: refused"),
+    pytest.param(with_strata(m(.04, .04, .03, .03), queue_0=(5000, .005, .008), queue_4plus=(600, .08, .06)),
+                 "refused_current", "ttft stratum queue 4+ (n=600): p90 loss 6.00% regresses",
+                 id="queue 4+ p90 loss .06 > .055: refused"),
+    pytest.param(with_strata(m(.04, .04, .03, .03), queue_0=(5000, .005, .008), queue_4plus=(600, .087, .054)),
+                 "publish", "", id="queue 4+ MAPE .087 <= .088, loss .054 <= .055: within the margin"),
+    pytest.param(with_strata(m(.04, .04, .03, .03), queue_0=(5000, .005, .008), queue_4plus=(150, .20, .20)),
+                 "publish", "", id="queue 4+ with 150 < 200 rows: too few to refuse on"),
+    pytest.param(with_strata(m(.04, .04, .03, .03), queue_4plus=(600, .10, .05)), "publish_forced", "",
+                 id="forced past a stratum regression"),
+])
+def test_gate_refuses_a_stratum_regression(cand, code, named):
+    decision = gate(cand, estimate=EST, current=CURRENT, current_version="v0", force=code == "publish_forced",
+                    cfg=CFG)
+    assert decision.code == code, decision.reason
+    assert named in decision.reason and "\n" not in decision.reason
+    if code == "refused_current":
+        assert "v0" in decision.reason
 
 
 # -- per-bucket calibration and feature sets ------------------------------------------------
@@ -513,3 +588,9 @@ def test_model_card_names_the_failed_probe():
     assert f"**Decision** `refused_probe`: {decision.reason}" in card
     assert "## Probe grid" in card
     assert "| ttft | mean | " in card and "| inf |" in card
+    # The per-stratum table: every stratum, both targets, with its held-out count.
+    assert "## Per stratum (held out)" in card
+    for st in STRATA:
+        for t in ("ttft", "tpot"):
+            n = next(x["n"] for x in probed.candidate[t]["strata"] if x["name"] == st.name)
+            assert f"| {st.name} | {t} | {n} | " in card
