@@ -12,6 +12,9 @@ are; the placeholders are:
   pool and variant labels when configured)
 - `${peak_window}` / `${peak_step}`: MetricsConfig.peak_window_s / peak_step_s as
   PromQL durations (the sub-interval peak-rate query)
+- `${frontend_targets_selector}`: label matchers for the frontends' scrape
+  targets, i.e. their `up` series (MetricsConfig.frontend_targets_selector)
+- `${targets_lookback}`: MetricsConfig.frontend_targets_lookback_s as a PromQL duration
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by", "peak_window", "peak_step"})
+PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by", "peak_window", "peak_step",
+                          "frontend_targets_selector", "targets_lookback"})
 
 
 class _Strict(BaseModel):
@@ -84,6 +88,16 @@ class QueryTemplates(_Strict):
         "max(timestamp(dynamo_frontend_requests_started_total{${frontend_selector}}))"
         " or max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",
         description="Unix time of the newest frontend sample, seconds (staleness check)",
+    )
+    frontend_targets: str = Field(
+        "up{${frontend_targets_selector}}",
+        description="one series per frontend scrape target, 1 when its last scrape succeeded (Prometheus' up); "
+        "empty: partial frontend scrapes are not checked",
+    )
+    frontend_targets_seen: str = Field(
+        "max_over_time(count(up{${frontend_targets_selector}})[${targets_lookback}:])",
+        description="the most frontend scrape targets Prometheus knew at once within the lookback: a frontend whose "
+        "target vanished from service discovery still counts as expected; empty: only the targets known now",
     )
     kv_usage_frac: str = Field(
         'max by (${pod_group_by}) (max_over_time({__name__=~"vllm[:_]kv_cache_usage_perc",${worker_selector}}[1m]))',
@@ -169,6 +183,23 @@ class MetricsConfig(_Strict):
     worker_selector: str = Field(
         "", description='PromQL label matchers for vLLM worker metrics, no braces, e.g. namespace="dyn"'
     )
+    frontend_targets_selector: str = Field(
+        'job=~"(.+/)?dynamo-frontend.*"',
+        description="PromQL label matchers, no braces, for the frontends' scrape targets (their up series carry the "
+        "scrape's target labels, not the metrics' own): the default matches a job named dynamo-frontend on a raw "
+        "scrape and a Prometheus-operator PodMonitor's <namespace>/dynamo-frontend... job; narrow it, e.g. with "
+        'namespace="dynamo"; empty: partial frontend scrapes are not checked',
+    )
+    frontend_targets_lookback_s: float = Field(
+        600.0, gt=0, le=86_400,
+        description="a frontend target seen within this long still counts as expected after service discovery "
+        "drops it, s (a rolling restart that surges past the usual count holds scale-down this long)",
+    )
+    expect_worker_metrics: bool = Field(
+        True,
+        description="every ready worker exports the worker queries' series: fewer reporting pods than the fleet's "
+        "ready replicas in a pool mark the metrics partial; false for fleets whose workers export none",
+    )
     queries: QueryTemplates = Field(default_factory=QueryTemplates)
     pools: PoolMapping = Field(default_factory=PoolMapping)
     stale_after_s: float = Field(
@@ -193,7 +224,7 @@ class MetricsConfig(_Strict):
             raise ValueError(f"metrics.prometheus_url must start with http:// or https://, got {value!r}")
         return value.rstrip("/")
 
-    @field_validator("frontend_selector", "worker_selector")
+    @field_validator("frontend_selector", "worker_selector", "frontend_targets_selector")
     @classmethod
     def _matchers(cls, value: str, info) -> str:
         if not _MATCHERS_RE.match(value):

@@ -15,6 +15,10 @@ One `collect` call evaluates the configured PromQL (see connectors.config) at
 - optionally, the interval's peak arrival rate over a short window (and its
   history), for sub-interval bursts; without it the planner assumes flat
   arrivals within an interval and the observation says so in `notes`
+- coverage: how many frontend scrape targets are up of how many Prometheus
+  knows (or knew within a lookback), and how many pods of each pool report
+  worker series of how many the fleet has ready; frontend metrics are sums
+  over frontends, so a missing one makes the load look smaller
 
 Each value says what it is: None where Prometheus had no data (or 0/0 for an
 interval without requests), and `stale_reasons` explaining series that are
@@ -29,6 +33,7 @@ import logging
 import math
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,7 +43,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from connectors.config import MetricsConfig
-from planner.types import LoadHistory, Observation, PodMetrics, Pool
+from planner.types import POOLS, LoadHistory, Observation, PodMetrics, Pool, ScrapeCoverage
 
 log = logging.getLogger(__name__)
 
@@ -100,12 +105,17 @@ class PrometheusCollector:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def collect(self, *, now_s: float, interval_s: float, history_intervals: int) -> Observation:
+    def collect(
+        self, *, now_s: float, interval_s: float, history_intervals: int,
+        expected_workers: Mapping[Pool, int] | None = None,
+    ) -> Observation:
         """Observation for the interval ending at now_s.
 
         now_s: evaluation time, Unix seconds.
         interval_s: adjustment interval, seconds (the averaging window and history step).
         history_intervals: how many intervals of history to read back (>= 1).
+        expected_workers: per pool, the replicas that should report worker
+            series (the fleet's ready replicas); None: worker coverage not checked.
         """
         if not interval_s > 0:
             raise ValueError(f"collect: interval_s must be > 0, got {interval_s}")
@@ -122,7 +132,10 @@ class PrometheusCollector:
         pods = self._pods(now_s=now_s, interval_s=interval_s, stale=stale)
         peak_rps = self._peak(now_s=now_s, interval_s=interval_s, notes=notes)
         history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals, arrivals=arrivals)
+        coverage = (self._frontend_coverage(now_s=now_s, interval_s=interval_s),
+                    *self._worker_coverage(pods, expected_workers))
         return Observation(
+            coverage=coverage,
             peak_rps=peak_rps,
             peak_window_s=self.cfg.peak_window_s if self.cfg.queries.peak_rps.strip() else None,
             notes=tuple(notes),
@@ -150,6 +163,8 @@ class PrometheusCollector:
             pod_group_by=", ".join(self.cfg.pools.group_by_labels()),
             peak_window=promql_duration(self.cfg.peak_window_s),
             peak_step=promql_duration(self.cfg.peak_step_s),
+            frontend_targets_selector=self.cfg.frontend_targets_selector,
+            targets_lookback=promql_duration(self.cfg.frontend_targets_lookback_s),
         )
 
     def _run(self, name: str, query: str, call):
@@ -227,6 +242,50 @@ class PrometheusCollector:
             )
             return None
         return samples[0].value
+
+    def _frontend_coverage(self, *, now_s: float, interval_s: float) -> ScrapeCoverage:
+        """Frontend scrape targets up now, of the most Prometheus knew at once within the lookback.
+
+        `up` exists on a raw scrape and a relabelled one alike (a target that
+        fails its scrape reads 0); a target service discovery dropped has no
+        `up` at all, hence the lookback. No matching target: expected 0 (not
+        checked), and `detail` says why.
+        """
+        what = "frontend targets"
+        if not self.cfg.frontend_targets_selector or not self.cfg.queries.frontend_targets.strip():
+            return ScrapeCoverage(what, 0, 0, "not checked: metrics.frontend_targets_selector or "
+                                              "queries.frontend_targets is empty")
+        targets = self._instant("frontend_targets", now_s=now_s, interval_s=interval_s)
+        seen = 0
+        if self.cfg.queries.frontend_targets_seen.strip():
+            samples = self._instant("frontend_targets_seen", now_s=now_s, interval_s=interval_s)
+            seen = int(max((s.value for s in samples if s.value is not None), default=0))
+        expected = max(len(targets), seen)
+        if expected == 0:
+            return ScrapeCoverage(what, 0, 0, f"not checked: no up series match "
+                                              f"metrics.frontend_targets_selector {self.cfg.frontend_targets_selector!r}")
+        down = sorted(_target_name(s.labels) for s in targets if s.value != 1)
+        parts = [f"down: {', '.join(down)}"] if down else []
+        if seen > len(targets):
+            parts.append(f"{seen - len(targets)} no longer discovered (seen within "
+                         f"{self.cfg.frontend_targets_lookback_s:g} s)")
+        return ScrapeCoverage(what, expected, len(targets) - len(down), "; ".join(parts))
+
+    def _worker_coverage(
+        self, pods: tuple[PodMetrics, ...], expected: Mapping[Pool, int] | None
+    ) -> tuple[ScrapeCoverage, ...]:
+        """Per pool with ready replicas: pods reporting worker series of the replicas the fleet has ready."""
+        if expected is None or not self.cfg.expect_worker_metrics:
+            return ()
+        out = []
+        for pool in POOLS:
+            n = int(expected.get(pool, 0))
+            if n <= 0:
+                continue
+            present = sum(p.pool == pool for p in pods)
+            out.append(ScrapeCoverage(f"{pool} workers", n, present,
+                                      f"{present} pods report worker series, the fleet has {n} ready"))
+        return tuple(out)
 
     def _check_age(self, *, now_s: float, interval_s: float, stale: list[str]) -> None:
         samples = self._instant("newest_sample_s", now_s=now_s, interval_s=interval_s)
@@ -349,6 +408,11 @@ class PrometheusCollector:
 def _number(text) -> float | None:
     value = float(text)
     return value if math.isfinite(value) else None
+
+
+def _target_name(labels: dict) -> str:
+    """A scrape target as people know it: its pod, else its instance, else all its labels."""
+    return labels.get("pod") or labels.get("instance") or str(labels)
 
 
 def _ms(seconds: float | None) -> float | None:

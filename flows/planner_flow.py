@@ -65,6 +65,7 @@ def planner_flow(
             now_s=now,
             interval_s=cfg.adjustment_interval_s,
             history_intervals=cfg.predictor.history_intervals,
+            fleet=fleet,
         )
     obs = apply_what_if(observation, overrides)
 

@@ -42,6 +42,9 @@ def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run
     row("collect", "avg TTFT / ITL ms", f"{_fmt(obs.avg_ttft_ms, 1)} / {_fmt(obs.avg_itl_ms, 2)}")
     row("collect", "history points", str(len(obs.history) if obs.history is not None else 0), stale or "fresh")
     row("collect", "pods reporting", str(len(obs.pods)))
+    for c in obs.coverage:
+        row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
+            c.detail)
     if obs.peak_rps is not None or obs.notes:
         peak = "n/a" if obs.peak_rps is None else f"{obs.peak_rps:.2f} req/s"
         window = f"busiest {obs.peak_window_s:.0f} s window" if obs.peak_window_s else "not measured"

@@ -341,6 +341,13 @@ class DecisionConfig(_Strict):
         description="hold when the observation is older than this, s; None: two adjustment intervals",
     )
     allow_scale_to_zero: bool = Field(False, description="permit 0 replicas (needs min_replicas 0 too)")
+    partial_metrics_max_missing_frac: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="no scale-down when more than this share of a kind of metric source (frontend scrape targets, "
+        "a pool's workers) is missing: sums over the rest understate the load; 0: any one missing",
+    )
     scale_down_min_history_intervals: int = Field(
         5,
         ge=0,

@@ -6,6 +6,7 @@ them, so every rule is table-testable on its own:
 
     hold gates       previous decision still in flight; stale observation
     sizing_targets   the SLA sizing, or current replicas where load data is missing
+    hold_on_partial_metrics  some frontends or workers not reporting: no target below current
     apply_guardrail  saturation floor: may raise a target, vetoes an unsafe scale-down
     clamp_to_bounds  per-pool min/max                    -> the run's recommendation
     stabilize_scale_down  HPA-style: down only to the highest recent recommendation
@@ -115,6 +116,32 @@ def stale_gate(*, obs: Observation, cfg: DecisionConfig, now_s: float) -> Reason
     )
 
 
+def partial_metrics_gate(*, obs: Observation, cfg: DecisionConfig) -> Reason | None:
+    """A hold reason when more than cfg.partial_metrics_max_missing_frac of a kind of metric source is missing.
+
+    obs.coverage says, per kind (frontend scrape targets, each pool's
+    workers), how many reported of how many should have; a kind with none
+    expected was not checked. Sums over the sources that did report understate
+    the load, so the data is a lower bound: good for a scale-up, never for a
+    scale-down.
+    """
+    short = [c for c in obs.coverage if c.expected > 0 and c.missing_frac > cfg.partial_metrics_max_missing_frac]
+    if not short:
+        return None
+    numbers: dict[str, float] = {"max_missing_frac": cfg.partial_metrics_max_missing_frac}
+    parts = []
+    for c in short:
+        key = c.source.replace(" ", "_")
+        numbers[f"{key}_expected"] = float(c.expected)
+        numbers[f"{key}_present"] = float(c.present)
+        parts.append(f"{c.missing} of {c.expected} {c.source} missing" + (f" ({c.detail})" if c.detail else ""))
+    return Reason(
+        ReasonCode.HOLD_PARTIAL_METRICS, None,
+        "metrics partial: " + "; ".join(parts) + ": no scale-down on what is left (a scale-up still stands)",
+        numbers,
+    )
+
+
 def missing_load_metrics(obs: Observation) -> tuple[str, ...]:
     """Names of the load metrics the interval lacks (None, NaN or inf).
 
@@ -160,6 +187,21 @@ def sizing_targets(*, sizing: Mapping[Pool, PoolSizing], current: Targets, missi
                    numbers)
         )
     return targets, reasons
+
+
+def hold_on_partial_metrics(targets: Targets, *, current: Targets, partial: Reason | None) -> Step:
+    """With partial metrics (partial_metrics_gate's reason), raise every target below current to current.
+
+    A target above current stands: the load of the sources that reported is a
+    lower bound of the whole.
+    """
+    if partial is None:
+        return dict(targets), []
+    out = {p: max(targets[p], current[p]) for p in POOLS}
+    numbers = dict(partial.numbers)
+    numbers.update({f"{p}_sized_replicas": float(targets[p]) for p in POOLS})
+    numbers.update({f"{p}_current_replicas": float(current[p]) for p in POOLS})
+    return out, [Reason(partial.code, None, partial.message, numbers)]
 
 
 def apply_guardrail(
@@ -502,7 +544,10 @@ def _sized_targets(
     missing = missing_load_metrics(obs)
     targets, r = sizing_targets(sizing=sizing, current=current, missing=missing)
     reasons += r
-    idle = cfg.allow_scale_to_zero and not missing and obs.num_requests == 0
+    partial = partial_metrics_gate(obs=obs, cfg=cfg)
+    targets, r = hold_on_partial_metrics(targets, current=current, partial=partial)
+    reasons += r
+    idle = cfg.allow_scale_to_zero and not missing and partial is None and obs.num_requests == 0
     targets, r = apply_guardrail(targets, saturation=saturation, current=current, idle_scale_to_zero=idle)
     reasons += r
     targets, r = clamp_to_bounds(targets, cfg=cfg)
@@ -535,9 +580,11 @@ __all__ = [
     "decide",
     "finish",
     "fit_gpu_budget",
+    "hold_on_partial_metrics",
     "hold_scale_down_in_warmup",
     "limit_step",
     "missing_load_metrics",
+    "partial_metrics_gate",
     "previous_decision_gate",
     "sizing_targets",
     "stabilize_scale_down",

@@ -76,6 +76,36 @@ class PodMetrics:
 
 
 @dataclass(frozen=True)
+class ScrapeCoverage:
+    """How many of the metric sources behind a signal reported, for one kind of source.
+
+    source: what was counted, e.g. "frontend targets" or "decode workers".
+    expected: how many should report: scrape targets Prometheus knows or knew
+        within its lookback; ready replicas the fleet reports. 0: not checked
+        (`detail` says why).
+    present: how many reported.
+    detail: which are missing and why (instances down, targets gone), for the run's reason.
+
+    Frontend metrics are sums over frontends: with one of two missing, the
+    load looks halved. The decide step never scales down on such data.
+    """
+
+    source: str
+    expected: int
+    present: int
+    detail: str = ""
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.expected - self.present)
+
+    @property
+    def missing_frac(self) -> float:
+        """Missing share of the expected sources, 0..1 (0 when none are expected)."""
+        return self.missing / self.expected if self.expected > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the collect step saw for one adjustment interval.
 
@@ -87,7 +117,9 @@ class Observation:
     shorter than the interval hide in its mean rate; the ratio of the two is
     the interval's burst ratio (planner.burst). None: not measured, and the
     planner behaves as without it. `notes` says why a signal that does not
-    make the observation stale was missing.
+    make the observation stale was missing. `coverage`: per kind of metric
+    source (frontend scrape targets, each pool's workers), how many reported of
+    how many should have; empty when not measured.
     """
 
     taken_at_s: float
@@ -103,6 +135,7 @@ class Observation:
     peak_rps: float | None = None
     peak_window_s: float | None = None
     notes: tuple[str, ...] = ()
+    coverage: tuple[ScrapeCoverage, ...] = ()
 
     @property
     def is_stale(self) -> bool:
@@ -189,6 +222,7 @@ class ReasonCode(str, enum.Enum):
     WARMUP_NO_SCALE_DOWN = "warmup_no_scale_down"
     HOLD_MISSING_METRICS = "hold_missing_metrics"
     HOLD_STALE_METRICS = "hold_stale_metrics"
+    HOLD_PARTIAL_METRICS = "hold_partial_metrics"
     HOLD_PREVIOUS_NOT_DONE = "hold_previous_not_done"
     PREVIOUS_DECISION_TIMED_OUT = "previous_decision_timed_out"
     SCALE_UP_PAST_PENDING = "scale_up_past_pending"

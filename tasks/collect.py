@@ -7,7 +7,7 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.base import ConcurrentWriteError, Connector, make_connector
 from connectors.config import ConnectorConfig, MetricsConfig
-from planner.types import FleetState, Observation
+from planner.types import POOLS, FleetState, Observation
 
 # Backoff for calls that cross the network: 2 s, 4 s, 8 s, then the run fails visibly.
 NETWORK_RETRY_DELAYS_S = [2, 4, 8]
@@ -37,13 +37,17 @@ network_task = dict(
 
 @task(**network_task)
 def collect_metrics(
-    metrics: MetricsConfig, *, now_s: float, interval_s: float, history_intervals: int
+    metrics: MetricsConfig, *, now_s: float, interval_s: float, history_intervals: int,
+    fleet: FleetState | None = None,
 ) -> Observation:
-    """Averages over the last interval, per-pod saturation signals and the load history."""
+    """Averages over the last interval, per-pod saturation signals, the load history and how many
+    frontends and workers reported (of the fleet's ready replicas, when `fleet` is given)."""
     from connectors.prometheus import PrometheusCollector
 
+    expected = None if fleet is None else {p: getattr(fleet, p).ready_replicas for p in POOLS}
     with PrometheusCollector(metrics) as collector:
-        return collector.collect(now_s=now_s, interval_s=interval_s, history_intervals=history_intervals)
+        return collector.collect(now_s=now_s, interval_s=interval_s, history_intervals=history_intervals,
+                                 expected_workers=expected)
 
 
 @task(**network_task)

@@ -205,6 +205,12 @@ def write_gauge(writer: OpenMetricsWriter, *, name: str, labels: dict, points: l
         writer.sample(family=name, kind="gauge", name=name, labels=labels, value=value, t_s=t_s)
 
 
+def write_up(writer: OpenMetricsWriter, *, labels: dict, points: list[tuple[float, float]],
+             job: str = "dynamo-frontend") -> None:
+    """Prometheus' own `up` series of one scrape target (1: the scrape worked, 0: it failed)."""
+    write_gauge(writer, name="up", labels={"job": job, **labels}, points=points)
+
+
 # -- the server --------------------------------------------------------------
 
 class PrometheusServer:

@@ -16,10 +16,14 @@ from prometheus_client import Counter, Gauge, Histogram
 import connectors.prometheus as prom_module
 from connectors.config import MetricsConfig, PoolMapping, QueryTemplates
 from connectors.prometheus import PrometheusCollector, PrometheusUnavailableError, promql_duration
+from planner.config import DecisionConfig
+from planner.decide import decide
+from planner.types import FleetState, PoolSizing, PoolState, ScrapeCoverage
 from tests.fixtures_net import free_port
 from tests.fixtures_prometheus import (  # noqa: F401  (fixtures)
     ANCHOR_S,
     FrontendInterval,
+    LiveExporter,
     OpenMetricsWriter,
     PrometheusServer,
     live_exporter,
@@ -28,6 +32,7 @@ from tests.fixtures_prometheus import (  # noqa: F401  (fixtures)
     write_gauge,
     write_kit_scrape,
     write_requests,
+    write_up,
 )
 
 INTERVAL_S = 60.0
@@ -85,6 +90,7 @@ def collect_data(prometheus_server: PrometheusServer) -> PrometheusServer:
     write_gauge(w, name="vllm:kv_cache_usage_perc", labels={"namespace": "collect-pct", "pod": "x-decode-1"},
                 points=[(END_S, 57.0)])
     write_burst_counter(w, labels={"namespace": "collect-burst"})
+    write_partial_frontends(w)
     prometheus_server.backfill(w.render())
     return prometheus_server
 
@@ -107,6 +113,27 @@ def write_burst_counter(w: OpenMetricsWriter, *, labels: dict) -> None:
         points.append((END_S - INTERVAL_S + 5 * j, total))
     for t_s, value in points:
         write_requests(w, labels=labels, value=value, t_s=t_s)
+
+
+def write_partial_frontends(w: OpenMetricsWriter) -> None:
+    """Two frontends per scenario, each 100 requests per interval while it is scraped.
+
+    collect-partial: fe-b's scrapes fail from END_S - 60 on (up 0, no more samples).
+    collect-gone: fe-d's target left service discovery at END_S - 400 (its up ends there).
+    collect-whole: both up throughout.
+    """
+    every_15s = [END_S - 600 + 15 * j for j in range(41)]
+    for ns, frontend, last_s in (("collect-partial", "fe-a", END_S), ("collect-partial", "fe-b", END_S - 60),
+                                 ("collect-gone", "fe-c", END_S), ("collect-gone", "fe-d", END_S - 400),
+                                 ("collect-whole", "fe-e", END_S), ("collect-whole", "fe-f", END_S)):
+        labels = {"namespace": ns, "instance": frontend}
+        n = round((last_s - (END_S - 300)) / INTERVAL_S)
+        write_frontend_intervals(w, labels=labels, start_s=END_S - 300, interval_s=INTERVAL_S,
+                                 intervals=[FrontendInterval(100, 0.1, 0.01, 500, 100)] * max(n, 0))
+        if ns == "collect-gone" and last_s < END_S:
+            write_up(w, labels=labels, points=[(t_s, 1.0) for t_s in every_15s if t_s <= last_s])
+        else:
+            write_up(w, labels=labels, points=[(t_s, 1.0 if t_s <= last_s else 0.0) for t_s in every_15s])
 
 
 def collector(server: PrometheusServer, namespace: str, **overrides) -> PrometheusCollector:
@@ -388,3 +415,111 @@ def test_the_simulated_frontend_exports_what_a_real_one_does():
     started = sum(s.value for s in ours["dynamo_frontend_requests_started"].samples if s.name.endswith("_total"))
     finished = sum(s.value for s in ours["dynamo_frontend_requests"].samples if s.name.endswith("_total"))
     assert started == finished == len(build_trace(cfg)) > 0
+
+
+# -- partial scrapes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("namespace, expected", [
+    pytest.param("collect-partial", ScrapeCoverage("frontend targets", 2, 1, "down: fe-b"), id="one target down"),
+    pytest.param("collect-gone", ScrapeCoverage("frontend targets", 2, 1, "1 no longer discovered (seen within 600 s)"),
+                 id="one target gone from discovery 400 s ago"),
+    pytest.param("collect-whole", ScrapeCoverage("frontend targets", 2, 2, ""), id="both up"),
+])
+def test_frontend_targets_up_of_those_known(collect_data, namespace, expected):
+    obs = collector(collect_data, namespace, frontend_targets_selector=f'namespace="{namespace}"').collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=3)
+    assert obs.coverage == (expected,)
+    assert obs.stale_reasons == ()
+
+
+def test_half_the_frontends_down_holds_the_decision_with_the_numbers(collect_data):
+    """The failing frontend's requests vanish from the sum: 100 counted where 200 arrived. The decision
+    from that observation keeps the fleet (a sizing of (1, 1) would halve it) and names the missing target."""
+    partial = collector(collect_data, "collect-partial", frontend_targets_selector='namespace="collect-partial"')
+    obs = partial.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=3)
+    whole = collector(collect_data, "collect-whole", frontend_targets_selector='namespace="collect-whole"').collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=3)
+    assert (obs.num_requests, whole.num_requests) == (pytest.approx(100.0), pytest.approx(200.0))
+
+    fleet = FleetState(prefill=PoolState(2, 2), decode=PoolState(4, 4))
+    sizing = {p: PoolSizing(p, 1) for p in ("prefill", "decode")}
+    cfg = DecisionConfig(scale_down_min_history_intervals=0)  # three intervals of history are enough here
+    held = decide(sizing=sizing, saturation=None, fleet=fleet, obs=obs, cfg=cfg, now_s=END_S)
+    assert (held.prefill_replicas, held.decode_replicas, held.apply) == (2, 4, False)
+    (reason,) = [r for r in held.reasons if r.code.value == "hold_partial_metrics"]
+    assert "1 of 2 frontend targets missing (down: fe-b)" in reason.message
+    assert (reason.numbers["frontend_targets_expected"], reason.numbers["frontend_targets_present"]) == (2, 1)
+    scaled = decide(sizing=sizing, saturation=None, fleet=fleet, obs=whole, cfg=cfg, now_s=END_S)
+    assert (scaled.prefill_replicas, scaled.decode_replicas) == (1, 1)
+    assert "hold_partial_metrics" not in scaled.codes()
+
+
+def test_frontend_targets_not_checked_when_nothing_matches(collect_data):
+    obs = collector(collect_data, "collect-steady", frontend_targets_selector='job="no-such-job"').collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    (frontend,) = obs.coverage
+    assert (frontend.expected, frontend.present) == (0, 0)
+    assert frontend.detail.startswith("not checked: no up series match metrics.frontend_targets_selector")
+    off = collector(collect_data, "collect-steady", frontend_targets_selector="").collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert off.coverage[0].expected == 0 and "frontend_targets_selector or queries.frontend_targets is empty" in \
+        off.coverage[0].detail
+
+
+def test_worker_coverage_against_the_fleets_ready_replicas(collect_data):
+    # collect-steady has one prefill and one decode pod reporting.
+    c = collector(collect_data, "collect-steady", frontend_targets_selector="")
+    obs = c.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1,
+                    expected_workers={"prefill": 1, "decode": 2})
+    assert obs.coverage[1:] == (
+        ScrapeCoverage("prefill workers", 1, 1, "1 pods report worker series, the fleet has 1 ready"),
+        ScrapeCoverage("decode workers", 2, 1, "1 pods report worker series, the fleet has 2 ready"),
+    )
+    idle = c.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1,
+                     expected_workers={"prefill": 0, "decode": 1})
+    assert [x.source for x in idle.coverage[1:]] == ["decode workers"]  # a pool with none ready is not checked
+    silent = collector(collect_data, "collect-steady", frontend_targets_selector="", expect_worker_metrics=False)
+    assert silent.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1,
+                          expected_workers={"prefill": 1, "decode": 2}).coverage[1:] == ()
+
+
+def _frontend_exporter(prometheus_server: PrometheusServer, namespace: str) -> LiveExporter:
+    """A live exporter serving a frontend's request counter and histograms, scraped with `namespace`."""
+    exporter = LiveExporter()
+    reg = exporter.registry
+    started = Counter("dynamo_frontend_requests_started", "started", ["model"], registry=reg)
+    for name in ("time_to_first_token_seconds", "inter_token_latency_seconds", "input_sequence_tokens",
+                 "output_sequence_tokens"):
+        Histogram(f"dynamo_frontend_{name}", name, ["model"], registry=reg).labels("m").observe(1.0)
+    started.labels("m").inc(10)
+    prometheus_server.add_scrape_target(exporter.address, labels={"namespace": namespace})
+    return exporter
+
+
+def test_live_frontend_stopped_is_a_target_down(prometheus_server):
+    """Two frontends scraped every second; one stops: its target reads up 0 and the collector says which."""
+    ns = "live-partial"
+    a, b = _frontend_exporter(prometheus_server, ns), _frontend_exporter(prometheus_server, ns)
+    try:
+        c = collector(prometheus_server, ns, frontend_targets_selector=f'namespace="{ns}"')
+        # Two scrapes of each: increase() over the interval needs two samples, else the frontend queries are empty.
+        prometheus_server.wait_for_series(f'count(count_over_time(up{{namespace="{ns}"}}[1m]) >= 2) == 2')
+        both = c.collect(now_s=time.time(), interval_s=60.0, history_intervals=1)
+        assert both.coverage == (ScrapeCoverage("frontend targets", 2, 2, ""),)
+        b.close()
+        prometheus_server.wait_for_series(f'up{{namespace="{ns}",instance="{b.address}"}} == 0')
+        one = c.collect(now_s=time.time(), interval_s=60.0, history_intervals=1)
+        assert one.stale_reasons == ()
+        assert one.coverage == (ScrapeCoverage("frontend targets", 2, 1, f"down: {b.address}"),)
+        fleet = FleetState(prefill=PoolState(2, 2), decode=PoolState(4, 4))
+        sizing = {p: PoolSizing(p, 1) for p in ("prefill", "decode")}
+        held = decide(sizing=sizing, saturation=None, fleet=fleet, obs=one,
+                      cfg=DecisionConfig(scale_down_min_history_intervals=0), now_s=time.time())
+        assert (held.prefill_replicas, held.decode_replicas) == (2, 4), held.codes()
+        assert any(r.code.value == "hold_partial_metrics" and f"1 of 2 frontend targets missing (down: {b.address})"
+                   in r.message for r in held.reasons), held.reasons
+    finally:
+        for exporter in (a, b):
+            prometheus_server.remove_scrape_target(exporter.address)
+        a.close()

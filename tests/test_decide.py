@@ -17,9 +17,11 @@ from planner.decide import (
     decide,
     finish,
     fit_gpu_budget,
+    hold_on_partial_metrics,
     hold_scale_down_in_warmup,
     limit_step,
     missing_load_metrics,
+    partial_metrics_gate,
     previous_decision_gate,
     sizing_targets,
     stabilize_scale_down,
@@ -35,6 +37,7 @@ from planner.types import (
     PoolSizing,
     PoolState,
     ReasonCode,
+    ScrapeCoverage,
 )
 
 NOW = 10_000.0
@@ -61,11 +64,16 @@ def fleet(prefill=2, decode=4, *, gpus=(1, 1), last=None, history=(), ready=None
     )
 
 
-def obs(*, num_requests=600.0, isl=1000.0, osl=200.0, taken_at_s=NOW, stale=(), pods=()):
+def obs(*, num_requests=600.0, isl=1000.0, osl=200.0, taken_at_s=NOW, stale=(), pods=(), coverage=()):
     return Observation(
         taken_at_s=taken_at_s, interval_s=60.0, num_requests=num_requests, avg_isl_tokens=isl,
         avg_osl_tokens=osl, avg_ttft_ms=120.0, avg_itl_ms=9.0, pods=tuple(pods), stale_reasons=tuple(stale),
+        coverage=tuple(coverage),
     )
+
+
+def frontends(expected, present, detail=""):
+    return ScrapeCoverage("frontend targets", expected, present, detail)
 
 
 def sizing(prefill, decode):
@@ -146,6 +154,51 @@ def test_missing_load_metrics(o, missing):
 
 
 # ---------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize(
+    "coverage, max_frac, held",
+    [
+        pytest.param((), 0.0, False, id="not measured: no hold"),
+        pytest.param((frontends(2, 2),), 0.0, False, id="2 of 2 frontend targets up"),
+        pytest.param((frontends(2, 1, "down: fe-b"),), 0.0, True, id="1 of 2 down: 0.5 > 0"),
+        pytest.param((frontends(0, 0, "not checked: no up series"),), 0.0, False, id="none expected: not checked"),
+        pytest.param((frontends(4, 3),), 0.25, False, id="1 of 4 = 0.25, not > 0.25"),
+        pytest.param((frontends(4, 2),), 0.25, True, id="2 of 4 = 0.5 > 0.25"),
+        pytest.param((ScrapeCoverage("decode workers", 4, 3),), 0.0, True, id="3 of 4 decode workers report"),
+        pytest.param((ScrapeCoverage("decode workers", 2, 3),), 0.0, False, id="3 pods, 2 ready: none missing"),
+    ],
+)
+def test_partial_metrics_gate(coverage, max_frac, held):
+    reason = partial_metrics_gate(obs=obs(coverage=coverage), cfg=cfg(partial_metrics_max_missing_frac=max_frac))
+    assert (reason is not None) == held
+    if held:
+        assert reason.code == ReasonCode.HOLD_PARTIAL_METRICS and reason.pool is None
+
+
+def test_partial_metrics_gate_names_what_is_missing_with_numbers():
+    reason = partial_metrics_gate(obs=obs(coverage=(frontends(2, 1, "down: 10.0.0.7:8000"), frontends(0, 0))),
+                                  cfg=cfg())
+    assert reason.message.startswith("metrics partial: 1 of 2 frontend targets missing (down: 10.0.0.7:8000): ")
+    assert reason.numbers == {"max_missing_frac": 0.0, "frontend_targets_expected": 2.0,
+                              "frontend_targets_present": 1.0}
+
+
+@pytest.mark.parametrize(
+    "targets, expected",
+    [
+        pytest.param(t(1, 1), t(2, 4), id="sized down on half the load: held at current"),
+        pytest.param(t(3, 6), t(3, 6), id="a scale-up from what is present is a lower bound: stands"),
+        pytest.param(t(1, 6), t(2, 6), id="one pool down (held), the other up (stands)"),
+    ],
+)
+def test_hold_on_partial_metrics(targets, expected):
+    partial = partial_metrics_gate(obs=obs(coverage=(frontends(2, 1),)), cfg=cfg())
+    out, reasons = hold_on_partial_metrics(targets, current=t(2, 4), partial=partial)
+    assert out == expected
+    assert codes(reasons) == [(ReasonCode.HOLD_PARTIAL_METRICS, None)]
+    assert reasons[0].numbers["prefill_sized_replicas"] == targets["prefill"]
+    assert hold_on_partial_metrics(targets, current=t(2, 4), partial=None) == (targets, [])
 
 
 def test_sizing_targets_take_the_sla_sizing():
@@ -463,12 +516,34 @@ def test_decide_hold_still_enforces_changed_bounds():
         pytest.param(obs(isl=None, pods=steady_pods(kv=0.1, queue=0)), id="ISL missing"),
         pytest.param(obs(pods=pool_pods("prefill", [(None, None)] * 2) + pool_pods("decode", [(math.nan, 0)] * 4)),
                      id="every pod's metrics missing/NaN"),
+        pytest.param(obs(pods=steady_pods(kv=0.1, queue=0), coverage=(frontends(2, 1),)),
+                     id="1 of 2 frontend targets down"),
     ],
 )
 def test_decide_never_shrinks_on_missing_or_stale_data(o):
     d = run(fl=fleet(2, 4), sz=sizing(1, 1), o=o)
     assert (d.prefill_replicas, d.decode_replicas, d.apply) == (2, 4, False)
     assert any(c.startswith("hold_") for c in d.codes())
+
+
+def test_decide_holds_on_partial_frontend_scrapes_and_scales_down_once_whole():
+    """Half the frontends down: the load looks halved and sizes (1, 1); the run holds (2, 4) and says why.
+    Both up: the same sizing goes ahead."""
+    half = run(fl=fleet(2, 4), sz=sizing(1, 1), o=obs(coverage=(frontends(2, 1, "down: fe-b"),)), sat=None)
+    assert (half.prefill_replicas, half.decode_replicas, half.apply) == (2, 4, False)
+    assert "hold_partial_metrics" in half.codes()
+    (reason,) = [r for r in half.reasons if r.code == ReasonCode.HOLD_PARTIAL_METRICS]
+    assert "1 of 2 frontend targets missing (down: fe-b)" in reason.message
+    assert (reason.numbers["frontend_targets_expected"], reason.numbers["frontend_targets_present"]) == (2, 1)
+    whole = run(fl=fleet(2, 4), sz=sizing(1, 1), o=obs(coverage=(frontends(2, 2),)), sat=None)
+    assert (whole.prefill_replicas, whole.decode_replicas, whole.apply) == (1, 1, True)
+    assert "hold_partial_metrics" not in whole.codes()
+
+
+def test_decide_scales_up_on_partial_metrics():
+    d = run(fl=fleet(2, 4), sz=sizing(3, 6), o=obs(coverage=(frontends(2, 1),)), sat=None)
+    assert (d.prefill_replicas, d.decode_replicas, d.apply) == (3, 6, True)
+    assert "hold_partial_metrics" in d.codes() and "scale_up" in d.codes()
 
 
 def test_decide_missing_load_still_lets_the_guardrail_scale_up():

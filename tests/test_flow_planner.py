@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from flows.report import artifact_key
 from planner.config import PlannerConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, PodMetrics
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
+from tests.fixtures_prometheus import prometheus_server  # noqa: F401  (fixture)
 
 INTERVAL_S = 60.0
 
@@ -202,3 +204,83 @@ def test_another_writer_between_read_and_apply_makes_the_run_decide_again(prefec
     state = json.loads((tmp_path / "fleet.json").read_text())
     assert state["decision_id"] == 1  # the other writer's 0, then ours, decided from the fleet it left
     assert (state["prefill"], state["decode"]) == (out["decision"]["prefill_replicas"], out["decision"]["decode_replicas"])
+
+
+# -- partial scrapes: a real Prometheus, the whole run ----------------------------------------------------------
+
+FLOW_END_S = 1_700_006_400.0 + 3600.0  # an hour after the fixtures' fixed anchor
+
+
+@pytest.fixture(scope="module")
+def partial_scrape_data(prometheus_server):
+    """Two frontends (100 requests each per minute) and 3 + 3 idle workers over ten intervals, per namespace.
+
+    flow-partial: frontend fe-b's scrapes fail in the last interval (up 0, its counters stop).
+    flow-whole: both frontends up throughout.
+    """
+    from tests.fixtures_prometheus import (
+        FrontendInterval,
+        OpenMetricsWriter,
+        write_frontend_intervals,
+        write_gauge,
+        write_up,
+    )
+
+    w = OpenMetricsWriter()
+    start_s = FLOW_END_S - 10 * INTERVAL_S
+    every_15s = [start_s + 15 * j for j in range(41)]
+    for ns in ("flow-partial", "flow-whole"):
+        for frontend in ("fe-a", "fe-b"):
+            down_from_s = FLOW_END_S - INTERVAL_S if (ns, frontend) == ("flow-partial", "fe-b") else math.inf
+            labels = {"namespace": ns, "instance": frontend}
+            served = 9 if down_from_s < math.inf else 10
+            write_frontend_intervals(w, labels=labels, start_s=start_s, interval_s=INTERVAL_S,
+                                     intervals=[FrontendInterval(100, 0.05, 0.005, 500, 100)] * served)
+            write_up(w, labels=labels, points=[(t_s, 0.0 if t_s > down_from_s else 1.0) for t_s in every_15s])
+        for pool in ("prefill", "decode"):
+            for i in range(3):
+                pod = {"namespace": ns, "pod": f"worker-{pool}-{i}"}
+                write_gauge(w, name="vllm:kv_cache_usage_perc", labels=pod, points=[(t, 0.05) for t in every_15s])
+                write_gauge(w, name="vllm:num_requests_waiting", labels=pod, points=[(t, 0.0) for t in every_15s])
+    prometheus_server.backfill(w.render())
+    return prometheus_server
+
+
+def _prometheus_run_config(tmp_path: Path, profile_dir: Path, server, namespace: str) -> PlannerRunConfig:
+    from connectors.config import MetricsConfig
+
+    selector = f'namespace="{namespace}"'
+    return PlannerRunConfig(
+        planner=PlannerConfig(namespace=namespace, profile=ProfileConfig(dir=str(profile_dir))),
+        metrics=MetricsConfig(prometheus_url=server.url, frontend_selector=selector, worker_selector=selector,
+                              frontend_targets_selector=selector),
+        connector=LocalConnectorConfig(state_path=str(tmp_path / f"{namespace}.json"),
+                                       initial_prefill_replicas=3, initial_decode_replicas=3),
+    )
+
+
+def test_a_frontend_down_holds_the_run_and_the_artifact_says_so(prefect_harness, partial_scrape_data, tmp_path,
+                                                                  h200_profile_dir):
+    """200 requests a minute on 3 + 3 idle replicas: with both frontends scraped the run scales down; with
+    fe-b down only 100 are counted, and the run holds 3 + 3 with the reason and its numbers."""
+    from flows.planner_flow import planner_flow
+
+    whole = planner_flow(config=_prometheus_run_config(tmp_path, h200_profile_dir, partial_scrape_data, "flow-whole"),
+                         now_s=FLOW_END_S)
+    assert whole["applied"] and whole["decision"]["decode_replicas"] < 3, whole["decision"]["reasons"]
+    assert "hold_partial_metrics" not in [r["code"] for r in whole["decision"]["reasons"]]
+
+    out = planner_flow(config=_prometheus_run_config(tmp_path, h200_profile_dir, partial_scrape_data, "flow-partial"),
+                       now_s=FLOW_END_S)
+    d = out["decision"]
+    assert (d["prefill_replicas"], d["decode_replicas"], out["applied"]) == (3, 3, False)
+    (held,) = [r for r in d["reasons"] if r["code"] == "hold_partial_metrics"]
+    assert "1 of 2 frontend targets missing (down: fe-b)" in held["message"]
+    assert held["numbers"]["frontend_targets_expected"] == 2 and held["numbers"]["frontend_targets_present"] == 1
+
+    newest = max(_artifact(artifact_key("decision", "flow-partial")), key=lambda a: a.created)
+    rows = {r["item"]: r for r in json.loads(newest.data)}
+    assert rows["frontend targets reporting"]["value"] == "1 of 2"
+    assert rows["frontend targets reporting"]["detail"] == "down: fe-b"
+    assert rows["decode workers reporting"]["value"] == "3 of 3"
+    assert "1 of 2 frontend targets missing" in rows["reason hold_partial_metrics"]["detail"]
