@@ -13,7 +13,8 @@
    Wall-clock percentiles include preemption by other processes on this shared
    machine; the thread-CPU-time percentiles show the picker's own cost.
 2. HTTP: `sla-planner router` in its own process (uvicorn, one worker) with
-   100 endpoints and the published model; a separate load-generator process
+   100 endpoints and the published model, its data plane authenticated
+   (every call carries the data token, as a gateway's would); a separate load-generator process
    sends POST /v1/route (critical requests: routed, never shed) open-loop at
    a fixed rate (keep-alive connections) and, for every routed request, a
    `completed` event 0.2-1.5 s later, batched every 50 ms into
@@ -54,6 +55,8 @@ sys.path.insert(0, str(ROOT))
 PROFILE_DIR = ROOT.parent / "shared" / "data" / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
 OUT = ROOT / "benchmarks" / "results" / "routing.json"
 TOKEN = "bench-token-not-secret"
+# The data plane's token: every route, event and probe call carries it, as a gateway's would.
+DATA_TOKEN = "bench-data-token-not-secret"
 QOS = {
     "none": {"latency_ms": 5.0, "bandwidth_gbyte_per_s": 10.0},
     "zone": {"latency_ms": 1.0, "bandwidth_gbyte_per_s": 25.0},
@@ -229,7 +232,7 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "routing.yaml"
         cfg.write_text(json.dumps({"profile_dir": str(PROFILE_DIR), "seed": 0, "picker": PICKER}))
-        env = {**os.environ, "SLA_ROUTER_TOKEN": TOKEN}
+        env = {**os.environ, "SLA_ROUTER_TOKEN": TOKEN, "SLA_ROUTER_DATA_TOKEN": DATA_TOKEN}
         server = subprocess.Popen(
             [sys.executable, "-m", "planner_cli.main", "router", "--host", "127.0.0.1", "--port", str(port),
              "--config", str(cfg), "--log-level", "warning"],
@@ -267,7 +270,7 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
             health = httpx.get(f"{url}/healthz", timeout=5).json()
             # The HTTP floor: a call through the same server, guard, validation and
             # error answer that does no routing work (a 404 for an unknown request).
-            with httpx.Client(base_url=url, timeout=5) as client:
+            with httpx.Client(base_url=url, timeout=5, headers={"Authorization": f"Bearer {DATA_TOKEN}"}) as client:
                 probe_calls, cpu1 = 2000, _cpu_seconds(server.pid)
                 for _ in range(probe_calls):
                     client.post("/v1/requests/no-such-request/first_token", json={})
@@ -279,6 +282,7 @@ def bench_http(*, rps: float, seconds: float, endpoints: int, document: dict | N
     load1 = os.getloadavg()
     result.update({
         "endpoints": endpoints,
+        "data_token": True,
         "model": model,
         "requests_in_flight_at_end": health["requests_in_flight"],
         "server_cpu_s": round(server_cpu_s, 2),
@@ -311,7 +315,7 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
     from routing.registry import Endpoint
 
     cfg = RouterConfig.model_validate({"profile_dir": str(PROFILE_DIR), "seed": 0, "picker": PICKER})
-    app = create_app(cfg, token=TOKEN)
+    app = create_app(cfg, token=TOKEN, data_token=DATA_TOKEN)
     svc = app.state.service
     for eid, role, domains in fleet_specs(endpoints):
         svc.register(Endpoint(id=eid, role=role, domains=domains))
@@ -325,6 +329,7 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                  "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
                  "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                             (b"authorization", b"Bearer " + DATA_TOKEN.encode()),
                              (b"content-length", str(len(body)).encode())],
                  "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}
         started = {}
@@ -429,6 +434,7 @@ class _Conn:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         data = json.dumps(body).encode() if body is not None else b""
         head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Authorization: Bearer {DATA_TOKEN}\r\n"
                 f"Content-Length: {len(data)}\r\n\r\n").encode()
         try:
             self.writer.write(head + data)

@@ -350,16 +350,20 @@ def _data(sources: list[str]) -> TargetData:
                       source=np.array(sources, dtype=object))
 
 
-@pytest.mark.parametrize("holdout, frac, expected", [
-    pytest.param("aaaaaabbcd", 0.5, "aaaabbcd",
-                 id="a 6 of 10: cap 4 -> a 4, b 2, c 1, d 1 = 8 rows, a 4/8 = 0.5"),
-    pytest.param("aaaaaaaabb", 0.5, "aabb", id="two sources: equal shares, a's 2 newest"),
-    pytest.param("abcabcabca", 0.5, "abcabcabca", id="no source above half: all kept"),
-    pytest.param("aaaa", 0.5, "aaaa", id="one source: 1/k = 1, all kept"),
-    pytest.param("aaaaaabbcd", 0.25, "abcd", id="at max(0.25, 1/4): cap 2 gives a 2/6 > 1/4, cap 1 one each"),
+@pytest.mark.parametrize("before, holdout, frac, expected", [
+    pytest.param("x" * 10, "aaaaaabbcd", 0.5, "aaaabbcd",
+                 id="a 6 of 10: a <= 0.5/0.5 x (2+1+1) = 4 -> 8 rows, a 4/8"),
+    pytest.param("x" * 10, "aaaaaaaabb", 0.5, "aabb", id="two sources: a <= 1 x 2, its 2 newest"),
+    pytest.param("x" * 10, "abcabcabca", 0.5, "abcabcabca", id="no source above half: all kept"),
+    pytest.param("x" * 10, "aaaa", 0.5, "aaaa", id="one source: 1/k = 1, all kept"),
+    pytest.param("x" * 10, "aaaaaabbcd", 0.25, "abcd",
+                 id="at max(0.25, 1/4): a <= 1/3 x 4 = 1, then b <= 1/3 x 3 = 1"),
+    pytest.param("aaaaaaaabb", "aaaaaaaabb", 0.5, "aaaaaaaabb",
+                 id="a held 0.8 before too: an endpoint that serves more keeps its share"),
+    pytest.param("aaaaabbbbb", "aaaaaaaabb", 0.5, "aabb", id="a held 0.5 before, 0.8 now: cut to 0.5"),
 ])
-def test_holdout_rows_cap_each_source(holdout, frac, expected):
-    data = _data(list("x" * 10 + holdout))
+def test_holdout_rows_cap_each_source(before, holdout, frac, expected):
+    data = _data(list(before + holdout))
     split = Split(slice(0, 10), slice(10, 10), slice(10, 10 + len(holdout)))
     rows = holdout_rows(data, split, max_source_frac=frac)
     assert "".join(data.source[rows]) == expected
@@ -391,7 +395,9 @@ def test_a_flood_on_one_endpoint_cannot_dominate_the_held_out_rows():
     split = time_split(data.n, holdout_frac=cfg.holdout_frac, calibration_frac=cfg.calibration_frac)
     held = data.source[split.holdout]
     assert (held == "p0").mean() >= 0.7  # the most recent slice is mostly the flood
+    p0_before = (data.source[: split.holdout.start] == "p0").mean()  # 200 honest + 60 fabricated of 480
+    assert p0_before == pytest.approx(260 / 480)
     rows = holdout_rows(data, split, max_source_frac=cfg.holdout_max_source_frac)
     scored = data.source[rows]
-    assert (scored == "p0").mean() <= 0.5 and (scored == "p1").sum() > 0
-    assert (data.y_ms[rows] >= 500_000).mean() <= 0.5
+    assert (scored == "p0").mean() <= p0_before + 0.01 and (scored == "p1").sum() == (held == "p1").sum()
+    assert (data.y_ms[rows] >= 500_000).mean() <= p0_before + 0.01
