@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -43,26 +42,24 @@ def run(args: argparse.Namespace) -> int:
     if args.intervals < 1:
         print("sla-planner plan: --intervals must be >= 1", file=sys.stderr)
         return 2
-    # Prefect's ephemeral API starts with the first flow run; on a busy machine it needs
-    # longer than its 20 s default.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    # The ephemeral server's telemetry service would phone home (and, offline, log an error and
-    # contend for the SQLite database with the flow runs); a local run keeps to itself.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if not args.verbose:
-        # The printed table is the output; Prefect's per-task INFO lines stay in the UI.
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from planner_cli.local_prefect import prefect_api, prefect_env
+
+    prefect_env(verbose=args.verbose)
     from connectors.config import LocalConnectorConfig
     from connectors.local import LocalConnector
     from connectors.profiles import load_profile
     from flows.config import load_run_config
-    from flows.planner_flow import planner_flow
     from sim.engine import FleetSim, SimConfig, interval_observation
     from sim.lookup import ProfileTables
     from sim.traces import load_trace, multiply_load
 
+    # Every input is read before Prefect starts: a bad one is one line at once.
     try:
         cfg = load_run_config(args.config)
+        try:
+            profile = load_profile(cfg.planner.profile)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{args.config}: planner.profile: {exc}") from None
         trace = load_trace(args.trace)
     except (ValueError, OSError) as exc:
         print(f"sla-planner plan: {exc}", file=sys.stderr)
@@ -80,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
     )
     cfg = cfg.model_copy(update={"connector": connector_cfg})
     interval_s = cfg.planner.adjustment_interval_s
-    profile = load_profile(cfg.planner.profile)
     sim = FleetSim(
         trace,
         ProfileTables(profile),
@@ -94,23 +90,27 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"replaying {trace.name} x{args.load_multiplier:g} ({len(trace.arrival_s)} requests) "
         f"through {profile.name}; SLA TTFT {cfg.planner.slo.ttft_ms:g} ms, ITL {cfg.planner.slo.itl_ms:g} ms; "
-        f"interval {interval_s:g} s; state in {state_dir}"
+        f"interval {interval_s:g} s; state in {state_dir}",
+        flush=True,
     )
-    print(f"{'t':>6}  {'req':>6}  {'forecast':>8}  {'prefill':>9}  {'decode':>9}  reasons")
-    for i in range(1, args.intervals + 1):
-        t = i * interval_s
-        sim.run_until(t)
-        stats = sim.take_interval_stats()
-        history.add(t, stats)
-        obs = interval_observation(
-            stats, taken_at_s=t, interval_s=interval_s, history=history.series(), pods=sim.pod_metrics(t)
-        )
-        out = planner_flow(config=cfg, observation=obs, now_s=t)
-        # The "deployment environment": the simulator follows the targets the planner wrote.
-        fleet = environment.read_fleet(now_s=t)
-        sim.set_target("prefill", fleet.prefill.current_replicas, t)
-        sim.set_target("decode", fleet.decode.current_replicas, t)
-        print(_line(t, obs.num_requests, out))
+    with prefect_api("plan", verbose=args.verbose, debug=args.debug):
+        from flows.planner_flow import planner_flow
+
+        print(f"{'t':>6}  {'req':>6}  {'forecast':>8}  {'prefill':>9}  {'decode':>9}  reasons", flush=True)
+        for i in range(1, args.intervals + 1):
+            t = i * interval_s
+            sim.run_until(t)
+            stats = sim.take_interval_stats()
+            history.add(t, stats)
+            obs = interval_observation(
+                stats, taken_at_s=t, interval_s=interval_s, history=history.series(), pods=sim.pod_metrics(t)
+            )
+            out = planner_flow(config=cfg, observation=obs, now_s=t)
+            # The "deployment environment": the simulator follows the targets the planner wrote.
+            fleet = environment.read_fleet(now_s=t)
+            sim.set_target("prefill", fleet.prefill.current_replicas, t)
+            sim.set_target("decode", fleet.decode.current_replicas, t)
+            print(_line(t, obs.num_requests, out), flush=True)
     sim.run_until(args.intervals * interval_s + 600)
     _print_outcome(sim, cfg.planner.slo, until_s=args.intervals * interval_s)
     return 0

@@ -555,11 +555,12 @@ def _deploy(opts: StackOptions, state_dir: Path, state: dict, *, log) -> None:
     ):
         done = subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=opts.start_timeout_s)
-        with (state_dir / "logs" / "prefect-cli.log").open("a") as out:
+        cli_log = state_dir / "logs" / "prefect-cli.log"
+        with cli_log.open("a") as out:
             out.write(f"$ {' '.join(argv[1:])}\n{done.stdout}\n{done.stderr}\n")
         if done.returncode != 0:
-            raise StackError(f"`prefect {' '.join(argv[1:])}` failed ({done.returncode}):\n"
-                             f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+            raise StackError(f"deployments: `prefect {' '.join(argv[1:3])}` failed (exit {done.returncode})"
+                             f"{_log_pointer(cli_log)}")
     import yaml
 
     names = [d["name"] for d in yaml.safe_load(prefect_file.read_text()).get("deployments", [])]
@@ -746,12 +747,18 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _log_tail(comp: dict, lines: int = 25) -> str:
-    path = Path(comp.get("log", ""))
+def _log_tail(comp: dict) -> str:
+    """Where the component's log is and its last line, on the error's one line."""
+    return _log_pointer(Path(comp.get("log", "")))
+
+
+def _log_pointer(path: Path, *, width: int = 160) -> str:
     if not path.is_file():
         return ""
-    tail = path.read_text(errors="replace").splitlines()[-lines:]
-    return f"\n--- {path} (last {len(tail)} lines) ---\n" + "\n".join(tail)
+    last = next((line.strip() for line in reversed(path.read_text(errors="replace").splitlines()) if line.strip()),
+                "")
+    last = last if len(last) <= width else last[: width - 3] + "..."
+    return f"; log {path}" + (f", last line: {last}" if last else " (empty)")
 
 
 def _check_binaries() -> None:

@@ -111,23 +111,45 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"sla-planner what-if: {exc}", file=sys.stderr)
         return 2
-    bar = None
-    progress = None
-    if not args.no_progress and sc.policy != "oracle":
+    bars: dict = {}
+    progress = oracle_progress = None
+    if not args.no_progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(trace), unit="req", desc=f"{sc.policy}", file=sys.stderr, dynamic_ncols=True)
+        def open_oracle_bar():
+            # The oracle replays the trace once per sweep step and verify round, each about as long
+            # as the policy's replay: one tick per replay, the step it finished as the postfix.
+            bars["oracle"] = tqdm(unit="replay", desc="oracle", file=sys.stderr, dynamic_ncols=True,
+                                  bar_format="{desc}: {n} replays [{elapsed}]{postfix}")
+            bars["oracle"].refresh()
 
-        def progress(done: int, total: int) -> None:
-            bar.update(done - bar.n)
+        def oracle_progress(step: str) -> None:
+            if "oracle" not in bars:
+                open_oracle_bar()
+            bars["oracle"].set_postfix_str(step.removeprefix("oracle "), refresh=False)
+            bars["oracle"].update(1)
+
+        if sc.policy == "oracle":
+            open_oracle_bar()
+        else:
+            bars["policy"] = tqdm(total=len(trace), unit="req", desc=f"{sc.policy}", file=sys.stderr,
+                                  dynamic_ncols=True)
+
+            def progress(done: int, total: int) -> None:
+                bars["policy"].update(done - bars["policy"].n)
+                if done >= total and sc.with_oracle and "oracle" not in bars:
+                    open_oracle_bar()  # every request has arrived: the oracle starts after the drain
+
+        if not (sc.policy == "oracle" or sc.with_oracle):
+            oracle_progress = None
 
     try:
-        summary, _ = run_what_if(sc, trace=trace, progress=progress)
+        summary, _ = run_what_if(sc, trace=trace, progress=progress, oracle_progress=oracle_progress)
     except ValueError as exc:
         print(f"sla-planner what-if: {exc}", file=sys.stderr)
         return 2
     finally:
-        if bar is not None:
+        for bar in bars.values():
             bar.close()
     if trace.skipped_lines:
         print(f"skipped {trace.skipped_lines} malformed lines: {'; '.join(trace.skipped_examples)}", file=sys.stderr)

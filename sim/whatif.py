@@ -130,8 +130,13 @@ def run_what_if(
     *,
     trace: Trace | None = None,
     progress: Callable[[int, int], None] | None = None,
+    oracle_progress: Callable[[str], None] | None = None,
 ) -> tuple[dict, ReplayResult]:
-    """Replay the scenario; (JSON summary, replay). Oracle GPU-hours when asked or when it is the policy."""
+    """Replay the scenario; (JSON summary, replay). Oracle GPU-hours when asked or when it is the policy.
+
+    progress: called with (requests done, total) during the policy's replay.
+    oracle_progress: called with a line after each of the oracle's replays (dozens of them).
+    """
     import time
 
     from sim.oracle import oracle_plan
@@ -161,7 +166,7 @@ def run_what_if(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)
         if sc.policy == "oracle":
-            plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas)
+            plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas, progress=oracle_progress)
             result = plan.result
             oracle_gpu_hours = result.gpu_hours
         else:
@@ -169,7 +174,7 @@ def run_what_if(
             result = replay(trace, tables, policy, scenario=scenario, router=router, progress=progress)
             if sc.with_oracle:
                 oracle_gpu_hours = oracle_plan(
-                    trace, tables, scenario=scenario, max_replicas=sc.max_replicas
+                    trace, tables, scenario=scenario, max_replicas=sc.max_replicas, progress=oracle_progress
                 ).result.gpu_hours
     summary = summarize(
         result,
