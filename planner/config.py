@@ -366,6 +366,36 @@ class DecisionConfig(_Strict):
         return self
 
 
+class FastPathConfig(_Strict):
+    """Scale-up between adjustment intervals when the saturation guardrail or the router's shedding fires.
+
+    A watcher polls the guardrail's per-pod queue and KV-cache series (and the
+    routing service's shed counter) every poll_s and emits a Prefect event; the
+    planner deployment's trigger starts a scale-up-only run at once (see
+    docs/control.md, Fast path).
+    """
+
+    enabled: bool = Field(
+        False,
+        description="run the watcher's trigger and model it in the simulator; off by default: on azure_code x8 it "
+        "did not raise attainment enough to pay for its GPU-hours (docs/control.md, Fast path)",
+    )
+    poll_s: float = Field(5.0, gt=0, le=600, description="how often the watcher reads the saturation signal, s")
+    cooldown_s: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="no fast-path scale-up within this long of the last applied decision (either kind), s; "
+        "the watcher also emits at most one event per this long",
+    )
+    shed_min_requests: float = Field(
+        1.0,
+        gt=0,
+        description="fire when the routing service shed at least this many requests over the window of "
+        "metrics.queries.shed_requests",
+    )
+
+
 class PlannerConfig(_Strict):
     """The whole planner configuration (configs/planner.yaml)."""
 
@@ -379,6 +409,9 @@ class PlannerConfig(_Strict):
     sizing: SizingConfig = Field(default_factory=SizingConfig)
     saturation: SaturationConfig = Field(default_factory=SaturationConfig)
     decision: DecisionConfig = Field(default_factory=DecisionConfig)
+    fast_path: FastPathConfig = Field(
+        default_factory=FastPathConfig, description="scale-up-only runs between intervals on a saturation signal"
+    )
 
 
 def parse_yaml(text: str, model: type[BaseModel], *, source: str) -> BaseModel:

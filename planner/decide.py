@@ -15,6 +15,10 @@ them, so every rule is table-testable on its own:
     clamp_to_bounds  again: the two rules above pull toward current, which may be out of bounds
     fit_gpu_budget   both pools cut together, proportionally, never below min
 
+A fast-path run (a saturation signal between intervals) goes through
+`decide_fast_path` instead: the same sizing chain, then scale-up only over what
+is set or in flight, after a cooldown since the last applied decision.
+
 The order leans toward too many replicas: missing data makes sizing neutral
 before anything can shrink; the guardrail floor goes in before the bounds, so
 only the configured max can undo it; the stabilization window only ever
@@ -27,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from planner.config import DecisionConfig, PoolBounds
+from planner.config import DecisionConfig, FastPathConfig, PoolBounds
 from planner.saturation import PoolSaturation
 from planner.types import (
     POOLS,
@@ -485,6 +489,7 @@ def decide(
     obs: Observation,
     cfg: DecisionConfig,
     now_s: float,
+    fast_path: FastPathConfig | None = None,
 ) -> Decision:
     """One interval's targets for both pools, with every reason and its numbers.
 
@@ -492,7 +497,12 @@ def decide(
     saturation: the guardrail's verdict per pool; None when it is disabled.
     now_s: the run's clock, seconds, on the same clock as obs.taken_at_s and
         the decision history in `fleet`.
+    fast_path: set for a run the saturation trigger started: scale-up only
+        (`decide_fast_path`); None for a scheduled run.
     """
+    if fast_path is not None:
+        return decide_fast_path(sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg,
+                                fast_path=fast_path, now_s=now_s)
     _check_fleet(fleet)
     current = current_targets(fleet)
 
@@ -527,6 +537,101 @@ def decide(
     targets, sized, recommended = _sized_targets(
         sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current)
     return finish(targets, baseline=current, reasons=reasons + sized, recommended=recommended, based_on=current)
+
+
+def in_flight_or_current(fleet: FleetState) -> tuple[Targets, bool]:
+    """(targets, pending): the previous decision's while it is not done, else the current replicas."""
+    last = fleet.last_decision
+    if last is None or last.done:
+        return current_targets(fleet), False
+    return {"prefill": last.prefill_replicas, "decode": last.decode_replicas}, True
+
+
+def fast_path_cooldown_gate(*, fleet: FleetState, cooldown_s: float, now_s: float) -> Reason | None:
+    """Skip the fast path while the last applied decision (of either kind) is younger than cooldown_s.
+
+    Stateless: the age comes from the decision history the connector returns.
+    A decision stamped after now_s (clock skew) counts as recent.
+    """
+    last = fleet.last_decision
+    if last is None:
+        return None
+    age_s = now_s - last.decided_at_s
+    if age_s >= cooldown_s:
+        return None
+    return Reason(
+        ReasonCode.FAST_PATH_COOLDOWN, None,
+        f"fast path skipped: decision {last.decision_id} (prefill {last.prefill_replicas}, decode "
+        f"{last.decode_replicas}) applied {age_s:.0f} s ago < cooldown {cooldown_s:.0f} s",
+        {"decision_id": float(last.decision_id), "age_s": age_s, "cooldown_s": cooldown_s},
+    )
+
+
+def decide_fast_path(
+    *,
+    sizing: Mapping[Pool, PoolSizing],
+    saturation: Mapping[Pool, PoolSaturation] | None,
+    fleet: FleetState,
+    obs: Observation,
+    cfg: DecisionConfig,
+    fast_path: FastPathConfig,
+    now_s: float,
+) -> Decision:
+    """Scale-up-only targets for a run the saturation trigger started between intervals.
+
+    Each pool goes to max(set-or-in-flight, the interval rules' target): the
+    previous decision's targets while it is not done (a scale-up still starting
+    never blocks a larger one, and is never undone), else the current replicas.
+    Nothing is written when the last applied decision is younger than
+    fast_path.cooldown_s, on stale metrics, or when the bounds or the GPU budget
+    would take a pool below what is set (the next scheduled run handles that).
+    now_s: seconds, on the clock of obs and the decision history.
+    """
+    _check_fleet(fleet)
+    current = current_targets(fleet)
+    baseline, pending = in_flight_or_current(fleet)
+    numbers = {f"{p}_{'in_flight' if pending else 'current'}_replicas": float(baseline[p]) for p in POOLS}
+    numbers["cooldown_s"] = fast_path.cooldown_s
+
+    def hold(reasons: list[Reason]) -> Decision:
+        return finish(baseline, baseline=baseline, reasons=reasons, recommended=baseline, based_on=current)
+
+    stale = stale_gate(obs=obs, cfg=cfg, now_s=now_s)
+    if stale is not None:
+        return hold([stale])
+    cooldown = fast_path_cooldown_gate(fleet=fleet, cooldown_s=fast_path.cooldown_s, now_s=now_s)
+    if cooldown is not None:
+        return hold([cooldown])
+    targets, reasons, recommended = _sized_targets(
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current)
+    up, limits = _hard_limits({p: max(baseline[p], targets[p]) for p in POOLS}, fleet=fleet, cfg=cfg)
+    numbers.update({f"{p}_rules_replicas": float(targets[p]) for p in POOLS})
+    what = "in-flight decision" if pending else "current replicas"
+    if any(up[p] < baseline[p] for p in POOLS):
+        cut = Reason(
+            ReasonCode.FAST_PATH_NOTHING_TO_ADD, None,
+            f"fast path: bounds or GPU budget put prefill {up['prefill']}, decode {up['decode']} below the {what} "
+            f"(prefill {baseline['prefill']}, decode {baseline['decode']}): left to the next scheduled run",
+            numbers,
+        )
+        return hold([cut, *reasons, *limits])
+    if up == baseline:
+        none = Reason(
+            ReasonCode.FAST_PATH_NOTHING_TO_ADD, None,
+            f"fast path: the rules ask no more than the {what} (prefill {baseline['prefill']}, "
+            f"decode {baseline['decode']})",
+            numbers,
+        )
+        return finish(up, baseline=baseline, reasons=[none, *reasons, *limits], recommended=recommended,
+                      based_on=current)
+    scale = Reason(
+        ReasonCode.FAST_PATH_SCALE_UP, None,
+        f"fast path: scale-up only over the {what}: prefill {baseline['prefill']} -> {up['prefill']}, "
+        f"decode {baseline['decode']} -> {up['decode']}",
+        {**numbers, **{f"{p}_to_replicas": float(up[p]) for p in POOLS}},
+    )
+    return finish(up, baseline=baseline, reasons=[scale, *reasons, *limits], recommended=recommended,
+                  based_on=current)
 
 
 def _sized_targets(
@@ -578,10 +683,13 @@ __all__ = [
     "clamp_to_bounds",
     "current_targets",
     "decide",
+    "decide_fast_path",
+    "fast_path_cooldown_gate",
     "finish",
     "fit_gpu_budget",
     "hold_on_partial_metrics",
     "hold_scale_down_in_warmup",
+    "in_flight_or_current",
     "limit_step",
     "missing_load_metrics",
     "partial_metrics_gate",

@@ -219,11 +219,14 @@ def plan_interval(
     now_s: float,
     what_if: WhatIf | None = None,
     predictor_cache: MutableMapping | None = None,
+    fast_path: bool = False,
 ) -> PlanResult:
     """Run every step of one planner interval on already-collected inputs.
 
     predictor_cache: speed-only store of fitted predictor state; losing it never
     changes a decision beyond noise.
+    fast_path: a run the saturation trigger started between intervals: the
+    decision is scale-up only, after cfg.fast_path.cooldown_s.
     """
     cfg = effective_config(cfg, what_if)
     obs = apply_what_if(obs, what_if)
@@ -232,7 +235,8 @@ def plan_interval(
     sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
     saturation = analyze_saturation(obs, fleet, cfg, now_s=now_s)
     decision = decide(
-        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now_s
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now_s,
+        fast_path=cfg.fast_path if fast_path else None,
     )
     return PlanResult(
         observation=obs,
