@@ -13,7 +13,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from planner.burst import expected_peak_ratio, recent_peaks
-from planner.config import PlannerConfig, PredictorConfig, SloTarget
+from planner.config import DecisionConfig, PlannerConfig, PredictorConfig, SloTarget
 from planner.correct import correction_factors
 from planner.decide import decide
 from planner.predict import forecast_next, prime_history
@@ -87,6 +87,18 @@ def effective_config(cfg: PlannerConfig, what_if: WhatIf | None) -> PlannerConfi
     if what_if is None or what_if.slo is None:
         return cfg
     return cfg.model_copy(update={"slo": what_if.slo})
+
+
+def decision_config(cfg: PlannerConfig) -> DecisionConfig:
+    """The decide step's settings: with the fast path on, a larger scale-up never waits for a pending one.
+
+    A fast-path scale-up still starting would otherwise hold the scheduled
+    run's larger one for decision.scale_up_past_pending_s (600 s): measured on
+    azure_code x8 (copies +-30 s apart), 99.56% -> 97.49% SLA attainment.
+    """
+    if not cfg.fast_path.enabled:
+        return cfg.decision
+    return cfg.decision.model_copy(update={"scale_up_past_pending_s": 0.0})
 
 
 def history_for_prediction(obs: Observation) -> LoadHistory:
@@ -235,7 +247,7 @@ def plan_interval(
     sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
     saturation = analyze_saturation(obs, fleet, cfg, now_s=now_s)
     decision = decide(
-        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now_s,
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=decision_config(cfg), now_s=now_s,
         fast_path=cfg.fast_path if fast_path else None,
     )
     return PlanResult(

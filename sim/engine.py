@@ -487,11 +487,13 @@ class FleetSim:
         st, self.stats = self.stats, IntervalStats()
         return st
 
-    def pod_metrics(self, t_s: float) -> tuple[PodMetrics, ...]:
+    def pod_metrics(self, t_s: float, *, reset_peaks: bool = True) -> tuple[PodMetrics, ...]:
         """Per-ready-worker saturation signals, as vLLM exports them; resets KV peaks.
 
-        kv_usage_frac: the highest KV usage since the last call (decode) or the running
+        kv_usage_frac: the highest KV usage since the last reset (decode) or the running
         batch's share of the cache (prefill); queue_length: requests waiting.
+        reset_peaks: False reads without starting a new peak window (the fast path's
+        polls between planner intervals).
         """
         pods = []
         cap = float(self.tables.max_kv_tokens)
@@ -500,7 +502,7 @@ class FleetSim:
         for d in self.decode_serving:
             now_kv = d.kv_tokens_at(t_s)
             peak = max(d.kv_peak_tokens, now_kv)
-            d.kv_peak_tokens = now_kv
+            d.kv_peak_tokens = now_kv if reset_peaks else peak
             pods.append(PodMetrics(d.name, "decode", min(peak / cap, 1.0), float(len(d.pending))))
         return tuple(pods)
 

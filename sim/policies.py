@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Sequence
 
 from connectors.base import recommendation_of
 from planner.config import PlannerConfig, ProfileConfig
+from planner.fast_path import SaturationSignal, saturation_signal
 from planner.pipeline import plan_interval
 from planner.predict import predictor_names
 from planner.profile import EngineProfile, ProfileRangeWarning
 from planner.saturation import analyze_fleet
-from planner.types import FleetState, Observation, PoolState
+from planner.types import FleetState, Observation, PodMetrics, PoolState
 from sim.replay import PolicyInput, PolicyOutput
 
 _STATIC = re.compile(r"^static:(\d+)x(\d+)$")
@@ -47,27 +49,48 @@ class PlannerPolicy:
         self.profile = profile
         self.initial = initial
         self.stabilization_window_s = cfg.decision.scale_down_stabilization_s
+        # The replay polls the fast path's trigger between intervals when it is on.
+        self.fast_path = cfg.fast_path if cfg.fast_path.enabled else None
         self._cache: dict = {}
+        self._fast_cache: dict = {}  # fast-path runs fit on windows off the scheduled grid
         self.last_plan = None
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
         return self.initial or warm_start_fleet(self.cfg, self.profile, first)
 
     def decide(self, step: PolicyInput) -> PolicyOutput:
+        return self._plan(step, fast_path=False)
+
+    def fast_path_signal(self, pods: Sequence[PodMetrics]) -> SaturationSignal:
+        """The watcher's trigger on the workers' metrics (the simulated router never sheds)."""
+        return saturation_signal(
+            pods=pods, thresholds=self.cfg.saturation.for_model(self.cfg.model_id, self.cfg.namespace),
+            cfg=self.cfg.fast_path,
+        )
+
+    def decide_fast_path(self, step: PolicyInput) -> PolicyOutput:
+        """The scale-up-only run the trigger starts between intervals."""
+        return self._plan(step, fast_path=True)
+
+    def _plan(self, step: PolicyInput, *, fast_path: bool) -> PolicyOutput:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ProfileRangeWarning)
             plan = plan_interval(
-                step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s, predictor_cache=self._cache
+                step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s,
+                predictor_cache=self._fast_cache if fast_path else self._cache, fast_path=fast_path,
             )
         self.last_plan = plan
         d = plan.decision
         reason = "; ".join(f"{r.code.value}: {r.message}" for r in d.reasons)
+        details = {"code": d.reasons[0].code.value if d.reasons else ""}
         # Every run's recommendation is stored, applied or not, as the connectors do.
         rec_p, rec_d = recommendation_of(d)
         if not d.apply:
-            return PolicyOutput(None, None, reason, recommended_prefill=rec_p, recommended_decode=rec_d)
+            return PolicyOutput(None, None, reason, recommended_prefill=rec_p, recommended_decode=rec_d,
+                                details=details)
         return PolicyOutput(
-            d.prefill_replicas, d.decode_replicas, reason, recommended_prefill=rec_p, recommended_decode=rec_d
+            d.prefill_replicas, d.decode_replicas, reason, recommended_prefill=rec_p, recommended_decode=rec_d,
+            details=details,
         )
 
 

@@ -9,6 +9,11 @@ policy for targets and applies them to the simulated fleet. The simulator is the
 metrics source and the connector; the planner policy runs the same
 `planner.pipeline.plan_interval` as the flow.
 
+A policy with a `fast_path` setting (the planner with fast_path.enabled) is
+also polled between intervals, as the watcher would poll Prometheus; a
+firing trigger runs its scale-up-only decision (sim.fast_path), and the result
+lists each such event: saturation onset, decision, replicas ready.
+
 GPU-hours are billed for every allocated worker (starting, ready or draining)
 from 0 to the end of the interval in which the last request finished.
 """
@@ -26,6 +31,7 @@ import numpy as np
 from planner.config import SloTarget
 from planner.types import DecisionRecord, FleetState, LoadHistory, Observation, PoolState
 from sim.engine import FleetSim, RequestResults, SimConfig, interval_observation
+from sim.fast_path import ArrivalWindows, FastPathEvent, Trigger
 from sim.lookup import ProfileTables
 from sim.routing import Router, make_router
 from sim.traces import Trace
@@ -50,6 +56,9 @@ class Scenario:
     # the last peak_window_s. None: not measured (the planner then assumes flat arrivals).
     peak_window_s: float | None = 15.0
     peak_step_s: float = 5.0
+    # From the fast path's trigger firing to its run deciding, s: the automation creates the
+    # run, a process worker picks it up (it asks every 10 s by default), starts it and collects.
+    fast_path_dispatch_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
@@ -121,6 +130,7 @@ class ReplayResult:
     end_s: float
     wall_s: float
     policy_wall_s: float = 0.0  # of wall_s, time spent in the policy (the planner core)
+    fast_path_events: tuple[FastPathEvent, ...] = ()  # empty when the policy has no fast path
 
     @property
     def gpu_hours(self) -> float:
@@ -179,7 +189,8 @@ def replay(
     """Run `trace` through a simulated fleet controlled by `policy`.
 
     policy: has `name`, `initial_fleet(first: Observation) -> (prefill, decode)` and
-        `decide(PolicyInput) -> PolicyOutput`.
+        `decide(PolicyInput) -> PolicyOutput`; with a `fast_path` setting (not None)
+        also `fast_path_signal(pods)` and `decide_fast_path(PolicyInput)`.
     progress: called as progress(requests_arrived, total) after every interval.
     """
     wall0 = time.perf_counter()
@@ -202,9 +213,66 @@ def replay(
     n_total = len(trace)
     last_arrival = trace.duration_s
     policy_wall = 0.0
+    fast = getattr(policy, "fast_path", None)
+    trigger = None
+    if fast is not None:
+        trigger = Trigger(poll_s=fast.poll_s, cooldown_s=fast.cooldown_s, dispatch_s=scenario.fast_path_dispatch_s)
+        windows = ArrivalWindows(arrivals_s, trace.isl_tokens, trace.osl_tokens)
+    events: list[tuple[FastPathEvent, list]] = []
+    last_obs: Observation | None = None
+
+    def act(out: PolicyOutput, fleet: FleetState, now_s: float) -> list:
+        """Apply a policy's output as the connector would; the workers it added."""
+        if out.recommended_prefill is not None and out.recommended_decode is not None:
+            log.recommend(now_s, out.recommended_prefill, out.recommended_decode)
+        if out.prefill_replicas is None and out.decode_replicas is None:
+            return []
+        p = out.prefill_replicas if out.prefill_replicas is not None else fleet.prefill.current_replicas
+        d = out.decode_replicas if out.decode_replicas is not None else fleet.decode.current_replicas
+        if p < 1 or d < 1:
+            raise ValueError(f"policy {policy.name}: targets must keep >= 1 worker per pool, got {p}x{d}")
+        if (p, d) == (fleet.prefill.current_replicas, fleet.decode.current_replicas):
+            return []
+        before = len(sim.prefill_workers), len(sim.decode_workers)
+        sim.set_target("prefill", p, now_s)
+        sim.set_target("decode", d, now_s)
+        log.add(now_s, p, d)
+        return sim.prefill_workers[before[0]:] + sim.decode_workers[before[1]:]
+
+    def fast_path_until(end_s: float) -> None:
+        """Polls and fast-path runs strictly before end_s (the next scheduled run)."""
+        nonlocal policy_wall
+        while not sim.done and trigger.next_time_s() < end_s:
+            now = trigger.next_time_s()
+            sim.run_until(now)
+            due = trigger.take_due(now)
+            if due is not None:
+                onset, fired, message = due
+                pods = sim.pod_metrics(now, reset_peaks=False)
+                o = windows.observation(
+                    now_s=now, interval_s=interval, history_intervals=scenario.history_intervals,
+                    peak_window_s=scenario.peak_window_s, peak_step_s=scenario.peak_step_s, pods=pods,
+                    avg_ttft_ms=None if last_obs is None else last_obs.avg_ttft_ms,
+                    avg_itl_ms=None if last_obs is None else last_obs.avg_itl_ms,
+                )
+                fleet = log.fleet_state(sim, now)
+                w0 = time.perf_counter()
+                out = policy.decide_fast_path(PolicyInput(now_s=now, observation=o, fleet=fleet, interval_index=k))
+                policy_wall += time.perf_counter() - w0
+                added = act(out, fleet, now)
+                base = (fleet.prefill.current_replicas, fleet.decode.current_replicas)
+                to = (out.prefill_replicas or base[0], out.decode_replicas or base[1])
+                events.append((FastPathEvent(onset, fired, now, out.details.get("code", ""), base, to,
+                                             to != base, None, message), added))
+            if now >= trigger.next_poll_s:
+                signal = policy.fast_path_signal(sim.pod_metrics(now, reset_peaks=False))
+                trigger.poll(now, fire=signal.fire, message=signal.message)
+
     k = 0
     while True:
         t = (k + 1) * interval
+        if trigger is not None:
+            fast_path_until(t)
         sim.run_until(t)
         stats = sim.take_interval_stats()
         pods = sim.pod_metrics(t)
@@ -234,17 +302,8 @@ def replay(
             out = policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
             policy_wall += time.perf_counter() - p0
             reason = out.reason
-            if out.recommended_prefill is not None and out.recommended_decode is not None:
-                log.recommend(t, out.recommended_prefill, out.recommended_decode)
-            if out.prefill_replicas is not None or out.decode_replicas is not None:
-                p = out.prefill_replicas if out.prefill_replicas is not None else fleet.prefill.current_replicas
-                d = out.decode_replicas if out.decode_replicas is not None else fleet.decode.current_replicas
-                if p < 1 or d < 1:
-                    raise ValueError(f"policy {policy.name}: targets must keep >= 1 worker per pool, got {p}x{d}")
-                if (p, d) != (fleet.prefill.current_replicas, fleet.decode.current_replicas):
-                    sim.set_target("prefill", p, t)
-                    sim.set_target("decode", d, t)
-                    log.add(t, p, d)
+            act(out, fleet, t)
+        last_obs = obs
         _record(tl, t, obs, sim, reason)
         if progress is not None:
             progress(sim.next_arrival, n_total)
@@ -268,6 +327,11 @@ def replay(
         end_s=end_s,
         wall_s=time.perf_counter() - wall0,
         policy_wall_s=policy_wall,
+        fast_path_events=tuple(
+            dataclasses.replace(e, ready_s=max(w.ready_at_s for w in added))
+            if added and all(w.ready for w in added) else e
+            for e, added in events
+        ),
     )
 
 

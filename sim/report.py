@@ -68,9 +68,41 @@ def summarize(result: ReplayResult, *, oracle_gpu_hours: float | None = None, ex
             "router": result.scenario.router,
         },
     }
+    if result.fast_path_events:
+        out["fast_path"] = fast_path_summary(result)
     if extra:
         out.update(extra)
     return out
+
+
+def fast_path_summary(result: ReplayResult) -> dict:
+    """The fast path's events with their latencies, s: onset -> decision -> replicas ready.
+
+    onset_to_decision_s etc.: p50 / p90 / max over the events that scaled up
+    (ready: over those whose replicas all served).
+    """
+    events = result.fast_path_events
+    ups = [e for e in events if e.applied]
+    ready = [e for e in ups if e.ready_s is not None]
+
+    def spread(values: list[float]) -> dict[str, float | None]:
+        if not values:
+            return {"p50": None, "p90": None, "max": None}
+        v = np.asarray(values, dtype=float)
+        return {"p50": float(np.percentile(v, 50)), "p90": float(np.percentile(v, 90)), "max": float(v.max())}
+
+    codes: dict[str, int] = {}
+    for e in events:
+        codes[e.code] = codes.get(e.code, 0) + 1
+    return {
+        "events": len(events),
+        "scale_ups": len(ups),
+        "by_code": codes,
+        "onset_to_decision_s": spread([e.decided_s - e.onset_s for e in ups]),
+        "decision_to_ready_s": spread([e.ready_s - e.decided_s for e in ready]),
+        "onset_to_ready_s": spread([e.ready_s - e.onset_s for e in ready]),
+        "list": [e.as_dict() for e in events],
+    }
 
 
 def markdown_report(summary: dict) -> str:
@@ -100,9 +132,41 @@ def markdown_report(summary: dict) -> str:
         ),
         ("wall time, s", f"{s['wall_s']:.1f}"),
     ]
+    fast = s.get("fast_path")
+    if fast is not None:
+        rows.insert(-2, ("fast-path events (scale-ups)", f"{fast['events']} ({fast['scale_ups']})"))
     lines = ["| quantity | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
+    if fast is not None:
+        lines += ["", *fast_path_table(fast)]
     return "\n".join(lines)
+
+
+FAST_PATH_ROWS = 20
+
+
+def fast_path_table(fast: dict) -> list[str]:
+    """Markdown lines: each fast-path event's onset, decision and ready times (s) and targets."""
+
+    def when(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.0f}"
+
+    lines = [
+        "Fast path: saturation onset -> decision -> replicas ready (simulated s)",
+        "",
+        "| onset | fired | decided | ready | onset -> ready, s | decision | prefill, decode |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in fast["list"][:FAST_PATH_ROWS]:
+        took = "n/a" if e["ready_s"] is None else f"{e['ready_s'] - e['onset_s']:.0f}"
+        change = f"{e['from_replicas'][0]}, {e['from_replicas'][1]}"
+        if e["applied"]:
+            change += f" -> {e['to_replicas'][0]}, {e['to_replicas'][1]}"
+        lines.append(f"| {when(e['onset_s'])} | {when(e['fired_s'])} | {when(e['decided_s'])} | {when(e['ready_s'])} "
+                     f"| {took} | {e['code']} | {change} |")
+    if len(fast["list"]) > FAST_PATH_ROWS:
+        lines.append(f"| ... {len(fast['list']) - FAST_PATH_ROWS} more | | | | | | |")
+    return lines
 
 
 def _figure():
