@@ -107,6 +107,11 @@ class QueryTemplates(_Strict):
         'max by (${pod_group_by}) ({__name__=~"vllm[:_]num_requests_waiting",${worker_selector}})',
         description="per pod: requests waiting (both vllm: and vllm_ spellings)",
     )
+    shed_requests: str = Field(
+        'sum(increase(router_requests_total{outcome="shed"}[1m]))',
+        description="requests the routing service shed over the last minute, read by the fast path's watcher "
+        "(planner.fast_path.shed_min_requests); no series (no routing service) never fires; empty: not read",
+    )
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> "QueryTemplates":

@@ -151,6 +151,24 @@ class PrometheusCollector:
             stale_reasons=tuple(stale),
         )
 
+    def saturation_inputs(
+        self, *, now_s: float, interval_s: float
+    ) -> tuple[tuple[PodMetrics, ...], float | None, tuple[str, ...]]:
+        """What the fast path's watcher reads at now_s: (per-pod KV/queue, requests shed, problems).
+
+        now_s: evaluation time, Unix seconds; interval_s: the adjustment interval,
+        seconds (for queries that use ${interval}). Requests shed: the sum of
+        queries.shed_requests; None when the query is empty or returns no series.
+        """
+        stale: list[str] = []
+        pods = self._pods(now_s=now_s, interval_s=interval_s, stale=stale)
+        shed = None
+        if self.cfg.queries.shed_requests.strip():
+            values = [s.value for s in self._instant("shed_requests", now_s=now_s, interval_s=interval_s)
+                      if s.value is not None]
+            shed = sum(values) if values else None
+        return pods, shed, tuple(stale)
+
     # -- queries -------------------------------------------------------------
 
     def render(self, name: str, *, interval_s: float) -> str:

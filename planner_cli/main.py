@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "planner_cli.stack",
     "planner_cli.executor",
     "planner_cli.importer",
+    "planner_cli.watch",
 )
 
 DEBUG_HELP = "on an error, show the full traceback instead of one line"

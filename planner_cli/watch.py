@@ -1,0 +1,116 @@
+"""`sla-planner watch`: the fast path's watcher, between the planner's scheduled runs.
+
+Every planner.fast_path.poll_s it reads the saturation guardrail's per-pod queue
+and KV-cache series (and the routing service's shed counter,
+metrics.queries.shed_requests) from Prometheus. When the saturation signal
+fires it sends the Prefect event `sla-planner.saturation.detected` for the
+planner's namespace and model, at most once per fast_path.cooldown_s; the
+planner deployment's trigger (prefect.yaml) then starts a scale-up-only run.
+
+Needs planner.fast_path.enabled, PREFECT_API_URL (the Prefect server the
+planner deployment lives on) and a Prometheus at metrics.prometheus_url. An
+unreachable Prometheus is one line on stderr and the next poll tries again.
+Prints one line per event sent; --verbose also prints every poll.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "planner.yaml"
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "watch",
+        help="poll the saturation signal and send the Prefect event that starts a scale-up-only planner run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="planner run config YAML (default: %(default)s)")
+    p.add_argument("--polls", type=int, default=None, help="stop after this many polls (default: run until stopped)")
+    p.add_argument("--verbose", action="store_true", help="print every poll, not only the events sent")
+
+
+class SaturationWatcher:
+    """Reads the signal from Prometheus and sends the event, at most once per cooldown_s.
+
+    The cooldown here only spares Prefect repeated events; the planner's own
+    cooldown (from the decision history) is what guards the fleet.
+    """
+
+    def __init__(self, run_cfg, collector, *, emit: Callable | None = None):
+        from connectors.prefect_events import emit_saturation
+
+        self.run_cfg = run_cfg
+        self.collector = collector
+        self.emit = emit or emit_saturation
+        self.last_sent_s: float | None = None
+
+    def poll(self, *, now_s: float) -> tuple[object, object | None, str]:
+        """(signal, event sent or None, one line saying what happened). now_s: Unix seconds."""
+        from planner.fast_path import saturation_signal
+
+        cfg = self.run_cfg.planner
+        pods, shed, problems = self.collector.saturation_inputs(now_s=now_s, interval_s=cfg.adjustment_interval_s)
+        signal = saturation_signal(
+            pods=pods, thresholds=cfg.saturation.for_model(cfg.model_id, cfg.namespace), cfg=cfg.fast_path,
+            shed_requests=shed,
+        )
+        stamp = datetime.fromtimestamp(now_s).strftime("%H:%M:%S")
+        notes = f" ({'; '.join(problems)})" if problems else ""
+        if not signal.fire:
+            return signal, None, f"{stamp} quiet: {len(pods)} pods reporting{notes}"
+        if self.last_sent_s is not None and now_s - self.last_sent_s < cfg.fast_path.cooldown_s:
+            return signal, None, (f"{stamp} saturated, event sent {now_s - self.last_sent_s:.0f} s ago "
+                                  f"(cooldown {cfg.fast_path.cooldown_s:g} s): {signal.message}")
+        event = self.emit(signal, namespace=cfg.namespace, model_id=cfg.model_id, now_s=now_s)
+        if event is None:
+            raise RuntimeError("Prefect sends no events from this process: set PREFECT_API_URL to the server "
+                               "the planner deployment runs on")
+        self.last_sent_s = now_s
+        return signal, event, f"{stamp} saturated: {signal.message} -> event {event.event} {event.id}{notes}"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.polls is not None and args.polls < 1:
+        print("sla-planner watch: --polls must be >= 1", file=sys.stderr)
+        return 2
+    from prefect.settings import PREFECT_API_URL
+
+    from connectors.prometheus import PrometheusCollector
+    from flows.config import load_run_config
+
+    cfg = load_run_config(args.config)
+    if not cfg.planner.fast_path.enabled:
+        raise ValueError(f"{args.config}: planner.fast_path.enabled is false: set it to true so scheduled runs "
+                         "let the fast path's scale-ups through (docs/control.md, Fast path)")
+    if not PREFECT_API_URL.value():
+        raise ValueError("no Prefect API: set PREFECT_API_URL to the server the planner deployment runs on")
+    poll_s = cfg.planner.fast_path.poll_s
+    with PrometheusCollector(cfg.metrics) as collector:
+        watcher = SaturationWatcher(cfg, collector)
+        start = time.time()
+        n = 0
+        while args.polls is None or n < args.polls:
+            now = time.time()
+            try:
+                _, event, line = watcher.poll(now_s=now)
+            except ConnectionError as exc:
+                print(f"sla-planner watch: {' '.join(str(exc).split())}; trying again in {poll_s:g} s",
+                      file=sys.stderr, flush=True)
+            else:
+                if event is not None or args.verbose:
+                    print(line, flush=True)
+            n += 1
+            if args.polls is not None and n >= args.polls:
+                break
+            # On the poll grid from the start: a slow poll does not push the later ones back.
+            time.sleep(max(0.0, start + n * poll_s - time.time()))
+    return 0
