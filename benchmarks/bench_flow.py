@@ -35,7 +35,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 from connectors.config import LocalConnectorConfig  # noqa: E402
 from connectors.local import LocalConnector  # noqa: E402
 from connectors.profiles import load_profile  # noqa: E402
-from flows.config import PlannerRunConfig  # noqa: E402
+from flows.config import PlannerRunConfig, ReplayInputs  # noqa: E402
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig  # noqa: E402
 from planner.pipeline import plan_interval  # noqa: E402
 from planner.types import Observation, PodMetrics  # noqa: E402
@@ -85,13 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     connector = LocalConnector(cfg.connector)
 
     # Warm-up: starts the ephemeral API and imports everything once.
-    planner_flow(config=cfg, observation=obs, now_s=obs.taken_at_s, dry_run=True)
+    planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=obs.taken_at_s), dry_run=True)
 
     flow_ms, compute_ms = [], []
     for i in range(args.runs):
         now = obs.taken_at_s + i
         t0 = time.perf_counter()
-        planner_flow(config=cfg, observation=obs, now_s=now)
+        planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=now))
         flow_ms.append((time.perf_counter() - t0) * 1e3)
         fleet = connector.read_fleet(now_s=now)
         t0 = time.perf_counter()

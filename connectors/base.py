@@ -239,6 +239,12 @@ def changes_as_recent_targets(changes: list[dict], *, now_s: float) -> tuple[tup
     return tuple((end_s, e["prefill"], e["decode"]) for e, end_s in zip(ordered, ends))
 
 
+def as_applied_targets(history: list[dict]) -> tuple[tuple[float, int, int], ...]:
+    """FleetState.applied_targets from a stored history of applied decisions, oldest first."""
+    ordered = sorted(history, key=lambda e: e["t_s"])
+    return tuple((e["t_s"], e["prefill"], e["decode"]) for e in ordered)
+
+
 def as_recent_targets(recommendations: list[dict]) -> tuple[tuple[float, int, int], ...]:
     """FleetState.recent_targets from a stored recommendation history, oldest first."""
     ordered = sorted(recommendations, key=lambda e: e["t_s"])

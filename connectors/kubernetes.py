@@ -69,6 +69,7 @@ from connectors.base import (
     ResourceAccessError,
     add_recommendation_change,
     append_targets,
+    as_applied_targets,
     changes_as_recent_targets,
     parse_recommendations,
     parse_targets_history,
@@ -162,6 +163,7 @@ class KubernetesConnector:
             decode=pools["decode"],
             last_decision=self._last_decision(obj),
             recent_targets=changes_as_recent_targets(self._recommendations(obj), now_s=now_s),
+            applied_targets=as_applied_targets(self._history(obj)),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:

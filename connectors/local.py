@@ -24,6 +24,7 @@ from connectors.base import (
     ConnectorError,
     add_recommendation,
     append_targets,
+    as_applied_targets,
     as_recent_targets,
     parse_recommendations,
     parse_targets_history,
@@ -62,6 +63,7 @@ class LocalConnector:
             decode=PoolState(state["decode"], ready[1], cfg.gpus_per_decode_replica),
             last_decision=self._record(state, now_s=now_s),
             recent_targets=as_recent_targets(state["recommendations"]),
+            applied_targets=as_applied_targets(state["history"]),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:

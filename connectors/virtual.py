@@ -57,6 +57,7 @@ from connectors.base import (
     ConnectorUnavailableError,
     add_recommendation,
     append_targets,
+    as_applied_targets,
     as_recent_targets,
     parse_recommendations,
     parse_targets_history,
@@ -130,6 +131,7 @@ class VirtualConnector:
             decode=PoolState(targets[1], ready[1], cfg.gpus_per_decode_replica),
             last_decision=record,
             recent_targets=as_recent_targets(self._recommendations(state)),
+            applied_targets=as_applied_targets(history),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:

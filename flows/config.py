@@ -18,6 +18,7 @@ from connectors.config import (
     check_history_covers_window,
 )
 from planner.config import PlannerConfig, SloTarget, parse_yaml
+from planner.types import Observation
 
 
 class PlannerRunConfig(BaseModel):
@@ -61,6 +62,20 @@ class WhatIfParams(BaseModel):
             ttft_ms=self.ttft_ms if self.ttft_ms is not None else base.ttft_ms,
             itl_ms=self.itl_ms if self.itl_ms is not None else base.itl_ms,
         )
+
+
+class ReplayInputs(BaseModel):
+    """Advanced, for replays, the simulator and tests: what a run reads, given instead of read.
+
+    Leave it empty in a deployment: a scheduled run reads Prometheus and the clock.
+    """
+
+    model_config = ConfigDict(extra="forbid", title="Advanced: replay inputs")
+
+    observation: Observation | None = Field(
+        None, description="metrics of the interval instead of Prometheus (empty: read Prometheus)"
+    )
+    now_s: float | None = Field(None, description="the run's clock, Unix seconds (empty: the current time)")
 
 
 def load_run_config(path: str | Path) -> PlannerRunConfig:

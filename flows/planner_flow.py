@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_image_artifact, create_markdown_artifact, create_table_artifact
+from prefect.states import Completed, State
 
 from connectors.base import FleetChangedError
-from flows.config import PlannerRunConfig, WhatIfParams, load_run_config
-from flows.report import artifact_key, decision_summary, decision_table
+from flows.charts import planner_chart_png, png_data_url
+from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams, load_run_config
+from flows.report import artifact_key, decision_summary, decision_table, run_message, run_name
 from planner.pipeline import PlanResult, WhatIf, apply_what_if, effective_config, needs_warmup
-from planner.types import Observation
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.correct import correct_latency
@@ -34,18 +35,25 @@ def planner_flow(
     config_path: str | None = None,
     dry_run: bool = False,
     what_if: WhatIfParams | None = None,
-    observation: Observation | None = None,
-    now_s: float | None = None,
-) -> dict:
+    replay: ReplayInputs | None = None,
+) -> State:
     """Plan one adjustment interval and apply it (unless dry_run or what_if).
 
-    config / config_path: the run configuration, inline or as a YAML file.
-    observation: given metrics instead of Prometheus (what-if, simulator, replay).
-    now_s: the run's clock, seconds (Unix time when None).
+    The run is renamed after its interval and targets (`12:05 prefill 2→3 decode 4`), ends with
+    a message saying why, and publishes its decision table, summary and chart.
+
+    Args:
+        config: the whole run configuration inline (the fields of configs/planner.yaml); give this or config_path.
+        config_path: path of the run configuration YAML on the worker, e.g. configs/planner.yaml.
+        dry_run: decide and publish the decision, apply nothing (artifacts under the what-if keys).
+        what_if: plan for scaled load or other SLA targets; nothing is applied (artifacts under the what-if keys).
+        replay: advanced, leave empty: metrics and clock given instead of Prometheus and the current time
+            (replays, the simulator, tests).
     """
     logger = get_run_logger()
     run_cfg = _resolve_config(config, config_path)
-    now = time.time() if now_s is None else now_s
+    observation = None if replay is None else replay.observation
+    now = time.time() if replay is None or replay.now_s is None else replay.now_s
     base = run_cfg.planner
     overrides = None if what_if is None else WhatIf(load_multiplier=what_if.load_multiplier, slo=what_if.slo(base.slo))
     cfg = effective_config(base, overrides)
@@ -104,13 +112,23 @@ def planner_flow(
     )
     what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
     summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if_text)
+    name = run_name(result, now_s=now, applying=applying, what_if=what_if is not None)
+    message = run_message(result, record=record, applying=applying, what_if=what_if is not None)
+    _rename_run(name)
+    # Runs that apply nothing keep their own keys: a live key's history is the applied decisions only.
     create_table_artifact(
-        key=artifact_key("decision", cfg.namespace),
+        key=artifact_key("decision", cfg.namespace, what_if=not applying),
         table=decision_table(result, record=record, dry_run=not applying),
         description=f"planner decision for {cfg.namespace}: inputs, forecast, factors, targets, reasons",
     )
     create_markdown_artifact(
-        key=artifact_key("summary", cfg.namespace), markdown=summary, description="planner decision summary"
+        key=artifact_key("summary", cfg.namespace, what_if=not applying), markdown=summary,
+        description="planner decision summary",
+    )
+    create_image_artifact(
+        image_url=png_data_url(planner_chart_png(result, now_s=now, record=record, title=f"{cfg.namespace}: {name}")),
+        key=artifact_key("chart", cfg.namespace, what_if=not applying),
+        description=f"{cfg.namespace}: observed and forecast load, recommended and applied replicas ({message})",
     )
     if run_cfg.planner_metrics.enabled:
         _publish_planner_metrics(run_cfg, result, record)
@@ -123,7 +141,7 @@ def planner_flow(
         "dry run" if not applying else ("applied" if record else "not written"),
         ", ".join(decision.codes()),
     )
-    return {
+    return Completed(message=message, data={
         "decision": decision.as_dict(),
         "decision_id": None if record is None else record.decision_id,
         "applied": record is not None,
@@ -139,7 +157,18 @@ def planner_flow(
         },
         "corrections": {"prefill": corrections.prefill, "decode": corrections.decode},
         "current": {"prefill": fleet.prefill.current_replicas, "decode": fleet.decode.current_replicas},
-    }
+    })
+
+
+def _rename_run(name: str) -> None:
+    """Give the running flow run its decision as its name (the name is only known after deciding)."""
+    from prefect import get_client
+    from prefect.runtime import flow_run
+
+    if flow_run.id is None:
+        return
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(flow_run.id, name=name)
 
 
 def _resolve_config(config: PlannerRunConfig | None, config_path: str | None) -> PlannerRunConfig:

@@ -1,4 +1,5 @@
-"""What a planner run shows in the Prefect UI: a table of inputs → decision and a summary.
+"""What a planner run shows in the Prefect UI: its name, its final message, a table of
+inputs → decision and a summary.
 
 Pure builders (no Prefect imports) so tests can check the content directly.
 """
@@ -7,15 +8,106 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
+import time
 
 from planner.pipeline import PlanResult
-from planner.types import POOLS, DecisionRecord
+from planner.types import POOLS, DecisionRecord, ReasonCode
+
+# The UI draws table cells on one line and cuts them at the column's edge; cells are
+# Markdown, so a hard line break ("  \n") every this many characters shows all of a detail.
+CELL_WIDTH_CHARS = 90
 
 
-def artifact_key(kind: str, namespace: str) -> str:
-    """A stable artifact key (lowercase letters, digits, dashes) so the UI keeps the history."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", f"sla-planner-{kind}-{namespace}".lower()).strip("-")
-    return re.sub(r"-{2,}", "-", slug)
+def artifact_key(kind: str, namespace: str, *, what_if: bool = False) -> str:
+    """A stable artifact key (lowercase letters, digits, dashes) so the UI keeps the history.
+
+    what_if: a run that applies nothing (dry run or what-if) writes to its own key,
+    sla-planner-what-if-<kind>-<namespace>, so a live key's history holds applied runs only.
+    """
+    slug = re.sub(r"[^a-z0-9-]+", "-", f"sla-planner-{'what-if-' if what_if else ''}{kind}-{namespace}".lower())
+    return re.sub(r"-{2,}", "-", slug.strip("-"))
+
+
+def wrap_cell(text: str, width: int = CELL_WIDTH_CHARS) -> str:
+    """text with Markdown hard line breaks so no line is longer than width (words are never split)."""
+    if len(text) <= width:
+        return text
+    return "  \n".join(textwrap.wrap(text, width=width, break_long_words=False, break_on_hyphens=False))
+
+
+def _change(before: int, after: int) -> str:
+    return f"{before}→{after}" if before != after else str(after)
+
+
+def run_name(result: PlanResult, *, now_s: float, applying: bool, what_if: bool = False) -> str:
+    """The flow run's name: the interval's end (UTC, HH:MM) and the targets, e.g. `12:05 prefill 2→3 decode 4`.
+
+    now_s: the run's clock, Unix seconds. A run that applies nothing says so at the end.
+    """
+    fleet, d = result.fleet, result.decision
+    name = (f"{time.strftime('%H:%M', time.gmtime(now_s))} "
+            f"prefill {_change(fleet.prefill.current_replicas, d.prefill_replicas)} "
+            f"decode {_change(fleet.decode.current_replicas, d.decode_replicas)}")
+    if not applying:
+        name += " (what-if)" if what_if else " (dry run)"
+    return name
+
+
+_HOLDS = {
+    ReasonCode.HOLD_STALE_METRICS: "stale data",
+    ReasonCode.HOLD_MISSING_METRICS: "no load data",
+    ReasonCode.HOLD_PARTIAL_METRICS: "partial metrics",
+    ReasonCode.HOLD_PREVIOUS_NOT_DONE: "previous decision not done",
+    ReasonCode.TRANSITION_IN_PROGRESS: "replicas still starting",
+}
+# What moved a pool's target, strongest first; the SLA sizing is named by the latency it sizes for.
+_CAUSES = {
+    ReasonCode.SATURATION_SCALE_UP: "saturation",
+    ReasonCode.SATURATION_VETO_SCALE_DOWN: "saturation veto",
+    ReasonCode.CLAMPED_MIN: "min replicas",
+    ReasonCode.CLAMPED_MAX: "max replicas",
+    ReasonCode.GPU_BUDGET: "GPU budget",
+    ReasonCode.MAX_STEP: "step limit",
+    ReasonCode.STABILIZATION_WINDOW: "stabilization window",
+    ReasonCode.WARMUP_NO_SCALE_DOWN: "warm-up",
+    ReasonCode.SCALE_UP_PAST_PENDING: "scale-up past a pending decision",
+}
+_SIZED_ON = {"prefill": "TTFT forecast", "decode": "ITL forecast"}
+
+
+def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: bool, what_if: bool = False) -> str:
+    """The run's final state message: what it did and why, in a few words.
+
+    e.g. "scaled up: TTFT forecast", "held: stale data", "dry run, would scale down: ITL forecast".
+    """
+    d, fleet = result.decision, result.fleet
+    moved = {p: (getattr(fleet, p).current_replicas, d.prefill_replicas if p == "prefill" else d.decode_replicas)
+             for p in POOLS}
+    codes = [r.code for r in d.reasons]
+    holds = [why for code, why in _HOLDS.items() if code in codes]
+    changed = [p for p, (a, b) in moved.items() if a != b]
+    if changed:
+        ups = [p for p in changed if moved[p][1] > moved[p][0]]
+        verb = ("scaled up" if len(ups) == len(changed) else "scaled down" if not ups else "rebalanced")
+        whys = []
+        for pool in changed:
+            pool_codes = [r.code for r in d.reasons if r.pool in (pool, None)]
+            cause = next((why for code, why in _CAUSES.items() if code in pool_codes), _SIZED_ON[pool])
+            if cause not in whys:
+                whys.append(cause)
+        text = f"{verb}: {', '.join(whys + holds)}"
+    elif holds:
+        text = "held: " + ", ".join(holds)
+    else:
+        limits = [why for code, why in _CAUSES.items() if code in codes]
+        text = "unchanged: " + (", ".join(limits) if limits else "sizing matches what is set")
+    if not applying:
+        mode = "what-if" if what_if else "dry run"
+        return f"{mode}, would have {text}" if changed else f"{mode}, {text}"
+    if changed and record is None:
+        return text + " (not written)"
+    return text
 
 
 def _fmt(x: float | int | None, digits: int = 2) -> str:
@@ -34,7 +126,7 @@ def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run
     rows: list[dict] = []
 
     def row(step: str, item: str, value: str, detail: str = "") -> None:
-        rows.append({"step": step, "item": item, "value": value, "detail": detail})
+        rows.append({"step": step, "item": item, "value": value, "detail": wrap_cell(detail)})
 
     stale = "; ".join(obs.stale_reasons)
     row("collect", "requests in interval", _fmt(obs.num_requests, 1), f"interval {obs.interval_s:.0f} s")

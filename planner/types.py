@@ -170,12 +170,15 @@ class FleetState:
     (Decision.recommended_*, recorded by every run that acts, whether or not it
     changed the targets), oldest first; used for the scale-down stabilization
     window.
+    applied_targets: (t_s, prefill, decode) of the recorded applied decisions,
+    oldest first; only shown (the run's chart), never decided on.
     """
 
     prefill: PoolState
     decode: PoolState
     last_decision: DecisionRecord | None = None
     recent_targets: tuple[tuple[float, int, int], ...] = ()
+    applied_targets: tuple[tuple[float, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     with prefect_api("plan", verbose=args.verbose, debug=args.debug):
+        from flows.config import ReplayInputs
         from flows.planner_flow import planner_flow
 
         print(f"{'t':>6}  {'req':>6}  {'forecast':>8}  {'prefill':>9}  {'decode':>9}  reasons", flush=True)
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             obs = interval_observation(
                 stats, taken_at_s=t, interval_s=interval_s, history=history.series(), pods=sim.pod_metrics(t)
             )
-            out = planner_flow(config=cfg, observation=obs, now_s=t)
+            out = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=t))
             # The "deployment environment": the simulator follows the targets the planner wrote.
             fleet = environment.read_fleet(now_s=t)
             sim.set_target("prefill", fleet.prefill.current_replicas, t)

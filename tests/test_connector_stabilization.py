@@ -349,7 +349,7 @@ def _flow_observation(*, requests: float, taken_at_s: float) -> Observation:
 
 
 def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path, h200_profile_dir):
-    from flows.config import PlannerRunConfig, WhatIfParams
+    from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams
     from flows.planner_flow import planner_flow
     from planner.config import CorrectionConfig, PlannerConfig, ProfileConfig
 
@@ -359,9 +359,12 @@ def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path,
                             correction=CorrectionConfig(enabled=False))
     cfg = PlannerRunConfig(planner=planner, connector=LocalConnectorConfig(state_path=str(state)))
 
+    def replay(requests: float, t_s: float) -> ReplayInputs:
+        return ReplayInputs(observation=_flow_observation(requests=requests, taken_at_s=t_s), now_s=t_s)
+
     # 6,000 requests/min of ISL 1000 = 100 rps: several H200 prefill replicas within a 200 ms TTFT.
-    first = planner_flow(config=cfg, observation=_flow_observation(requests=6000.0, taken_at_s=1800.0), now_s=1800.0)
-    second = planner_flow(config=cfg, observation=_flow_observation(requests=6000.0, taken_at_s=1860.0), now_s=1860.0)
+    first = planner_flow(config=cfg, replay=replay(6000.0, 1800.0))
+    second = planner_flow(config=cfg, replay=replay(6000.0, 1860.0))
 
     assert (first["applied"], first["decision_id"]) == (True, 1)
     assert (second["applied"], second["decision_id"]) == (False, None)  # same load: targets unchanged
@@ -371,10 +374,8 @@ def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path,
     assert stored["recommendations"][1]["prefill"] == second["decision"]["recommended_prefill_replicas"]
 
     written = state.read_text()
-    dry = planner_flow(config=cfg, observation=_flow_observation(requests=600.0, taken_at_s=1920.0),
-                       dry_run=True, now_s=1920.0)
-    what_if = planner_flow(config=cfg, observation=_flow_observation(requests=600.0, taken_at_s=1920.0),
-                           what_if=WhatIfParams(load_multiplier=4.0), now_s=1920.0)
+    dry = planner_flow(config=cfg, replay=replay(600.0, 1920.0), dry_run=True)
+    what_if = planner_flow(config=cfg, replay=replay(600.0, 1920.0), what_if=WhatIfParams(load_multiplier=4.0))
     assert dry["dry_run"] and what_if["dry_run"]
     assert state.read_text() == written  # neither recorded nor applied anything
 

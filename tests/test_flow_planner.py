@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from connectors.config import LocalConnectorConfig
-from flows.config import PlannerRunConfig, WhatIfParams, load_run_config
+from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams, load_run_config
 from flows.report import artifact_key
 from planner.config import PlannerConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, PodMetrics
@@ -76,7 +76,7 @@ def test_flow_applies_scale_up_and_publishes_artifacts(prefect_harness, run_conf
 
     # 3,000 requests/min of ISL 1000 is 50 rps at ~40 ms of H200 prefill each: two
     # replicas busy on average, so one replica cannot keep a 200 ms TTFT.
-    out = planner_flow(config=run_config, observation=_observation(requests=3000.0), now_s=1800.0)
+    out = planner_flow(config=run_config, replay=ReplayInputs(observation=_observation(requests=3000.0), now_s=1800.0))
     assert out["applied"] is True
     assert out["decision"]["prefill_replicas"] > 1
     state = json.loads((tmp_path / "fleet.json").read_text())
@@ -98,15 +98,15 @@ def test_dry_run_and_what_if_apply_nothing(prefect_harness, run_config, tmp_path
 
     out = planner_flow(
         config=run_config,
-        observation=_observation(requests=600.0),
+        replay=ReplayInputs(observation=_observation(requests=600.0), now_s=1800.0),
         what_if=WhatIfParams(load_multiplier=8.0, ttft_ms=150.0),
-        now_s=1800.0,
     )
     assert out["dry_run"] is True and out["applied"] is False
     # x8 load: 80 rps at ISL 1000 (~40 ms of prefill each, 3.2 replicas busy) needs
     # more prefill replicas than 10 rps does (2 for 99% of requests within 200 ms);
     # nothing is written either way.
-    base = planner_flow(config=run_config, observation=_observation(requests=600.0), dry_run=True, now_s=1800.0)
+    base = planner_flow(config=run_config, replay=ReplayInputs(observation=_observation(requests=600.0), now_s=1800.0),
+                        dry_run=True)
     assert base["dry_run"] is True and base["applied"] is False
     assert out["decision"]["prefill_replicas"] >= 2
     assert base["decision"]["prefill_replicas"] < out["decision"]["prefill_replicas"]
@@ -121,7 +121,7 @@ def test_missing_metrics_hold(prefect_harness, run_config):
         avg_osl_tokens=None, avg_ttft_ms=None, avg_itl_ms=None,
         stale_reasons=("prometheus: no frontend samples in the last 180 s",),
     )
-    out = planner_flow(config=run_config, observation=obs, now_s=1800.0)
+    out = planner_flow(config=run_config, replay=ReplayInputs(observation=obs, now_s=1800.0))
     assert out["decision"]["prefill_replicas"] == 1 and out["decision"]["decode_replicas"] == 1
     codes = [r["code"] for r in out["decision"]["reasons"]]
     assert any(c.startswith("hold_") for c in codes), codes
@@ -148,7 +148,7 @@ def test_prometheus_unreachable_fails_visibly_and_applies_nothing(prefect_harnes
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     cfg = run_config.model_copy(update={"metrics": MetricsConfig(prometheus_url=dead)})
-    state: State = planner_flow(config=cfg, now_s=1800.0, return_state=True)
+    state: State = planner_flow(config=cfg, replay=ReplayInputs(now_s=1800.0), return_state=True)
     assert state.is_failed()
     with pytest.raises(ConnectionError) as err:
         state.result()
@@ -168,8 +168,8 @@ def test_decision_table_shows_the_burst_signal(prefect_harness, run_config):
     hist = dataclasses.replace(obs.history, peak_rps=(10.0,) * (len(obs.history.t_s) - 1) + (30.0,),
                                peak_window_s=15.0)
     obs = dataclasses.replace(obs, history=hist, peak_rps=30.0, peak_window_s=15.0)
-    planner_flow(config=run_config, observation=obs, dry_run=True, now_s=1800.0)
-    newest = max(_artifact(artifact_key("decision", "test-ns")), key=lambda a: a.created)
+    planner_flow(config=run_config, replay=ReplayInputs(observation=obs, now_s=1800.0), dry_run=True)
+    newest = max(_artifact(artifact_key("decision", "test-ns", what_if=True)), key=lambda a: a.created)
     rows = {r["item"]: r for r in json.loads(newest.data)}
     assert rows["peak arrival rate"]["value"] == "30.00 req/s"
     assert "busiest 15 s window" in rows["peak arrival rate"]["detail"]
@@ -196,7 +196,7 @@ def test_another_writer_between_read_and_apply_makes_the_run_decide_again(prefec
         return fleet
 
     monkeypatch.setattr(LocalConnector, "read_fleet", read_then_another_writer_scales)
-    out = planner_flow(config=run_config, observation=_observation(requests=3000.0), now_s=1800.0)
+    out = planner_flow(config=run_config, replay=ReplayInputs(observation=_observation(requests=3000.0), now_s=1800.0))
 
     assert reads == [(1, 1), (3, 4)]
     assert out["current"] == {"prefill": 3, "decode": 4}
@@ -266,12 +266,12 @@ def test_a_frontend_down_holds_the_run_and_the_artifact_says_so(prefect_harness,
     from flows.planner_flow import planner_flow
 
     whole = planner_flow(config=_prometheus_run_config(tmp_path, h200_profile_dir, partial_scrape_data, "flow-whole"),
-                         now_s=FLOW_END_S)
+                         replay=ReplayInputs(now_s=FLOW_END_S))
     assert whole["applied"] and whole["decision"]["decode_replicas"] < 3, whole["decision"]["reasons"]
     assert "hold_partial_metrics" not in [r["code"] for r in whole["decision"]["reasons"]]
 
     out = planner_flow(config=_prometheus_run_config(tmp_path, h200_profile_dir, partial_scrape_data, "flow-partial"),
-                       now_s=FLOW_END_S)
+                       replay=ReplayInputs(now_s=FLOW_END_S))
     d = out["decision"]
     assert (d["prefill_replicas"], d["decode_replicas"], out["applied"]) == (3, 3, False)
     (held,) = [r for r in d["reasons"] if r["code"] == "hold_partial_metrics"]

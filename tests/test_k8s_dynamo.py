@@ -307,7 +307,7 @@ def test_factory_builds_the_kubernetes_connector_with_api_auto():
 def test_a_planner_run_scales_the_adapters_and_the_operator_keeps_it(prefect_harness, cluster, tmp_path,  # noqa: F811
                                                                        h200_profile_dir):
     """The planner flow itself (Prefect harness), Kubernetes connector through a kubeconfig, adapters present."""
-    from flows.config import PlannerRunConfig
+    from flows.config import PlannerRunConfig, ReplayInputs
     from flows.planner_flow import planner_flow
     from planner.config import PlannerConfig, ProfileConfig
     from tests.test_flow_planner import _observation
@@ -318,7 +318,7 @@ def test_a_planner_run_scales_the_adapters_and_the_operator_keeps_it(prefect_har
         connector=KubernetesConnectorConfig(dgd_name=NAME, namespace=NS,
                                             kubeconfig_path=str(kubeconfig(tmp_path, cluster))),
     )
-    out = planner_flow(config=config, observation=_observation(requests=3000.0), now_s=1800.0)
+    out = planner_flow(config=config, replay=ReplayInputs(observation=_observation(requests=3000.0), now_s=1800.0))
 
     assert out["applied"] is True
     want = {"prefill": out["decision"]["prefill_replicas"], "decode": out["decision"]["decode_replicas"]}

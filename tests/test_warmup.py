@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from connectors.config import LocalConnectorConfig
-from flows.config import PlannerRunConfig, load_run_config
+from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
 from planner.pipeline import needs_warmup, predict_next
 from planner.predict import prime_history
@@ -118,10 +118,10 @@ def test_the_flow_reads_the_trace_and_forecasts_from_it(prefect_harness, run_con
     from flows.planner_flow import planner_flow
 
     obs = observation(history([3000, 3100]))
-    cold = planner_flow(config=run_config(None), observation=obs, now_s=720.0, dry_run=True)
+    cold = planner_flow(config=run_config(None), replay=ReplayInputs(observation=obs, now_s=720.0), dry_run=True)
     assert cold["forecast"]["predictor"] == "constant"
     trace = mooncake_trace(tmp_path / "warm.jsonl", [20 + i for i in range(12)])
-    warm = planner_flow(config=run_config(trace), observation=obs, now_s=720.0, dry_run=True)
+    warm = planner_flow(config=run_config(trace), replay=ReplayInputs(observation=obs, now_s=720.0), dry_run=True)
     assert warm["forecast"]["predictor"] == "kalman"
 
 
@@ -129,5 +129,5 @@ def test_a_missing_trace_fails_the_run_naming_the_field(prefect_harness, run_con
     from flows.planner_flow import planner_flow
 
     with pytest.raises(ValueError, match=r"predictor\.warmup_trace_path: .*missing\.jsonl: trace file not found"):
-        planner_flow(config=run_config(tmp_path / "missing.jsonl"), observation=observation(history([5, 6])),
-                     now_s=720.0, dry_run=True)
+        planner_flow(config=run_config(tmp_path / "missing.jsonl"),
+                     replay=ReplayInputs(observation=observation(history([5, 6])), now_s=720.0), dry_run=True)

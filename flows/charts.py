@@ -1,0 +1,123 @@
+"""Pictures for the Prefect UI: a planner run's chart and the data: URL an image artifact carries.
+
+The chart is rebuilt from what the run read (the load history from Prometheus,
+the connector's recommendation and applied-decision histories) and what it
+decided, so it needs no store of its own. It is drawn with matplotlib's object
+API on the Agg canvas (no pyplot, no display, no global figure state).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+from planner.pipeline import PlanResult
+from planner.types import DecisionRecord
+
+CHART_SIZE_PX = (960, 540)
+_DPI = 96
+
+
+def png_data_url(png: bytes | str | Path) -> str:
+    """A data: URL of a PNG (its bytes, or a file's path), for `create_image_artifact`."""
+    data = png if isinstance(png, bytes) else Path(png).read_bytes()
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _steps(points: list[tuple[float, int]], *, start_s: float, end_s: float) -> tuple[list[float], list[int]]:
+    """A step series over [start_s, end_s] from (t_s, value) changes, oldest first: the value in
+    effect at start_s (the newest change at or before it) is carried in from the left edge."""
+    before = [p for p in points if p[0] <= start_s]
+    inside = [p for p in points if start_s < p[0] <= end_s]
+    kept = ([(start_s, before[-1][1])] if before else []) + inside
+    if not kept:
+        return [], []
+    kept.append((end_s, kept[-1][1]))
+    return [t for t, _ in kept], [v for _, v in kept]
+
+
+def planner_chart_png(
+    result: PlanResult, *, now_s: float, record: DecisionRecord | None, window_s: float = 3 * 3600.0,
+    title: str = "",
+) -> bytes:
+    """PNG (CHART_SIZE_PX) of the last window_s seconds up to one interval past now_s.
+
+    Top: observed requests/s per interval and this run's forecast for the next
+    interval (mean, p90 as a bar), the observed mean TTFT against its target in
+    the legend when known. Bottom, per pool: the applied targets (the
+    connector's decision history, this run's decision when it applied one),
+    the recommendations of recent runs (stabilization history plus this run's)
+    and the replicas the fleet reported now. Times are minutes relative to now.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    obs, fc, fleet, d = result.observation, result.forecast, result.fleet, result.decision
+    interval_s = obs.interval_s
+    start_s, end_s = now_s - window_s, now_s + interval_s
+
+    def minutes(ts) -> list[float]:
+        return [(t - now_s) / 60.0 for t in ts]
+
+    fig = Figure(figsize=(CHART_SIZE_PX[0] / _DPI, CHART_SIZE_PX[1] / _DPI), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    load_ax, rep_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": (1, 1)})
+
+    hist = obs.history
+    if hist is not None and hist.t_s:
+        pts = [(t, n / hist.interval_s) for t, n in zip(hist.t_s, hist.num_requests) if start_s <= t <= now_s]
+        if pts:
+            load_ax.plot(minutes([t for t, _ in pts]), [r for _, r in pts], color="0.35", lw=1.2,
+                         label="observed, req/s")
+    if obs.num_requests is not None and obs.num_requests == obs.num_requests:
+        label = "this interval"
+        if obs.avg_ttft_ms is not None and obs.avg_ttft_ms == obs.avg_ttft_ms:
+            label += f" (mean TTFT {obs.avg_ttft_ms:.0f} ms)"
+        load_ax.plot([0.0], [obs.num_requests / interval_s], "o", color="0.2", ms=4, label=label)
+    if fc is not None:
+        mean, p90 = fc.num_requests / interval_s, fc.num_requests_p90 / interval_s
+        x = interval_s / 60.0
+        load_ax.errorbar([x], [mean], yerr=[[0.0], [max(0.0, p90 - mean)]], fmt="D", color="tab:purple", ms=5,
+                         capsize=3, label=f"forecast next interval ({fc.predictor}), bar to p90")
+    load_ax.set_ylabel("requests/s")
+    load_ax.set_ylim(bottom=0)
+    if load_ax.get_legend_handles_labels()[0]:
+        load_ax.legend(loc="upper left", fontsize=7)
+    load_ax.grid(alpha=0.3)
+
+    applied = list(fleet.applied_targets)
+    if record is not None:
+        applied.append((record.decided_at_s, record.prefill_replicas, record.decode_replicas))
+    recommended = list(fleet.recent_targets) + [
+        (now_s, d.recommended_prefill_replicas if d.recommended_prefill_replicas is not None else d.prefill_replicas,
+         d.recommended_decode_replicas if d.recommended_decode_replicas is not None else d.decode_replicas)]
+    for i, (pool, color) in enumerate((("prefill", "tab:blue"), ("decode", "tab:orange"))):
+        ts, vs = _steps([(t, v[i]) for t, *v in applied], start_s=start_s, end_s=end_s)
+        if ts:
+            rep_ax.step(minutes(ts), vs, where="post", color=color, lw=1.6, label=f"{pool} applied")
+        rec = [(t, v[i]) for t, *v in recommended if start_s <= t <= end_s]
+        rep_ax.plot(minutes([t for t, _ in rec]), [v for _, v in rec], ".", color=color, ms=5,
+                    label=f"{pool} recommended")
+        state = getattr(fleet, pool)
+        rep_ax.plot([0.0], [state.current_replicas], "s", mfc="none", color=color, ms=7,
+                    label=f"{pool} set now {state.current_replicas} (ready {state.ready_replicas})")
+    rep_ax.set_ylabel("replicas")
+    rep_ax.set_ylim(bottom=0)
+    rep_ax.yaxis.get_major_locator().set_params(integer=True)
+    rep_ax.set_xlabel("minutes from this run")
+    rep_ax.legend(loc="upper left", fontsize=7, ncol=2)
+    rep_ax.grid(alpha=0.3)
+    # The window shrinks to the data there is (a new deployment has minutes of it, not hours).
+    seen = [t for t in (*(hist.t_s if hist is not None else ()), *(a[0] for a in applied),
+                        *(r[0] for r in recommended)) if start_s <= t <= now_s]
+    left_s = min(seen, default=now_s - 10 * interval_s) - interval_s / 2
+    for ax in (load_ax, rep_ax):
+        ax.axvline(0.0, color="0.6", lw=0.8, ls="--")
+        ax.set_xlim((left_s - now_s) / 60.0, (end_s - now_s) / 60.0 + interval_s / 120.0)
+    if title:
+        load_ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
