@@ -69,6 +69,7 @@ SCENARIOS = [
 ]
 # Training variants measured on the same samples next to the default configuration.
 VARIANTS = {
+    "absolute model (not relative to the profile estimate)": {"relative_to_estimate": "never"},
     "feature set 1 (before the prefill-progress features)": {"feature_set": 1},
     "p90 calibration: one global shift for both targets": {"p90_calibration": {"ttft": "global", "tpot": "global"}},
     "p90 calibration: per load bucket for both targets": {
@@ -113,7 +114,7 @@ def samples_for(sc: dict, *, quick: bool) -> tuple[list[dict], dict]:
 
 def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max_samples: int) -> dict:
     used = samples[-max_samples:]
-    prepared = prepare_samples(used, cfg)
+    prepared = prepare_samples(used, cfg, estimate=estimate)
     t0 = time.perf_counter()
     models = fit_all(prepared, cfg)
     fit_s = time.perf_counter() - t0
@@ -171,8 +172,8 @@ def target_misses(result: dict) -> list[str]:
     return misses
 
 
-def training_time(samples: list[dict], cfg: TrainingConfig, *, n: int, repeats: int) -> dict:
-    prepared = prepare_samples(samples[-n:], cfg)
+def training_time(samples: list[dict], cfg: TrainingConfig, estimate, *, n: int, repeats: int) -> dict:
+    prepared = prepare_samples(samples[-n:], cfg, estimate=estimate)
     load_before = os.getloadavg()[0]
     runs = []
     for _ in range(repeats):
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                     "loadavg_1m_start": round(load_start, 2)},
         "targets": TARGETS,
         "scenarios": scenarios,
-        "training_time": training_time(first_samples, cfg, n=args.max_samples, repeats=args.repeats),
+        "training_time": training_time(first_samples, cfg, estimate, n=args.max_samples, repeats=args.repeats),
     }
     result["machine"]["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
     result["targets_missed"] = target_misses(result)

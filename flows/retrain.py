@@ -97,7 +97,8 @@ def retrain_flow(
     current_version, current_document, estimate_name = fetch_current_model(router_url, token_env=token_env)
     if estimate_name and estimate_name != f"profile:{profile.name}":
         logger.warning("the routing service's estimate is %s but profile_dir holds %s", estimate_name, profile.name)
-    prepared = prepare_features(samples, cfg)
+    estimate = ProfileEstimator(profile)
+    prepared = prepare_features(samples, cfg, estimate=estimate)
     context = {"router_url": router_url, "version": version, "current_version": current_version,
                "estimate": f"profile:{profile.name}", "force": force}
 
@@ -111,7 +112,7 @@ def retrain_flow(
     models = train_models(prepared, cfg)
     document, evaluation, decision = evaluate_models(
         prepared, models, cfg=cfg, version=version, created_at_s=now, current_document=current_document,
-        current_version=current_version, estimate=ProfileEstimator(profile), force=force,
+        current_version=current_version, estimate=estimate, force=force,
     )
     logger.info("decision %s: %s", decision.code, decision.reason)
     png = predicted_vs_observed_png(evaluation)
@@ -213,15 +214,28 @@ def model_card(
                   "|---|---|---|---|---|"]
         for t in TARGETS:
             m = models[t]
-            lines.append(f"| {t} | point | {m.iterations['mean']} | {m.fit_s:.2f} | |")
+            kind = f"point, relative to {m.base}" if m.base else "point, absolute (ms)"
+            if m.relative_selection:
+                kind += (" (calibration MAPE " + ", ".join(f"{k} {_pct(v)}" for k, v in m.relative_selection.items())
+                         + ")")
+            lines.append(f"| {t} | {kind} | {m.iterations['mean']} | {m.fit_s:.2f} | |")
             factor = f"x{np.exp(m.p90_log_offset):.3f}"
             if m.p90_bucket_offsets is not None:
                 per = ", ".join(f"{label}: x{np.exp(o):.3f}"
                                 for label, o in zip(bucket_labels(t), m.p90_bucket_offsets))
                 factor = f"per load bucket ({per}; global {factor})"
+            if m.p90_kind == "flat":
+                factor += " on the profile estimate (no trees)"
+            if m.p90_selection:
+                factor += ("; chosen on the newer half of the calibration slice, p90 loss "
+                           + ", ".join(f"{k} {_pct(v, 3)}" for k, v in m.p90_selection.items()))
             lines.append(f"| {t} | p90 | {m.iterations['p90']} | | {factor} |")
+        base = models["ttft"].base
         lines += ["", f"Feature set {cfg.feature_set} (routing.features; the router serves sets "
-                  f"{sorted(FEATURE_SETS)}).", "", "Config: `" + cfg.model_dump_json() + "`"]
+                  f"{sorted(FEATURE_SETS)}). "
+                  + (f"Relative model: predictions are ratios to the estimate `{base}`, which the router "
+                     f"multiplies back." if base else "Absolute model: predictions are ms."),
+                  "", "Config: `" + cfg.model_dump_json() + "`"]
     if png is not None:
         lines += ["", "## Predicted vs observed (held out)", "",
                   f"![predicted vs observed](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"]

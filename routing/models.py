@@ -18,8 +18,9 @@ then means feature set 1):
      "created_at_s": 1795000000.0,               # optional, Unix seconds
      "metrics": {"ttft_mape": 0.041},            # optional, name -> finite number
      "notes": "...",                              # optional
+     "base": "profile:h200_llama8b",              # with a relative target: the estimate it is relative to
      "targets": {
-       "ttft": {"feature_names": [...TTFT_FEATURES], "mean": REG, "p90": REG},
+       "ttft": {"feature_names": [...TTFT_FEATURES], "mean": REG, "p90": REG, "relative": true},
        "tpot": {"feature_names": [...TPOT_FEATURES], "mean": REG}}}
 
     REG = {"kind": "hist_gradient_boosting", "link": "identity" | "log",
@@ -28,6 +29,15 @@ then means feature set 1):
                       "right": [int], "value": [float], "is_leaf": [bool]}, ...]}
         | {"kind": "linear", "link": "identity" | "log", "intercept": float,
            "coef": [float, one per feature]}
+
+A relative target ("relative": true; the document then names its estimate in
+"base") predicts the ratio of the latency to the router's profile estimate
+(routing.predictor.ProfileEstimator) on the same row: the router multiplies the two, so the estimate carries what
+the trees cannot extrapolate (more load than training saw) and the trees
+correct its bias. A router serves it only when its own estimate has that name
+(the service refuses it on publish otherwise); a router that predates the
+field refuses the document as a whole (unknown key), never serving a ratio as
+milliseconds.
 
 A tree's node 0 is its root; an internal node sends a row left when
 x[feature] <= threshold, else right. The raw prediction is baseline + the sum of
@@ -119,6 +129,7 @@ class TargetModels(_Strict):
     )
     mean: Regressor = Field(description="mean latency model, ms")
     p90: Regressor | None = Field(None, description="p90 latency model, ms (optional)")
+    relative: bool = Field(False, description="the models predict ratios to the document's base estimate, not ms")
 
 
 class TtftModels(TargetModels):
@@ -147,7 +158,20 @@ class ModelDocument(_Strict):
     created_at_s: float | None = Field(None, ge=0, description="when the model was trained, Unix s")
     metrics: dict[str, float] = Field(default_factory=dict, description="evaluation metrics, finite numbers")
     notes: str = Field("", max_length=4096)
+    base: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="name of the profile estimate the predictions are ratios to (None: predictions are ms)",
+    )
     targets: Targets
+
+    @model_validator(mode="after")
+    def _base(self) -> "ModelDocument":
+        relative = [t for t in TARGETS if getattr(self.targets, t).relative]
+        if relative and self.base is None:
+            raise ValueError(f"base: required, targets {relative} are relative to an estimate")
+        if self.base is not None and not relative:
+            raise ValueError(f"base: {self.base!r} given but no target is relative")
+        return self
 
     @model_validator(mode="after")
     def _feature_set(self) -> "ModelDocument":
@@ -377,6 +401,8 @@ class LatencyModel:
     created_at_s: float | None
     feature_set: int
     _models: dict[tuple[str, str], object] = field(repr=False)
+    base: str | None = None
+    relative: frozenset[str] = frozenset()
 
     def has_quantile(self, target: Target, quantile: str) -> bool:
         return (target, quantile) in self._models
@@ -386,12 +412,30 @@ class LatencyModel:
         whatever feature set the model was trained on).
 
         quantile "p90" falls back to the mean model when no p90 model was published.
+        For a relative target (in `relative`) this is the ratio to the `base` estimate;
+        `predict_ms` gives milliseconds.
         """
         model = self._models.get((target, quantile)) or self._models[(target, "mean")]
         raw = model.raw(x)
         if model.log_link:
             raw = np.exp(raw)
         return np.maximum(raw, 0.0)
+
+    def predict_ms(self, target: Target, x: np.ndarray, *, quantile: Literal["mean", "p90"] = "mean",
+                   estimate=None) -> np.ndarray:
+        """Predicted latency, ms: `predict`, times the estimate's prediction for a relative model.
+
+        estimate: has `name` and predict(target, x) -> ms (routing.predictor.ProfileEstimator); needed
+        only for a relative target, and must be the estimate named in `base` (ValueError otherwise).
+        """
+        pred = self.predict(target, x, quantile=quantile)
+        if target not in self.relative:
+            return pred
+        name = None if estimate is None else f"profile:{estimate.name}"
+        if name != self.base:
+            raise ValueError(f"model {self.version}: predictions are relative to {self.base}, "
+                             f"given {name or 'no estimate'}")
+        return pred * estimate.predict(target, x)
 
 
 def parse_model_document(data: dict, *, max_trees: int = DEFAULT_MAX_TREES, max_nodes: int = DEFAULT_MAX_NODES) -> LatencyModel:
@@ -450,6 +494,8 @@ def parse_model_document(data: dict, *, max_trees: int = DEFAULT_MAX_TREES, max_
         created_at_s=doc.created_at_s,
         feature_set=feature_set,
         _models=models,
+        base=doc.base,
+        relative=frozenset(t for t in TARGETS if getattr(doc.targets, t).relative),
     )
 
 
@@ -617,8 +663,13 @@ def model_document(
     created_at_s: float | None = None,
     notes: str = "",
     feature_set: int = FEATURE_SET_VERSION,
+    base: str | None = None,
+    relative: tuple[str, ...] = (),
 ) -> dict:
-    """Assemble a publishable document from exported REG dicts (feature names of `feature_set` filled in)."""
+    """Assemble a publishable document from exported REG dicts (feature names of `feature_set` filled in).
+
+    base: the estimate's name ("profile:<name>") the targets in `relative` predict ratios to.
+    """
     if feature_set not in FEATURE_SETS:
         raise ValueError(f"model_document: feature_set must be one of {sorted(FEATURE_SETS)}, got {feature_set}")
     names = FEATURE_SETS[feature_set]
@@ -630,8 +681,11 @@ def model_document(
         "created_at_s": created_at_s,
         "metrics": dict(metrics or {}),
         "notes": notes,
+        **({"base": base} if base is not None else {}),
         "targets": {
-            "ttft": {"feature_names": list(names["ttft"]), "mean": ttft_mean, "p90": ttft_p90},
-            "tpot": {"feature_names": list(names["tpot"]), "mean": tpot_mean, "p90": tpot_p90},
+            "ttft": {"feature_names": list(names["ttft"]), "mean": ttft_mean, "p90": ttft_p90,
+                     **({"relative": True} if "ttft" in relative else {})},
+            "tpot": {"feature_names": list(names["tpot"]), "mean": tpot_mean, "p90": tpot_p90,
+                     **({"relative": True} if "tpot" in relative else {})},
         },
     }

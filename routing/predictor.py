@@ -36,7 +36,10 @@ router wants on every request), so an estimate is a few vectorised lookups.
 The estimate assumes one GPU per engine, like the profile's per-GPU figures.
 
 `LatencyPredictor.snapshot()` pins one model for a whole pick, so a model swap
-in the middle of a pick cannot mix two versions.
+in the middle of a pick cannot mix two versions. A relative published model
+(routing.models: a target marked relative, the estimate named in `base`)
+predicts ratios to this estimate: the pinned model multiplies them by the
+estimate on the same rows.
 """
 
 from __future__ import annotations
@@ -156,9 +159,13 @@ class PinnedModel:
     model: LatencyModelLike
     version: str | None
     quantile: Literal["mean", "p90"]
+    base: ProfileEstimator | None = None
 
     def predict(self, target: Target, x: np.ndarray) -> np.ndarray:
-        return self.model.predict(target, x, quantile=self.quantile)
+        pred = self.model.predict(target, x, quantile=self.quantile)
+        if self.base is None or target not in self.model.relative:
+            return pred
+        return pred * self.base.predict(target, x)
 
 
 class LatencyPredictor:
@@ -174,7 +181,14 @@ class LatencyPredictor:
         active = self.models.active if self.models is not None else None
         if active is None:
             return PinnedModel(self.estimate, None, self.quantile)
-        return PinnedModel(active, active.version, self.quantile)
+        base = getattr(active, "base", None)
+        if base is None:
+            return PinnedModel(active, active.version, self.quantile)
+        # The service refuses on publish a relative model of another estimate; one retained from before a
+        # restart on another profile cannot be served (its ratios mean nothing here): the estimate serves.
+        if base != f"profile:{self.estimate.name}":
+            return PinnedModel(self.estimate, None, self.quantile)
+        return PinnedModel(active, active.version, self.quantile, self.estimate)
 
 
 # The column lists are re-exported for callers building rows by hand.

@@ -347,6 +347,10 @@ class RoutingService:
 
     def publish(self, document: dict) -> dict:
         try:
+            base = document.get("base") if isinstance(document, dict) else None
+            if base is not None and base != self.estimate_name:
+                raise ValueError(f"base: the model is relative to {base!r}, this router's estimate is "
+                                 f"{self.estimate_name!r}")
             model = self.models.publish(document, now_s=self.clock())
         except ValueError:
             self.metrics.publish.labels("rejected").inc()

@@ -149,12 +149,27 @@ class TrainingConfig(BaseModel):
         "(for a router that only knows that set, or to measure what the newer features add)",
     )
     calibrate_p90: bool = Field(True, description="shift the p90 model so 90% of calibration samples fall below it")
+    relative_to_estimate: Literal["select", "always", "never"] = Field(
+        "select",
+        description="fit the ratio of each latency to the router's profile estimate on the same row (a relative "
+        "model: the router multiplies by its estimate) when the samples carry the estimate: always, never, or "
+        "select per target (the point model with the lower MAPE on the calibration slice). The estimate "
+        "extrapolates to more load than training saw, where trees stay flat; where it is far off, the ratio "
+        "is harder to learn than the latency",
+    )
     p90_calibration: dict[Target, Literal["global", "load_bucket"]] = Field(
         default_factory=lambda: {"ttft": "load_bucket", "tpot": "global"},
         description="per target: global, one conformal shift; load_bucket, one per load bucket (BUCKET_EDGES) "
         "with at least calibration_min_bucket_samples calibration rows, the global shift for the others. "
         "TTFT's error grows with the queue it joins (per bucket measured better); TPOT's buckets drift with "
         "load (per bucket measured worse)",
+    )
+    p90_select: bool = Field(
+        True,
+        description="for a relative model, keep the p90 trees only when, calibrated on the older half of the "
+        "calibration slice, they have a lower p90 loss on its newer half than the estimate times a calibrated "
+        "factor (flat p90); else publish the flat one. Trees fitted on older load can be confidently wrong on "
+        "newer load, the estimate's shape holds",
     )
     calibration_min_bucket_samples: int = Field(
         200, ge=10, description="fewest calibration rows for a load bucket to get its own p90 shift"
@@ -216,6 +231,8 @@ class TargetData:
     recorded_at_s: when each sample was recorded, s; seq: store sequence numbers.
     dropped: reason -> count of samples of this target left out.
     source: each sample's endpoint id (None: unknown, every row one source).
+    estimate_ms: the profile estimate of each row, ms (None: not computed; models are then absolute).
+    estimate_name: that estimate's name ("profile:<name>").
     """
 
     target: Target
@@ -225,6 +242,8 @@ class TargetData:
     seq: np.ndarray
     dropped: dict[str, int]
     source: np.ndarray | None = None
+    estimate_ms: np.ndarray | None = None
+    estimate_name: str | None = None
 
     @property
     def n(self) -> int:
@@ -246,8 +265,11 @@ class PreparedSamples:
         return out
 
 
-def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig) -> PreparedSamples:
+def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig, *, estimate=None) -> PreparedSamples:
     """Split samples (the sample store's dicts) by target, drop bad ones, build features.
+
+    estimate: the router's profile estimate (routing.predictor.ProfileEstimator: `name`,
+    predict(target, x) -> ms); its prediction of each row is kept for relative models.
 
     Dropped with a reason: non-finite latency (NaN, inf, missing, not a number),
     negative latency, absurd latency (0, or above max_<target>_ms), bad
@@ -285,14 +307,17 @@ def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig) -> Prepared
     by_target = {}
     for target in TARGETS:
         kept = sorted(rows[target], key=lambda r: (r[0], r[1]))
+        x = features_from_samples(target, [r[2] for r in kept])
         by_target[target] = TargetData(
             target=target,
-            x=features_from_samples(target, [r[2] for r in kept]),
+            x=x,
             y_ms=np.array([r[3] for r in kept], dtype=float),
             recorded_at_s=np.array([r[0] for r in kept], dtype=float),
             seq=np.array([r[1] for r in kept], dtype=np.int64),
             dropped=dropped[target],
             source=np.array([r[4] for r in kept], dtype=object),
+            estimate_ms=None if estimate is None else np.asarray(estimate.predict(target, x), dtype=float),
+            estimate_name=None if estimate is None else f"profile:{estimate.name}",
         )
     return PreparedSamples(fetched=len(samples), by_target=by_target, dropped_unknown_target=unknown)
 
@@ -408,6 +433,9 @@ class TargetModels:
     instead of p90_log_offset; None: one global shift.
     feature_set: the routing.features set the models were fitted on; columns:
     its columns in the full FEATURES[target] rows.
+    base: the estimate's name when the models predict ratios to it (None: ms).
+    p90_kind: "flat" when the p90 is the estimate times the calibration (no trees);
+    p90_selection / relative_selection: the calibration-slice losses the choices were made on.
     """
 
     target: Target
@@ -421,13 +449,21 @@ class TargetModels:
     feature_set: int = FEATURE_SET_VERSION
     columns: np.ndarray | None = None
     p90_bucket_offsets: tuple[float, ...] | None = None
+    base: str | None = None
+    p90_kind: Literal["trees", "flat"] = "trees"
+    p90_selection: dict[str, float] = field(default_factory=dict)
+    relative_selection: dict[str, float] = field(default_factory=dict)
 
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(mean, p90) latency, ms, straight from the scikit-learn models (x: full FEATURES[target] rows)."""
+    def predict(self, x: np.ndarray, estimate_ms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, p90) latency, ms, straight from the scikit-learn models (x: full FEATURES[target] rows;
+        estimate_ms: the estimate of each row, needed when `base` is set)."""
         shift = self.p90_shift(x)
+        if self.base is not None and estimate_ms is None:
+            raise ValueError(f"{self.target} models are relative to {self.base}: give estimate_ms")
+        log_base = 0.0 if self.base is None else log_estimate(estimate_ms)
         if self.columns is not None:
             x = x[:, self.columns]
-        return np.exp(self.mean.predict(x)), np.exp(self.p90.predict(x) + shift)
+        return np.exp(self.mean.predict(x) + log_base), np.exp(self.p90.predict(x) + shift + log_base)
 
     def p90_shift(self, x: np.ndarray) -> np.ndarray | float:
         """The calibration shift (log space) of each row of x (full FEATURES[target] rows)."""
@@ -436,20 +472,33 @@ class TargetModels:
         return np.asarray(self.p90_bucket_offsets)[bucket_of(self.target, x)]
 
 
+def log_estimate(estimate_ms: np.ndarray) -> np.ndarray:
+    """log of the estimate, ms, floored at 1 us (the estimate's TPOT of a prefill row is 0)."""
+    return np.log(np.maximum(np.asarray(estimate_ms, dtype=float), 1e-3))
+
+
 def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetModels:
     """Fit the mean and p90 models of one target on the split's training rows.
 
     The calibration rows, when there are any, drive early stopping and the p90
-    calibration offset; the holdout rows are not touched.
+    calibration offset; the holdout rows are not touched. With the samples'
+    estimate (data.estimate_ms) and cfg.relative_to_estimate "always" (or
+    "select" and a lower calibration MAPE of the relative point model), the
+    models fit log(latency / estimate) and are relative to it; with "select",
+    both point models are fitted (one more fit).
     """
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
     columns = columns_of(FEATURE_SETS[cfg.feature_set][data.target], data.target)
-    x_tr, y_tr = data.x[split.train][:, columns], np.log(data.y_ms[split.train])
-    x_cal, y_cal = data.x[split.calibration][:, columns], np.log(data.y_ms[split.calibration])
-    if y_tr.size < 2:
-        raise ValueError(f"fit_target {data.target}: need at least 2 training rows, got {y_tr.size}")
+    candidates = [False]
+    if data.estimate_ms is not None and cfg.relative_to_estimate != "never":
+        has_calibration = split.calibration.stop > split.calibration.start
+        candidates = [True, False] if cfg.relative_to_estimate == "select" and has_calibration else [True]
+    log_est = log_estimate(data.estimate_ms) if data.estimate_ms is not None else 0.0
+    x_tr, x_cal = data.x[split.train][:, columns], data.x[split.calibration][:, columns]
+    if x_tr.shape[0] < 2:
+        raise ValueError(f"fit_target {data.target}: need at least 2 training rows, got {x_tr.shape[0]}")
     common = dict(
         max_iter=cfg.max_iter,
         learning_rate=cfg.learning_rate,
@@ -461,20 +510,36 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
     )
     # Early stopping on the calibration slice: the most recent rows before the
     # holdout, never a random subset of the (older) training rows.
-    early = dict(early_stopping=True, n_iter_no_change=cfg.n_iter_no_change) if y_cal.size else dict(early_stopping=False)
-    val = dict(X_val=x_cal, y_val=y_cal) if y_cal.size else {}
+    early = (dict(early_stopping=True, n_iter_no_change=cfg.n_iter_no_change) if x_cal.shape[0]
+             else dict(early_stopping=False))
     t0 = time.perf_counter()
     # A busy machine makes OpenMP's spinning threads far slower than one thread.
     with threadpool_limits(limits=cfg.n_threads, user_api="openmp"):
-        mean = HistGradientBoostingRegressor(loss=cfg.point_loss, **common, **early).fit(x_tr, y_tr, **val)
+        fits, relative_mape = {}, {}
+        for relative in candidates:
+            log_y = np.log(data.y_ms) - (log_est if relative else 0.0)
+            y_tr, y_cal = log_y[split.train], log_y[split.calibration]
+            val = dict(X_val=x_cal, y_val=y_cal) if y_cal.size else {}
+            fits[relative] = (y_tr, y_cal, val, HistGradientBoostingRegressor(
+                loss=cfg.point_loss, **common, **early).fit(x_tr, y_tr, **val))
+            if len(candidates) > 1:
+                # MAPE in ms on the calibration slice (the relative prediction times the estimate).
+                pred = fits[relative][3].predict(x_cal) - y_cal
+                relative_mape["relative" if relative else "absolute"] = float(np.mean(np.abs(np.exp(pred) - 1)))
+        relative = candidates[0] if len(candidates) == 1 else relative_mape["relative"] <= relative_mape["absolute"]
+        y_tr, y_cal, val, mean = fits[relative]
         p90 = HistGradientBoostingRegressor(loss="quantile", quantile=QUANTILE, **common, **early).fit(x_tr, y_tr, **val)
-        offset, by_bucket = 0.0, None
+        offset, by_bucket, kind, selection = 0.0, None, "trees", {}
         if cfg.calibrate_p90 and y_cal.size:
+            x_cal_full = data.x[split.calibration]
+            if relative and cfg.p90_select:
+                log_base = log_estimate(data.estimate_ms[split.calibration])
+                selection = {k: p90_half_loss(data.target, x_cal_full, y_cal, pred, log_base, cfg)
+                             for k, pred in (("trees", p90.predict(x_cal)), ("flat", np.zeros(y_cal.size)))}
+                if selection["flat"] < selection["trees"]:
+                    p90, kind = FlatModel(), "flat"
             residuals = y_cal - p90.predict(x_cal)
-            offset = conformal_offset(residuals, quantile=QUANTILE)
-            if cfg.p90_calibration[data.target] == "load_bucket":
-                by_bucket = bucket_offsets(data.target, data.x[split.calibration], residuals, global_offset=offset,
-                                           min_samples=cfg.calibration_min_bucket_samples)
+            offset, by_bucket = calibration_offsets(data.target, x_cal_full, residuals, cfg)
     return TargetModels(
         target=data.target,
         mean=mean,
@@ -487,7 +552,46 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
         feature_set=cfg.feature_set,
         columns=columns,
         p90_bucket_offsets=by_bucket,
+        base=data.estimate_name if relative else None,
+        p90_kind=kind,
+        p90_selection=selection,
+        relative_selection=relative_mape,
     )
+
+
+class FlatModel:
+    """A p90 'model' with no trees: 0 in log-ratio space, so the p90 is the estimate times the calibration."""
+
+    n_iter_ = 0
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.zeros(len(x))
+
+
+def calibration_offsets(target: Target, x: np.ndarray, residuals: np.ndarray,
+                        cfg: TrainingConfig) -> tuple[float, tuple[float, ...] | None]:
+    """(global conformal offset, per-bucket offsets or None) of calibration rows x (full FEATURES[target]
+    rows) with log residuals observed - p90 prediction, as cfg.p90_calibration says for the target."""
+    offset = conformal_offset(residuals, quantile=QUANTILE)
+    if cfg.p90_calibration[target] != "load_bucket":
+        return offset, None
+    return offset, bucket_offsets(target, x, residuals, global_offset=offset,
+                                  min_samples=cfg.calibration_min_bucket_samples)
+
+
+def p90_half_loss(target: Target, x: np.ndarray, log_y: np.ndarray, pred: np.ndarray, log_base: np.ndarray,
+                  cfg: TrainingConfig) -> float:
+    """Relative p90 (pinball) loss on the newer half of calibration rows of a p90 prediction (log space,
+    before calibration) calibrated on the older half; log_base: log estimate, added to both."""
+    half = log_y.size // 2
+    if half < 1:
+        return math.inf
+    old, new = slice(0, half), slice(half, None)
+    offset, by_bucket = calibration_offsets(target, x[old], log_y[old] - pred[old], cfg)
+    shift = offset if by_bucket is None else np.asarray(by_bucket)[bucket_of(target, x[new])]
+    y_ms = np.exp(log_y[new] + log_base[new])
+    p90_ms = np.exp(pred[new] + shift + log_base[new])
+    return float(latency_metrics(y_ms, p90_ms, p90_ms)["p90_loss"])
 
 
 def bucket_offsets(
@@ -525,7 +629,12 @@ def conformal_offset(residuals: np.ndarray, *, quantile: float) -> float:
 def export_target(models: TargetModels) -> tuple[dict, dict]:
     """(mean, p90) as REG dicts of the safe format: trees on log latency, link "log"."""
     mean = export_hist_gradient_boosting(models.mean)
-    p90 = export_hist_gradient_boosting(models.p90)
+    if models.p90_kind == "flat":
+        # No trees: one all-zero tree (the format needs one) under the calibration below.
+        zero = bucket_tree(0, (0.0,), (0.0,))
+        p90 = {"kind": "hist_gradient_boosting", "link": "identity", "baseline": 0.0, "trees": [zero]}
+    else:
+        p90 = export_hist_gradient_boosting(models.p90)
     for reg in (mean, p90):
         if reg["link"] != "identity":
             raise ValueError(f"export_target {models.target}: expected an identity-link model, got {reg['link']}")
@@ -586,6 +695,9 @@ def to_document(
     if models["tpot"].feature_set != feature_set:
         raise ValueError(f"to_document: TTFT models use feature set {feature_set}, TPOT models "
                          f"{models['tpot'].feature_set}")
+    bases = {m.base for m in models.values() if m.base is not None}
+    if len(bases) > 1:
+        raise ValueError(f"to_document: targets are relative to different estimates {sorted(bases)}")
     ttft_mean, ttft_p90 = export_target(models["ttft"])
     tpot_mean, tpot_p90 = export_target(models["tpot"])
     return model_document(
@@ -598,6 +710,8 @@ def to_document(
         created_at_s=created_at_s,
         notes=notes,
         feature_set=feature_set,
+        base=bases.pop() if bases else None,
+        relative=tuple(t for t in TARGETS if models[t].base is not None),
     )
 
 
@@ -659,11 +773,13 @@ def evaluate(target: Target, x: np.ndarray, y_ms: np.ndarray, mean_ms: np.ndarra
     return out
 
 
-def document_predictions(document: dict, target: Target, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, p90) of a published document, exactly as the router computes them
-    (a document without a p90 model answers p90 with its mean, as the router does)."""
+def document_predictions(document: dict, target: Target, x: np.ndarray, estimate=None) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, p90) of a published document, ms, exactly as the router computes them
+    (a document without a p90 model answers p90 with its mean, as the router does; a
+    relative one is multiplied by `estimate`, which must be the one it names)."""
     model = parse_model_document(document)
-    return model.predict(target, x, quantile="mean"), model.predict(target, x, quantile="p90")
+    return (model.predict_ms(target, x, quantile="mean", estimate=estimate),
+            model.predict_ms(target, x, quantile="p90", estimate=estimate))
 
 
 # -- probe grid --------------------------------------------------------------------
@@ -768,14 +884,18 @@ def describe_row(target: Target, row: np.ndarray) -> str:
     return " ".join(shown + [f"work_in_flight_tokens={work:g}", f"role={role}"])
 
 
-def probe_document(document: dict, prepared: PreparedSamples, cfg: TrainingConfig) -> ProbeReport:
+def probe_document(document: dict, prepared: PreparedSamples, cfg: TrainingConfig, *, estimate=None) -> ProbeReport:
     """Predict every probe-grid row with the document, as the router would, and check each prediction.
 
     Out of range: not finite (exp() overflowed), <= 0 ms (a negative raw
     prediction the router clips to 0), or above the ceiling: the smaller of
     cfg.probe_ceiling_factor x the largest latency of the target's training
-    rows and cfg.max_<target>_ms (what counts as absurd in a sample), ms.
+    rows and cfg.max_<target>_ms (what counts as absurd in a sample), ms. A
+    relative model (multiplied by `estimate`, which the router serves without
+    a model) may also go up to cfg.probe_ceiling_factor x the estimate of the
+    row: a prompt queued behind 10^8 tokens legitimately waits hours.
     """
+    relative = parse_model_document(document).relative
     splits = splits_for(prepared, cfg)
     results = []
     for t in TARGETS:
@@ -787,11 +907,19 @@ def probe_document(document: dict, prepared: PreparedSamples, cfg: TrainingConfi
         ceiling = min(cfg.probe_ceiling_factor * train_max, limit)
         basis = (f"{cfg.probe_ceiling_factor:g} x the largest training {t.upper()} {train_max:.4g} ms"
                  if ceiling < limit else f"max_{t}_ms {limit:g}")
+        row_ceiling, may_be_zero = ceiling, False
+        if t in relative:
+            est = np.asarray(estimate.predict(t, grid), dtype=float)
+            row_ceiling = np.maximum(ceiling, cfg.probe_ceiling_factor * est)
+            # Where the estimate itself is 0 (TPOT of a prefill endpoint, which the router never asks), so is
+            # the relative model, as the estimate serves it.
+            may_be_zero = est <= 0
+            basis += f", or {cfg.probe_ceiling_factor:g} x the profile estimate of the row"
         with np.errstate(over="ignore", invalid="ignore"):
-            mean, p90 = document_predictions(document, t, grid)
+            mean, p90 = document_predictions(document, t, grid, estimate)
         for quantile, pred in (("mean", mean), ("p90", p90)):
             finite = np.isfinite(pred)
-            bad = ~finite | (pred <= 0) | (pred > ceiling)
+            bad = ~finite | ((pred <= 0) & ~may_be_zero) | (pred > row_ceiling)
             first_bad = ""
             if bad.any():
                 # The worst row: an overflow first, then the largest, then a zero.
@@ -991,13 +1119,13 @@ def evaluate_all(
                       "to_s": float(d.recorded_at_s[h][-1]) if y.size else None,
                       "sources": int(np.unique(d.source[h].astype(str)).size) if d.source is not None else None,
                       "left_out_by_source_cap": splits[t].sizes()[2] - int(y.size)}
-        c_mean, c_p90 = document_predictions(candidate_document, t, x)
+        c_mean, c_p90 = document_predictions(candidate_document, t, x, estimate)
         cand[t] = evaluate(t, x, y, c_mean, c_p90)
         e_mean = np.asarray(estimate.predict(t, x), dtype=float)
         # The router answers p90 with the estimate's one value when no model is published.
         est[t] = evaluate(t, x, y, e_mean, e_mean)
         if current_document is not None:
-            k_mean, k_p90 = document_predictions(current_document, t, x)
+            k_mean, k_p90 = document_predictions(current_document, t, x, estimate)
             cur[t] = evaluate(t, x, y, k_mean, k_p90)
         points[t] = (y, c_mean, c_p90, e_mean)
     return Evaluation(holdout=holdout, candidate=cand, estimate=est, current=cur, points=points)
@@ -1011,12 +1139,14 @@ def decide_publish(
     *,
     current_version: str | None,
     force: bool,
+    estimate=None,
 ) -> tuple[GateDecision, Evaluation]:
     """The publish decision for a candidate document: the probe grid first (never forced past), then `gate`.
 
+    estimate: the profile estimate a relative document is multiplied by.
     Returns the decision and the evaluation with its probe report.
     """
-    report = probe_document(document, prepared, cfg)
+    report = probe_document(document, prepared, cfg, estimate=estimate)
     evaluation = replace(evaluation, probe=report)
     failure = report.failure()
     if failure is not None:

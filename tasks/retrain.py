@@ -61,9 +61,10 @@ def fetch_current_model(router_url: str, *, token_env: str) -> tuple[str | None,
 
 
 @task(cache_policy=NO_CACHE)
-def prepare_features(samples: list[dict], cfg: TrainingConfig) -> PreparedSamples:
-    """Usable samples per target as feature matrices, with the dropped counts by reason."""
-    prepared = prepare_samples(samples, cfg)
+def prepare_features(samples: list[dict], cfg: TrainingConfig, *, estimate=None) -> PreparedSamples:
+    """Usable samples per target as feature matrices, with the dropped counts by reason (and the profile
+    estimate of each row, for relative models)."""
+    prepared = prepare_samples(samples, cfg, estimate=estimate)
     logger = get_run_logger()
     for t in TARGETS:
         d = prepared.by_target[t]
@@ -97,7 +98,7 @@ def evaluate_models(
         prepared, cfg, candidate_document=draft, current_document=current_document, estimate=estimate
     )
     decision, evaluation = decide_publish(
-        draft, evaluation, prepared, cfg, current_version=current_version, force=force,
+        draft, evaluation, prepared, cfg, current_version=current_version, force=force, estimate=estimate,
     )
     document = dict(draft, metrics=evaluation.metrics(), notes=decision.reason[:4096])
     return document, evaluation, decision

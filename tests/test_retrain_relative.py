@@ -1,0 +1,196 @@
+"""Relative latency models: trained on latency / profile estimate, served as ratio x the router's estimate.
+
+The estimate extrapolates with load (a queue twice as long, twice the wait), where trees stay flat at
+the most load training saw; the trees correct the estimate's bias. Real scikit-learn fits on synthetic
+rows, a real profile, a real in-process routing service.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from connectors.profiles import load_profile_dir
+from routing.features import FEATURES
+from routing.models import parse_model_document
+from routing.predictor import LatencyPredictor, ProfileEstimator
+from routing.training import (
+    TargetData,
+    TrainingConfig,
+    document_predictions,
+    fit_target,
+    time_split,
+    to_document,
+)
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
+pytestmark = pytest.mark.skipif(not PROFILE_DIR.exists(), reason="profile data not found")
+CFG = TrainingConfig(max_iter=60, min_train_samples=20, min_holdout_samples=10, relative_to_estimate="always")
+
+
+@pytest.fixture(scope="module")
+def estimate():
+    return ProfileEstimator(load_profile_dir(PROFILE_DIR))
+
+
+def rows(target: str, n: int, *, max_waiting: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    cols = FEATURES[target]
+    x = np.zeros((n, len(cols)))
+    x[:, cols.index("input_tokens")] = rng.uniform(100, 4000, n)
+    waiting = rng.integers(0, max_waiting + 1, n)
+    x[:, cols.index("waiting_requests")] = waiting
+    x[:, cols.index("prefill_tokens_in_flight")] = waiting * rng.uniform(500, 2000, n)
+    x[:, cols.index("running_requests")] = rng.integers(0, 40, n)
+    x[:, cols.index("decode_tokens_in_flight")] = x[:, cols.index("running_requests")] * 1500
+    x[:, cols.index("role_prefill" if target == "ttft" else "role_decode")] = 1.0
+    return x
+
+
+def data(target: str, estimate, *, n: int = 3000, max_waiting: int = 3, seed: int = 0) -> TargetData:
+    """Latency = 1.3 x the estimate (a biased profile), 3% lognormal noise."""
+    x = rows(target, n, max_waiting=max_waiting, seed=seed)
+    est = estimate.predict(target, x)
+    y = 1.3 * est * np.random.default_rng(seed + 1).lognormal(0, 0.03, n)
+    return TargetData(target, x, y, np.arange(n, dtype=float), np.arange(n), {}, estimate_ms=est,
+                      estimate_name=f"profile:{estimate.name}")
+
+
+@pytest.fixture(scope="module")
+def document(estimate):
+    models = {}
+    for t in ("ttft", "tpot"):
+        d = data(t, estimate)
+        models[t] = fit_target(d, time_split(d.n, holdout_frac=0.2, calibration_frac=0.1), CFG)
+    return to_document(models, version="relative-1", metrics={}), models
+
+
+def test_relative_document_serves_ratio_times_the_estimate_exactly_as_fitted(document, estimate):
+    doc, models = document
+    assert doc["base"] == f"profile:{estimate.name}" and models["ttft"].base == doc["base"]
+    for t in ("ttft", "tpot"):
+        x = rows(t, 500, max_waiting=3, seed=9)
+        est = estimate.predict(t, x)
+        mean, p90 = models[t].predict(x, est)
+        d_mean, d_p90 = document_predictions(doc, t, x, estimate)
+        np.testing.assert_allclose(d_mean, mean, rtol=1e-9)
+        np.testing.assert_allclose(d_p90, p90, rtol=1e-9)
+        # The trees learned the 1.3 bias.
+        assert np.median(mean / est) == pytest.approx(1.3, rel=0.03)
+    with pytest.raises(ValueError, match="relative to profile:.*given no estimate"):
+        document_predictions(doc, "ttft", x)
+
+
+def test_relative_model_follows_the_estimate_past_the_load_it_was_trained_on(estimate):
+    # Trained with at most 3 waiting requests; asked about 12 (four times the queue ahead).
+    cfg = CFG.model_copy(update={"max_iter": 100})
+    d = data("ttft", estimate, max_waiting=3)
+    split = time_split(d.n, holdout_frac=0.2, calibration_frac=0.1)
+    absolute = fit_target(d, split, cfg.model_copy(update={"relative_to_estimate": "never"}))
+    relative = fit_target(d, split, cfg)
+    x = rows("ttft", 2000, max_waiting=12, seed=3)
+    deep = x[:, FEATURES["ttft"].index("waiting_requests")] >= 8
+    est = estimate.predict("ttft", x)
+    truth = 1.3 * est
+    ape_rel = np.abs(relative.predict(x, est)[0] - truth) / truth
+    ape_abs = np.abs(absolute.predict(x)[0] - truth) / truth
+    assert ape_rel[deep].mean() < 0.03 < ape_abs[deep].mean()
+
+
+def test_router_multiplies_by_its_estimate_and_refuses_another_estimate(document, estimate):
+    from routing.config import RouterConfig
+    from routing.service import RoutingService
+
+    doc, models = document
+    service = RoutingService(RouterConfig(profile_dir=str(PROFILE_DIR)), profile=load_profile_dir(PROFILE_DIR),
+                             clock=lambda: 0.0)
+    other = dict(doc, version="relative-other", base="profile:some-other-gpu")
+    with pytest.raises(ValueError, match="base: the model is relative to 'profile:some-other-gpu', this "
+                                         "router's estimate is 'profile:"):
+        service.publish(other)
+    assert service.models.active is None
+    service.publish(doc)
+    pinned = service.predictor.snapshot()
+    x = rows("ttft", 50, max_waiting=3, seed=4)
+    np.testing.assert_allclose(pinned.predict("ttft", x),
+                               parse_model_document(doc).predict("ttft", x, quantile="p90")
+                               * estimate.predict("ttft", x), rtol=1e-12)
+
+
+def test_a_retained_relative_model_of_another_estimate_is_not_served(document, estimate):
+    class Store:
+        active = parse_model_document(dict(document[0], base="profile:some-other-gpu"))
+
+    pinned = LatencyPredictor(estimate=estimate, models=Store()).snapshot()
+    assert pinned.version is None and pinned.model is estimate
+
+
+@pytest.mark.parametrize("bias, kind", [
+    pytest.param(lambda x: 1.3, "flat", id="ratio 1.3 everywhere: the estimate x a factor is the p90"),
+    pytest.param(lambda x: 1.0 + 0.25 * x[:, FEATURES["ttft"].index("waiting_requests")], "trees",
+                 id="ratio 1 + 0.25 per waiting request: trees needed"),
+])
+def test_p90_trees_kept_only_when_they_beat_the_flat_p90_on_newer_rows(estimate, bias, kind):
+    d = data("ttft", estimate)
+    y = d.y_ms / 1.3 * bias(d.x)
+    d = TargetData("ttft", d.x, y, d.recorded_at_s, d.seq, {}, estimate_ms=d.estimate_ms, estimate_name=d.estimate_name)
+    split = time_split(d.n, holdout_frac=0.2, calibration_frac=0.2)
+    m = fit_target(d, split, CFG.model_copy(update={"calibration_frac": 0.2}))
+    assert m.p90_kind == kind, m.p90_selection
+    other = "trees" if kind == "flat" else "flat"
+    assert m.p90_selection[kind] < m.p90_selection[other]
+    # Served as chosen, and still covers ~90% of the held-out rows.
+    doc = to_document({"ttft": m, "tpot": m_tpot(estimate)}, version="sel", metrics={})
+    h = split.holdout
+    _, p90 = document_predictions(doc, "ttft", d.x[h], estimate)
+    np.testing.assert_allclose(p90, m.predict(d.x[h], d.estimate_ms[h])[1], rtol=1e-9)
+    assert 0.84 <= np.mean(d.y_ms[h] <= p90) <= 0.96
+
+
+def m_tpot(estimate):
+    d = data("tpot", estimate, n=600)
+    return fit_target(d, time_split(d.n, holdout_frac=0.2, calibration_frac=0.1), CFG)
+
+
+@pytest.mark.parametrize("estimate_noise, chosen", [
+    pytest.param(0.0, "profile:", id="latency = 1.3 x estimate: relative"),
+    pytest.param(1.0, None, id="estimate off by a random factor per row (sigma 1 in log): absolute"),
+])
+def test_select_keeps_the_point_model_with_the_lower_calibration_mape(estimate, estimate_noise, chosen):
+    d = data("ttft", estimate, seed=2)
+    noisy = d.estimate_ms * np.random.default_rng(7).lognormal(0, estimate_noise, d.n)
+    d = TargetData("ttft", d.x, d.y_ms, d.recorded_at_s, d.seq, {}, estimate_ms=noisy, estimate_name=d.estimate_name)
+    m = fit_target(d, time_split(d.n, holdout_frac=0.2, calibration_frac=0.1),
+                   CFG.model_copy(update={"relative_to_estimate": "select"}))
+    assert set(m.relative_selection) == {"relative", "absolute"}
+    if chosen is None:
+        assert m.base is None and m.relative_selection["absolute"] < m.relative_selection["relative"]
+    else:
+        assert m.base.startswith(chosen) and m.relative_selection["relative"] <= m.relative_selection["absolute"]
+
+
+@pytest.mark.parametrize("change, error", [
+    pytest.param(lambda d: d.pop("base"), r"base: required, targets \['ttft', 'tpot'\] are relative",
+                 id="relative targets without the estimate they are relative to"),
+    pytest.param(lambda d: [d["targets"][t].pop("relative") for t in ("ttft", "tpot")],
+                 "base: 'profile:.*' given but no target is relative", id="an estimate no target uses"),
+])
+def test_document_names_the_estimate_of_its_relative_targets(document, change, error):
+    doc = {**document[0], "targets": {t: dict(v) for t, v in document[0]["targets"].items()}}
+    change(doc)
+    with pytest.raises(ValueError, match=error):
+        parse_model_document(doc)
+
+
+def test_probe_grid_passes_a_relative_model_and_its_zero_tpot_on_prefill_rows(document, estimate):
+    from routing.training import PreparedSamples, probe_document
+
+    doc, _ = document
+    prepared = PreparedSamples(fetched=0, by_target={t: data(t, estimate, n=400) for t in ("ttft", "tpot")})
+    report = probe_document(doc, prepared, CFG, estimate=estimate)
+    assert report.failure() is None, report.failure()
+    # The TPOT grid has prefill rows, where the estimate and so the model answer 0.
+    tpot = next(r for r in report.results if r.target == "tpot" and r.quantile == "mean")
+    assert tpot.min_ms == 0.0
