@@ -193,39 +193,13 @@ def diagnose(result, profile, *, interval_s: float) -> dict:
     )
 
 
-def best_static(trace, tables, scenario, plan, target: float, *, max_runs: int = 8):
-    """Cheapest static P x D reaching `target` attainment, candidates ranked by the oracle's sweeps."""
-    from sim.policies import StaticPolicy
-    from sim.replay import replay
-
-    ps, ds = plan.prefill_share_by_k, plan.decode_share_by_k
-    cands = []
-    for p in range(1, len(ps) + 3):
-        for d in range(1, len(ds) + 3):
-            est = ps[min(p, len(ps)) - 1] * ds[min(d, len(ds)) - 1]
-            cands.append((p + d, -est, p, d))
-    cands.sort()
-    tried = []
-    for _gpus, neg_est, p, d in cands:
-        if -neg_est < target - 0.01:
-            continue
-        r = replay(trace, tables, StaticPolicy(p, d), scenario=scenario)
-        att = float(r.sla_met().mean())
-        tried.append((p, d, att, r.gpu_hours))
-        if att >= target:
-            return r, tried
-        if len(tried) >= max_runs:
-            break
-    return None, tried
-
-
 def bench_control(
     quick: bool, policies: list[str], only: list[str] | None = None, *, oracle_rounds: int = 3, static_runs: int = 8,
     with_oracle: bool = True,
 ) -> dict:
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
-    from sim.oracle import oracle_plan
+    from sim.oracle import best_static, oracle_plan
     from sim.policies import PlannerPolicy, default_planner_config, make_policy
     from sim.replay import Scenario, replay
 

@@ -9,6 +9,7 @@ tests) in one process don't collide.
 Gauges (labels: namespace, model, and pool where it applies):
 
 - sla_planner_desired_replicas, sla_planner_current_replicas, sla_planner_ready_replicas
+- sla_planner_recommended_replicas (before stabilization, step limit and GPU budget)
 - sla_planner_last_decision_id, sla_planner_last_decision_done (1/0)
 - sla_planner_last_decision_applied (1 if the last run wrote targets)
 - sla_planner_correction_factor (observed / expected latency)
@@ -16,7 +17,8 @@ Gauges (labels: namespace, model, and pool where it applies):
   sla_planner_predicted_isl_tokens, sla_planner_predicted_osl_tokens
 - sla_planner_observed_requests, sla_planner_observed_ttft_ms, sla_planner_observed_itl_ms,
   sla_planner_observation_stale (1/0)
-- sla_planner_last_run_timestamp_seconds
+- sla_planner_last_run_timestamp_seconds, sla_planner_interval_seconds (the adjustment interval,
+  to turn the per-interval counts into rates)
 
 `publish_run` is what a flow calls after each run: it pushes, and/or exposes
 the run's gauges on a per-process endpoint (one HTTP server per address and
@@ -70,6 +72,9 @@ class PlannerMetrics:
             return Gauge(name, doc, labels, registry=self.registry)
 
         self.desired_replicas = gauge("sla_planner_desired_replicas", "replicas the last decision asked for", _POOL)
+        self.recommended_replicas = gauge(
+            "sla_planner_recommended_replicas", "replicas the last run recommended before stabilization and limits",
+            _POOL)
         self.current_replicas = gauge("sla_planner_current_replicas", "replicas the deployment has (spec)", _POOL)
         self.ready_replicas = gauge("sla_planner_ready_replicas", "replicas ready to serve", _POOL)
         self.last_decision_id = gauge("sla_planner_last_decision_id", "id of the last applied decision")
@@ -85,6 +90,7 @@ class PlannerMetrics:
         self.observed_itl_ms = gauge("sla_planner_observed_itl_ms", "mean inter-token latency last interval, ms")
         self.observation_stale = gauge("sla_planner_observation_stale", "1 if the last observation was stale")
         self.last_run_timestamp_seconds = gauge("sla_planner_last_run_timestamp_seconds", "Unix time of the last run")
+        self.interval_seconds = gauge("sla_planner_interval_seconds", "adjustment interval the counts are over, s")
 
     def update(
         self,
@@ -107,6 +113,9 @@ class PlannerMetrics:
         if decision is not None:
             self.desired_replicas.labels(*base, "prefill").set(decision.prefill_replicas)
             self.desired_replicas.labels(*base, "decode").set(decision.decode_replicas)
+            for pool, rec, target in (("prefill", decision.recommended_prefill_replicas, decision.prefill_replicas),
+                                      ("decode", decision.recommended_decode_replicas, decision.decode_replicas)):
+                self.recommended_replicas.labels(*base, pool).set(target if rec is None else rec)
             self.last_decision_applied.labels(*base).set(1 if applied is not None else 0)
         if fleet is not None:
             for pool in POOLS:
@@ -132,6 +141,7 @@ class PlannerMetrics:
                              (self.observed_itl_ms, observation.avg_itl_ms)):
                 g.labels(*base).set(value if is_number(value) else float("nan"))
             self.observation_stale.labels(*base).set(1 if observation.is_stale else 0)
+            self.interval_seconds.labels(*base).set(observation.interval_s)
 
     def render(self) -> bytes:
         """The registry in Prometheus text exposition format."""

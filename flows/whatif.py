@@ -9,20 +9,24 @@ cluster through prefect-dask.
 
 from __future__ import annotations
 
-import base64
 import tempfile
-from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_image_artifact, create_markdown_artifact, create_table_artifact
+from prefect.states import Completed, State
 
-from sim.report import markdown_report
-from sim.whatif import WhatIfScenario
-from tasks.whatif import load_trace_for, render_plots, replay_scenario, simulate_scenario
-
-
-def _png_data_url(path: str) -> str:
-    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+from flows.charts import png_data_url
+from sim.report import markdown_report, misses_per_minute
+from sim.whatif import INDEPENDENT_TENANTS_JITTER_S, WhatIfScenario
+from tasks.whatif import (
+    compare_with_oracle,
+    load_trace_for,
+    load_trace_window,
+    render_comparison,
+    render_plots,
+    replay_scenario,
+    simulate_scenario,
+)
 
 
 def _key(text: str) -> str:
@@ -43,9 +47,80 @@ def what_if_flow(scenario: WhatIfScenario, output_dir: str | None = None) -> dic
     body += "\n\n" + "\n".join(f"- {name}: `{path}`" for name, path in plots.items())
     create_markdown_artifact(markdown=body, key=key, description=f"what-if {summary['trace']} / {summary['policy']}")
     for name, path in plots.items():
-        create_image_artifact(image_url=_png_data_url(path), key=_key(f"{key}-{name}"), description=name)
+        create_image_artifact(image_url=png_data_url(path), key=_key(f"{key}-{name}"), description=name)
     summary = dict(summary, plots=plots)
     return summary
+
+
+@flow(name="sla-planner-what-if-compare",
+      flow_run_name="what-if {policies} x{load_multiplier} jitter {jitter_s} s, TTFT {ttft_ms} ms ITL {itl_ms} ms")
+def what_if_compare_flow(
+    trace: str = "data/traces/azure2023_conv.csv.gz",
+    profile_dir: str = "data/profiles/h200_llama8b_fp8_tp1",
+    ttft_ms: float = 200.0,
+    itl_ms: float = 10.0,
+    load_multiplier: float = 1.0,
+    jitter_s: float = INDEPENDENT_TENANTS_JITTER_S,
+    policies: tuple[str, ...] = ("planner",),
+    start_min: float = 0.0,
+    duration_min: float | None = 30.0,
+    output_dir: str | None = None,
+) -> State:
+    """Replay a trace under each policy, the oracle and the best static fleet; publish workers and misses per minute.
+
+    Args:
+        trace: trace file on the worker (Azure CSV(.gz), Mooncake JSONL(.gz) or ServeGen .tar.gz), relative to the
+            project folder or absolute.
+        profile_dir: profiler output folder of the engine to simulate (selected_*_interpolation/raw_data.npz).
+        ttft_ms: SLA target: time to first token, ms.
+        itl_ms: SLA target: inter-token latency, ms.
+        load_multiplier: superpose this many copies of the trace, each a tenant of its own (1: as recorded).
+        jitter_s: shift each copied request by up to +- this, s: 30 models independent tenants, 1 synchronised
+            copies (every burst K times at once: a stress case).
+        policies: policies to compare: planner, planner:<predictor>, dynamo, saturation, static:<P>x<D>.
+        start_min: replay the trace from this minute.
+        duration_min: replay this many minutes (empty: to the end); the oracle replays them dozens of times.
+        output_dir: folder for the PNG files on the worker (empty: a temporary folder).
+    """
+    if not policies:
+        raise ValueError("what-if compare: policies is empty: name at least one, e.g. planner")
+    scenarios = [WhatIfScenario(trace=trace, profile_dir=profile_dir, ttft_ms=ttft_ms, itl_ms=itl_ms, policy=p,
+                                load_multiplier=load_multiplier, jitter_s=jitter_s) for p in policies]
+    requests = load_trace_window(scenarios[0], start_s=60.0 * start_min,
+                                 duration_s=None if duration_min is None else 60.0 * duration_min)
+    summaries, results = {}, {}
+    for sc in scenarios:
+        summaries[sc.policy], results[sc.policy] = replay_scenario(sc, requests)
+    first = summaries[scenarios[0].policy]
+    oracle, static, tried = compare_with_oracle(scenarios[0], requests, target_frac=first["slo_attainment"])
+    results["oracle"] = oracle
+    if static is not None:
+        results[f"best static {static.policy.split(':')[-1]}"] = static
+    out = output_dir or tempfile.mkdtemp(prefix="sla-planner-what-if-")
+    figure = render_comparison(results, out)
+
+    rows = []
+    for label, r in results.items():
+        _, missed = misses_per_minute(r)
+        rows.append(f"| {label} | {100 * float(r.sla_met().mean()):.2f}% | {int(missed.sum()):,} | "
+                    f"{int(missed.max(initial=0)):,} | {r.gpu_hours:.2f} | {len(r.scale_log)} |")
+    static_note = ("" if static is not None else
+                   f"\n\nNo static fleet of the {len(tried)} tried reached {100 * first['slo_attainment']:.2f}%.")
+    body = (f"### What-if: {first['trace']}, {first['load_model']}\n\n"
+            "| policy | SLA met | missed requests | worst minute | GPU-hours | scale events |\n|---|---|---|---|---|---|\n"
+            + "\n".join(rows) + static_note + "\n\n" + markdown_report(first))
+    create_markdown_artifact(markdown=body, key="what-if-compare", description="what-if: policies vs oracle and best static")
+    create_image_artifact(image_url=png_data_url(figure), key="what-if-compare-misses",
+                          description="workers and SLA misses per minute: policies, oracle, best static fleet")
+    message = "; ".join(f"{label} {100 * float(r.sla_met().mean()):.2f}% met, {r.gpu_hours:.2f} GPU-h"
+                        for label, r in results.items())
+    return Completed(message=message, data={
+        "policies": summaries,
+        "oracle_gpu_hours": oracle.gpu_hours,
+        "best_static": None if static is None else static.policy,
+        "best_static_gpu_hours": None if static is None else static.gpu_hours,
+        "plot": figure,
+    })
 
 
 @flow(name="sla-planner-what-if-sweep")

@@ -12,7 +12,9 @@ data in the state folder (default `.stack/`):
   - `--fleet dynamo`: real Dynamo 1.6.1 on CPU (planner_cli.stack_dynamo): its frontend,
     mocker workers started and drained by the fleet executor on the planner's decisions,
     and a load generator replaying the trace over HTTP
-- Prometheus (Debian prometheus) scraping the fleet and the router
+- Prometheus (Debian prometheus) scraping the fleet, the router and a Pushgateway
+  (Debian prometheus-pushgateway) the planner runs push their gauges to, with the
+  recording rules of stack/prometheus-rules.yml
 - the Prefect server with its UI, a process worker, and the deployments of
   prefect.yaml (the planner every adjustment interval, the retrain flow when
   prefect.yaml has one) with this stack's configuration
@@ -50,11 +52,13 @@ STATE_FILE = "stack.json"
 MARKER_ENV = "SLA_PLANNER_STACK"
 TOKEN_ENV = "SLA_ROUTER_TOKEN"
 DATA_TOKEN_ENV = "SLA_ROUTER_DATA_TOKEN"
-STACK_DEPLOYMENTS = ("planner", "retrain")  # prefect.yaml's process work-pool deployments
+STACK_DEPLOYMENTS = ("planner", "retrain", "what-if")  # prefect.yaml's process work-pool deployments
 ETCD_BIN = "/usr/bin/etcd"
 PROMETHEUS_BIN = "/usr/bin/prometheus"
+PUSHGATEWAY_BIN = "/usr/bin/prometheus-pushgateway"
+PROMETHEUS_RULES = PROJECT_ROOT / "stack" / "prometheus-rules.yml"
 # Start order; `down` stops them all at once.
-COMPONENTS = ("prefect-server", "etcd", "router", "fleet", "prometheus", "prefect-worker")
+COMPONENTS = ("prefect-server", "etcd", "router", "fleet", "pushgateway", "prometheus", "prefect-worker")
 FLEETS = ("sim", "dynamo")
 # Flow runs send a heartbeat this often (Prefect's minimum is 30 s); one silent for
 # ZOMBIE_AFTER_S after its Running event or a heartbeat lost its process and is marked Crashed.
@@ -95,6 +99,7 @@ class StackOptions:
     scrape_interval_s: float = 2.0
     prefect_port: int = 4200
     prometheus_port: int = 9090
+    pushgateway_port: int = 9091  # the planner runs' gauges (each run is a short-lived process)
     etcd_port: int = 2379
     etcd_peer_port: int = 2380
     router_port: int = 8080
@@ -115,6 +120,7 @@ class StackOptions:
             "prefect_ui": f"http://127.0.0.1:{self.prefect_port}",
             "prefect_api": f"http://127.0.0.1:{self.prefect_port}/api",
             "prometheus": f"http://127.0.0.1:{self.prometheus_port}",
+            "pushgateway": f"http://127.0.0.1:{self.pushgateway_port}",
             "etcd": f"http://127.0.0.1:{self.etcd_port}",
             "router": f"http://127.0.0.1:{self.router_port}",
             "fleet": f"http://127.0.0.1:{self.fleet_port}",
@@ -166,9 +172,9 @@ def up(opts: StackOptions, *, log=print) -> dict:
     _write_state(state_dir, state)
     try:
         # The Prefect server takes longest: start it first and the rest while it boots.
-        for name in ("prefect-server", "etcd", "router", "prometheus"):
+        for name in ("prefect-server", "etcd", "router", "pushgateway", "prometheus"):
             _launch(state_dir, state, comps[name])
-        for name in ("etcd", "router", "prometheus", "prefect-server"):
+        for name in ("etcd", "router", "pushgateway", "prometheus", "prefect-server"):
             _wait_healthy(state_dir, state, name, timeout_s=opts.start_timeout_s)
             log(f"  {name:<15} up   {comps[name].health_url}")
         _deploy(opts, state_dir, state, log=log)
@@ -360,6 +366,7 @@ def _write_planner_config(opts: StackOptions, state_dir: Path):
     if opts.stabilization_s is not None:
         data["planner"]["decision"]["scale_down_stabilization_s"] = opts.stabilization_s
     data.setdefault("metrics", {})["prometheus_url"] = opts.urls()["prometheus"]
+    data["planner_metrics"] = {"enabled": True, "pushgateway_url": opts.urls()["pushgateway"]}
     data["connector"] = {"kind": "virtual", "etcd_url": opts.urls()["etcd"]}
     if opts.fleet == "dynamo":
         from planner_cli.stack_dynamo import planner_overrides
@@ -425,11 +432,15 @@ def _write_prometheus_config(opts: StackOptions, state_dir: Path) -> Path:
         "global:\n"
         f"  scrape_interval: {interval}\n"
         f"  evaluation_interval: {interval}\n"
+        f"rule_files: ['{PROMETHEUS_RULES}']\n"
         "scrape_configs:\n"
         "  - job_name: fleet\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{opts.fleet_port}']}}]\n"
         "  - job_name: router\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{opts.router_port}']}}]\n"
+        "  - job_name: planner\n"
+        "    honor_labels: true  # the namespace and model the runs pushed, not the Pushgateway's\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{opts.pushgateway_port}']}}]\n"
     )
     if opts.fleet == "dynamo":
         from planner_cli.stack_dynamo import prometheus_jobs
@@ -503,6 +514,9 @@ def _components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, C
             f"--web.listen-address=127.0.0.1:{opts.prometheus_port}", "--storage.tsdb.retention.time=7d",
             "--log.level=warn",
         ], f"{urls['prometheus']}/-/ready"),
+        Component("pushgateway", [
+            PUSHGATEWAY_BIN, f"--web.listen-address=127.0.0.1:{opts.pushgateway_port}", "--log.level=warn",
+        ], f"{urls['pushgateway']}/-/ready"),
         Component("router", [
             str(bin_dir / "sla-planner"), "router", "--host", "127.0.0.1", "--port", str(opts.router_port),
             "--config", str(router_cfg), "--log-level", "warning",
@@ -762,9 +776,10 @@ def _log_pointer(path: Path, *, width: int = 160) -> str:
 
 
 def _check_binaries() -> None:
-    missing = [b for b, pkg in ((ETCD_BIN, "etcd-server"), (PROMETHEUS_BIN, "prometheus")) if not Path(b).is_file()]
+    missing = [b for b in (ETCD_BIN, PROMETHEUS_BIN, PUSHGATEWAY_BIN) if not Path(b).is_file()]
     if missing:
-        raise StackError(f"not installed: {', '.join(missing)} (run scripts/setup.sh: Debian prometheus, etcd-server)")
+        raise StackError(f"not installed: {', '.join(missing)} (run scripts/setup.sh: Debian prometheus, "
+                         "prometheus-pushgateway, etcd-server)")
 
 
 def _fresh_dir(state_dir: Path) -> None:
@@ -840,7 +855,7 @@ def add_parser(subparsers) -> None:
     u.add_argument("--max-workers", type=int, default=d.max_workers,
                    help="--fleet dynamo: the planner's most workers per pool; each is a mocker process on this "
                         "machine (default: %(default)s)")
-    for name in ("prefect", "prometheus", "etcd", "etcd-peer", "router", "fleet", "frontend"):
+    for name in ("prefect", "prometheus", "pushgateway", "etcd", "etcd-peer", "router", "fleet", "frontend"):
         attr = f"{name.replace('-', '_')}_port"
         u.add_argument(f"--{name}-port", type=int, default=getattr(d, attr), dest=attr,
                        help=f"default: {getattr(d, attr)}")
@@ -881,7 +896,8 @@ def _run_up(args: argparse.Namespace) -> int:
         load_multiplier=args.load_multiplier, jitter_s=args.jitter_s, time_scale=args.time_scale, speed=args.speed,
         startup_s=args.startup_s, prefill_latency_scale=args.prefill_latency_scale,
         decode_latency_scale=args.decode_latency_scale, scrape_interval_s=args.scrape_interval_s,
-        prefect_port=args.prefect_port, prometheus_port=args.prometheus_port, etcd_port=args.etcd_port,
+        prefect_port=args.prefect_port, prometheus_port=args.prometheus_port,
+        pushgateway_port=args.pushgateway_port, etcd_port=args.etcd_port,
         etcd_peer_port=args.etcd_peer_port, router_port=args.router_port, fleet_port=args.fleet_port,
         fleet=args.fleet, frontend_port=args.frontend_port, mocker_speedup=args.mocker_speedup,
         max_workers=args.max_workers,
@@ -891,7 +907,7 @@ def _run_up(args: argparse.Namespace) -> int:
     urls = state["urls"]
     print(
         f"\nPrefect UI   {urls['prefect_ui']}   (planner runs every {opts.interval_s:g} s, artifacts per run)\n"
-        f"Prometheus   {urls['prometheus']}\n"
+        f"Prometheus   {urls['prometheus']}   (planner gauges and sla_planner:* recording rules)\n"
         f"router       {urls['router']}/v1/models\n"
         + (f"fleet        {urls['fleet']}/status\n" if opts.fleet == "sim" else
            f"frontend     {urls['frontend']}/v1/models (Dynamo 1.6.1; workers in {Path(opts.state_dir).resolve()}"

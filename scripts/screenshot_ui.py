@@ -8,7 +8,7 @@ Takes headless-Chromium screenshots (Debian package `chromium`) of
 - the flow runs list,
 - the newest completed planner run on its Artifacts tab (the V2 UI: the V1
   UI drops a `?tab=` link while the run is still loading),
-- that run's decision table and summary artifacts,
+- that run's decision table, summary and chart artifacts,
 and prints the PNG paths. Fails, naming the page, when Chromium is missing,
 no planner run has completed yet, or a screenshot was not written.
 """
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         artifacts = _artifact_ids(ui, run["id"])
         pages = {"flow-runs": f"{ui}/runs",
                  "planner-run-artifacts": f"{ui}/v2/runs/flow-run/{run['id']}?tab=Artifacts"}
-        for kind in ("decision", "summary"):
+        for kind in ("decision", "summary", "chart"):
             key = f"sla-planner-{kind}-{namespace}"
             if key not in artifacts:
                 raise RuntimeError(f"planner run {run['name']} has no artifact {key!r} (has {sorted(artifacts)})")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything sla-planner needs on a fresh Debian machine (run as root or with sudo):
-# Debian's prometheus and etcd-server for the real-component tests, uv, and the
+# Debian's prometheus, prometheus-pushgateway and etcd-server for the real-component tests, uv, and the
 # locked Python environment in .venv. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,7 @@ need_apt=()
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   $SUDO apt-get update -qq
@@ -24,7 +25,7 @@ if [ "${SLA_PLANNER_SCREENSHOTS:-0}" = "1" ] && ! command -v chromium >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 # Debian starts these as services on install; the tests start their own on free ports.
-for svc in prometheus etcd; do
+for svc in prometheus prometheus-pushgateway etcd; do
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop "$svc" >/dev/null 2>&1 || true; fi
 done
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from sim.engine import FleetSim, RequestResults
 from sim.lookup import ProfileTables
-from sim.policies import ScheduledPolicy
+from sim.policies import ScheduledPolicy, StaticPolicy
 from sim.replay import ReplayResult, Scenario, replay
 from sim.routing import make_router
 from sim.traces import Trace
@@ -205,3 +205,34 @@ def oracle_plan(
         prefill_share_by_k=tuple(float(np.average(x, weights=weights)) for x in sw_p),
         decode_share_by_k=tuple(float(np.average(x, weights=weights)) for x in sw_d),
     )
+
+
+def best_static(
+    trace: Trace, tables: ProfileTables, scenario: Scenario, plan: OraclePlan, target: float, *, max_runs: int = 8,
+) -> tuple[ReplayResult | None, list[tuple[int, int, float, float]]]:
+    """Cheapest static P x D fleet whose replay reaches `target` SLA attainment (0..1).
+
+    Candidates are ranked by GPUs, then by the attainment the oracle's capacity
+    sweeps estimate for them (prefill share x decode share); those estimated
+    more than 1 point below target are skipped. Returns (its replay or None,
+    every (prefill, decode, attainment, GPU-hours) tried), at most max_runs replays.
+    """
+    ps, ds = plan.prefill_share_by_k, plan.decode_share_by_k
+    cands = []
+    for p in range(1, len(ps) + 3):
+        for d in range(1, len(ds) + 3):
+            est = ps[min(p, len(ps)) - 1] * ds[min(d, len(ds)) - 1]
+            cands.append((p + d, -est, p, d))
+    cands.sort()
+    tried = []
+    for _gpus, neg_est, p, d in cands:
+        if -neg_est < target - 0.01:
+            continue
+        r = replay(trace, tables, StaticPolicy(p, d), scenario=scenario)
+        att = float(r.sla_met().mean())
+        tried.append((p, d, att, r.gpu_hours))
+        if att >= target:
+            return r, tried
+        if len(tried) >= max_runs:
+            break
+    return None, tried

@@ -244,3 +244,50 @@ def plot_latency(result: ReplayResult, path: str | Path) -> Path:
     fig.savefig(path, format="png")
     plt.close(fig)
     return path
+
+
+def misses_per_minute(result: ReplayResult) -> tuple[np.ndarray, np.ndarray]:
+    """(minute starts, requests missing the SLA) by arrival minute, over the whole replay."""
+    req = result.requests
+    n = max(1, int(math.ceil(result.end_s / 60.0)))
+    minute = np.minimum((req.arrival_s // 60.0).astype(int), n - 1)
+    missed = np.bincount(minute[~result.sla_met()], minlength=n)
+    return np.arange(n, dtype=float), missed
+
+
+def plot_misses_per_minute(results: dict[str, ReplayResult], path: str | Path) -> Path:
+    """PNG: workers of each pool and requests missing the SLA per minute, one line per replay.
+
+    results: label -> replay of the same trace, e.g. the planner, the oracle and the best static fleet.
+    """
+    plt = _figure()
+    fig, (ap, ad, am) = plt.subplots(3, 1, figsize=(10, 7.5), dpi=100, sharex=True,
+                                     gridspec_kw={"height_ratios": (1, 1, 1.2)})
+    for i, (label, r) in enumerate(results.items()):
+        color = f"C{i}"
+        tl = r.timeline
+        t_min = np.asarray(tl.t_s) / 60.0
+        ap.step(t_min, tl.prefill_allocated, where="post", color=color, label=f"{label} ({r.gpu_hours:.2f} GPU-h)")
+        ad.step(t_min, tl.decode_allocated, where="post", color=color, label=label)
+        minutes, missed = misses_per_minute(r)
+        share = 100.0 * float(r.sla_met().mean()) if len(r.requests.arrival_s) else 100.0
+        am.step(minutes, missed, where="post", color=color, label=f"{label}: {int(missed.sum()):,} missed, "
+                                                                     f"{share:.2f}% met")
+    ap.set_ylabel("prefill workers")
+    ad.set_ylabel("decode workers")
+    am.set_ylabel("SLA misses / min")
+    am.set_xlabel("time, min (misses by arrival)")
+    for ax in (ap, ad, am):
+        ax.set_ylim(bottom=0)
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    ap.legend(fontsize=8, loc="upper left")
+    am.legend(fontsize=8, loc="upper left")
+    first = next(iter(results.values()))
+    slo = first.scenario.slo
+    ap.set_title(f"{first.trace_name}: workers and SLA misses per minute "
+                 f"(TTFT {slo.ttft_ms:g} ms, ITL {slo.itl_ms:g} ms)")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

@@ -192,3 +192,22 @@ def run_what_if(
         },
     )
     return summary, result
+
+
+def oracle_and_best_static(
+    sc: WhatIfScenario, trace: Trace, *, target_frac: float, progress: Callable[[str], None] | None = None,
+) -> tuple[ReplayResult, ReplayResult | None, list[tuple[int, int, float, float]]]:
+    """The oracle's replay of the scenario's trace, and the cheapest static fleet reaching target_frac (0..1)
+    SLA attainment (None when none of the candidates tried does), with every (P, D, attainment, GPU-hours) tried."""
+    from sim.oracle import best_static, oracle_plan
+
+    if sc.router == "picker":
+        raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
+    profile = load_profile_dir(sc.profile_dir)
+    tables = ProfileTables(profile)
+    scenario = build_scenario(sc, profile)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileRangeWarning)
+        plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas, progress=progress)
+        static, tried = best_static(trace, tables, scenario, plan, target_frac)
+    return plan.result, static, tried

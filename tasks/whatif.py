@@ -8,15 +8,43 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from sim.replay import ReplayResult
-from sim.report import plot_latency, plot_load_vs_replicas
-from sim.traces import Trace
-from sim.whatif import WhatIfScenario, load_scenario_trace, run_what_if
+from sim.report import plot_latency, plot_load_vs_replicas, plot_misses_per_minute
+from sim.traces import Trace, time_window
+from sim.whatif import WhatIfScenario, load_scenario_trace, oracle_and_best_static, run_what_if
 
 
 @task(cache_policy=NO_CACHE)
 def load_trace_for(scenario: WhatIfScenario) -> Trace:
     """The scenario's request stream (format detected, ServeGen synthesised, load multiplied)."""
     return load_scenario_trace(scenario)
+
+
+@task(cache_policy=NO_CACHE)
+def load_trace_window(scenario: WhatIfScenario, *, start_s: float, duration_s: float | None) -> Trace:
+    """The scenario's request stream from start_s for duration_s seconds (None: to the end), re-based to 0."""
+    trace = load_scenario_trace(scenario)
+    if start_s == 0 and duration_s is None:
+        return trace
+    end_s = trace.duration_s + 1.0 if duration_s is None else start_s + duration_s
+    window = time_window(trace, start_s, end_s)
+    if len(window) == 0:
+        raise ValueError(f"{scenario.trace}: no requests between {start_s:g} s and {end_s:g} s "
+                         f"(the trace lasts {trace.duration_s:.0f} s)")
+    return window
+
+
+@task(cache_policy=NO_CACHE)
+def compare_with_oracle(scenario: WhatIfScenario, trace: Trace, *, target_frac: float):
+    """The oracle's replay and the cheapest static fleet reaching target_frac attainment (see sim.whatif)."""
+    return oracle_and_best_static(scenario, trace, target_frac=target_frac)
+
+
+@task(cache_policy=NO_CACHE)
+def render_comparison(results: dict[str, ReplayResult], output_dir: str) -> str:
+    """PNG of every replay's workers and SLA misses per minute in output_dir; its path."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return str(plot_misses_per_minute(results, out / "misses-per-minute.png"))
 
 
 @task(cache_policy=NO_CACHE)

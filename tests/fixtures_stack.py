@@ -189,7 +189,7 @@ def stack_options(base_dir: Path, **overrides) -> stack.StackOptions:
     """Options for a test stack: free ports, temp state, fast scrapes; overrides on top."""
     values = dict(
         state_dir=str(base_dir / "stack"),
-        prefect_port=free_port(), prometheus_port=free_port(), etcd_port=free_port(),
+        prefect_port=free_port(), prometheus_port=free_port(), pushgateway_port=free_port(), etcd_port=free_port(),
         etcd_peer_port=free_port(), router_port=free_port(), fleet_port=free_port(),
         scrape_interval_s=1.0, start_timeout_s=240.0,
     )

@@ -75,7 +75,10 @@ def test_scheduled_deployment_runs_and_leaves_artifacts(tmp_path, prefect_stack,
             artifacts = prefect_stack.api("POST", "/artifacts/filter",
                                           {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})
             keys = {a["key"] for a in artifacts}
-            assert {"sla-planner-decision-dynamo", "sla-planner-summary-dynamo"} <= keys, keys
+            assert {"sla-planner-decision-dynamo", "sla-planner-summary-dynamo", "sla-planner-chart-dynamo"} <= keys, keys
+            # The worker's run renamed itself after its interval and targets, and says why in its state.
+            assert re.fullmatch(r"\d\d:\d\d prefill \d+(→\d+)? decode \d+(→\d+)?", run["name"]), run["name"]
+            assert re.match(r"(scaled up|scaled down|rebalanced|held|unchanged)", run["state"]["message"]), run["state"]
             table = next(a for a in artifacts if a["key"] == "sla-planner-decision-dynamo")
             rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
             items = {r["item"]: r["value"] for r in rows}
