@@ -15,7 +15,12 @@ routing service and calls, in order:
    The p90 model is then calibrated on the calibration slice (conformalised
    quantile regression: one additive log offset, i.e. a factor, so that 90%
    of calibration latencies fall below it), which corrects the in-sample
-   optimism of tree quantiles.
+   optimism of tree quantiles. A target may be relative: its models fit
+   log(latency / the router's profile estimate) and the router multiplies
+   back (`relative_to_estimate`: per target, the point model with the lower
+   calibration MAPE); its p90 may then be "flat", the estimate times the
+   calibration, when the trees do worse on the newer half of the calibration
+   slice (`p90_select`).
 3. `to_document`: export to the routing service's safe JSON format (trees as
    node arrays, link "log"; nothing pickled).
 4. `evaluate` the candidate, the currently published model and the profile
