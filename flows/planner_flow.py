@@ -19,7 +19,7 @@ from connectors.base import FleetChangedError
 from flows.charts import planner_chart_png, png_data_url
 from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table, run_message, run_name
-from planner.pipeline import PlanResult, WhatIf, apply_what_if, effective_config, needs_warmup
+from planner.pipeline import PlanResult, WhatIf, apply_what_if, decision_config, effective_config, needs_warmup
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.correct import correct_latency
@@ -35,6 +35,7 @@ def planner_flow(
     config_path: str | None = None,
     dry_run: bool = False,
     what_if: WhatIfParams | None = None,
+    fast_path: bool = False,
     replay: ReplayInputs | None = None,
 ) -> State:
     """Plan one adjustment interval and apply it (unless dry_run or what_if).
@@ -47,6 +48,8 @@ def planner_flow(
         config_path: path of the run configuration YAML on the worker, e.g. configs/planner.yaml.
         dry_run: decide and publish the decision, apply nothing (artifacts under the what-if keys).
         what_if: plan for scaled load or other SLA targets; nothing is applied (artifacts under the what-if keys).
+        fast_path: started by the saturation trigger (prefect.yaml's triggers, `sla-planner watch`):
+            scale up only, after planner.fast_path.cooldown_s.
         replay: advanced, leave empty: metrics and clock given instead of Prometheus and the current time
             (replays, the simulator, tests).
     """
@@ -81,7 +84,8 @@ def planner_flow(
         sizing = interpolate_replicas(forecast, corrections=corrections, profile=profile, cfg=cfg)
         saturation = analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now)
         decision = decide_targets(
-            sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=now
+            sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=decision_config(cfg), now_s=now,
+            fast_path=cfg.fast_path if fast_path else None,
         )
         return sizing, saturation, decision
 
