@@ -377,8 +377,9 @@ class FastPathConfig(_Strict):
 
     enabled: bool = Field(
         False,
-        description="run the watcher's trigger and model it in the simulator; off by default: on azure_code x8 it "
-        "did not raise attainment enough to pay for its GPU-hours (docs/control.md, Fast path)",
+        description="scale-up-only runs on the watcher's saturation event (and in the simulator), and scheduled "
+        "runs scale up past a pending decision at once; off by default: on azure_code x8 it changed attainment and "
+        "GPU-hours within seed noise (docs/control.md, Fast path)",
     )
     poll_s: float = Field(5.0, gt=0, le=600, description="how often the watcher reads the saturation signal, s")
     cooldown_s: float = Field(

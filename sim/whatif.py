@@ -69,6 +69,10 @@ class WhatIfScenario(BaseModel):
         0.005, gt=0, description="ServeGen: multiply every client's rate (the archives run ~1,800 req/s)"
     )
     max_replicas: int = Field(16, ge=1, description="most workers per pool (planner bounds, oracle search)")
+    fast_path: bool | None = Field(
+        None, description="planner policies: poll the saturation signal between intervals and scale up at once "
+        "(planner.fast_path.enabled); None: the planner's default"
+    )
 
     @field_validator("policy")
     @classmethod
@@ -159,6 +163,8 @@ def run_what_if(
             )
         }
     )
+    if sc.fast_path is not None:
+        cfg = cfg.model_copy(update={"fast_path": cfg.fast_path.model_copy(update={"enabled": sc.fast_path})})
     router = make_router(sc.router, profile=profile, slo=sc.slo(), seed=sc.seed)
     if sc.router == "picker" and (sc.policy == "oracle" or sc.with_oracle):
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")

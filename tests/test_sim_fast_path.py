@@ -156,3 +156,17 @@ def test_the_report_shows_the_fast_path_events(surge_replays):
     assert (f"| {first.onset_s:.0f} | {first.fired_s:.0f} | {first.decided_s:.0f} | {first.ready_s:.0f} | "
             f"{first.ready_s - first.onset_s:.0f} | fast_path_scale_up |") in md
     assert "fast_path" not in summarize(surge_replays[False])
+
+
+def test_a_what_if_with_the_fast_path_reports_its_events(h200_profile_dir):
+    from sim.whatif import WhatIfScenario, run_what_if
+
+    def what_if(fast_path):
+        sc = WhatIfScenario(trace="surge.csv", profile_dir=str(h200_profile_dir), fast_path=fast_path)
+        return run_what_if(sc, trace=_surge())[0]
+
+    on, default = what_if(True), what_if(None)
+    assert on["fast_path"]["scale_ups"] >= 1
+    assert "fast-path events (scale-ups)" in markdown_report(on)
+    # Off by default (planner.fast_path.enabled): no polling, no events.
+    assert "fast_path" not in default
