@@ -60,9 +60,11 @@ _HOLDS = {
     ReasonCode.HOLD_PARTIAL_METRICS: "partial metrics",
     ReasonCode.HOLD_PREVIOUS_NOT_DONE: "previous decision not done",
     ReasonCode.TRANSITION_IN_PROGRESS: "replicas still starting",
+    ReasonCode.FAST_PATH_COOLDOWN: "fast-path cooldown",
 }
 # What moved a pool's target, strongest first; the SLA sizing is named by the latency it sizes for.
 _CAUSES = {
+    ReasonCode.FAST_PATH_SCALE_UP: "fast path",
     ReasonCode.SATURATION_SCALE_UP: "saturation",
     ReasonCode.SATURATION_VETO_SCALE_DOWN: "saturation veto",
     ReasonCode.CLAMPED_MIN: "min replicas",

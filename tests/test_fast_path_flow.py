@@ -109,10 +109,14 @@ def test_a_fast_path_run_never_scales_down(prefect_harness, run_config):
 def test_fast_path_runs_scale_up_past_a_pending_one_and_cool_down(prefect_harness, run_config, tmp_path):
     from flows.planner_flow import planner_flow
 
+    messages = []
+
     def run(requests: float, now_s: float) -> dict:
-        return planner_flow(config=run_config, fast_path=True,
-                            replay=ReplayInputs(observation=_observation(requests=requests, pods=THREE_EACH),
-                                                now_s=now_s))
+        state = planner_flow(config=run_config, fast_path=True, return_state=True,
+                             replay=ReplayInputs(observation=_observation(requests=requests, pods=THREE_EACH),
+                                                 now_s=now_s))
+        messages.append(state.message)
+        return state.result()
 
     # 9,000 requests/min of ISL 1000 (150 rps, ~40 ms of H200 prefill each: 6 busy) needs more than 3.
     first = run(9000.0, NOW_S)
@@ -128,6 +132,8 @@ def test_fast_path_runs_scale_up_past_a_pending_one_and_cool_down(prefect_harnes
     assert second["applied"] is True and _codes(second)[0] == "fast_path_scale_up"
     assert second["decision"]["prefill_replicas"] > p1
     assert "hold_previous_not_done" not in _codes(second)
+    # The runs' final states say so in the UI's run list.
+    assert messages[0].startswith("scaled up: fast path") and messages[1] == "held: fast-path cooldown"
     state = json.loads((tmp_path / "fleet.json").read_text())
     assert json.dumps(state).count(str(second["decision"]["prefill_replicas"])) >= 1
 
