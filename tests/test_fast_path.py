@@ -172,3 +172,18 @@ def test_scheduled_run_still_waits_for_the_pending_decision():
     d = decide(sizing=sizing(6, 4), saturation=None, fleet=fl, obs=obs(), cfg=cfg(), now_s=NOW)
     assert (d.prefill_replicas, d.decode_replicas, d.apply) == (4, 4, False)
     assert d.reasons[0].code == ReasonCode.HOLD_PREVIOUS_NOT_DONE
+
+
+@pytest.mark.parametrize("enabled, expected", [
+    pytest.param(False, (4, 4, False), id="off: the scheduled run waits 600 s for the pending (4,4)"),
+    pytest.param(True, (6, 4, True), id="on: the scheduled run goes past the fast path's pending (4,4) to 6"),
+])
+def test_with_the_fast_path_on_scheduled_runs_scale_up_past_a_pending_decision(h200_profile_dir, enabled, expected):
+    from planner.config import PlannerConfig, ProfileConfig
+    from planner.pipeline import decision_config
+
+    planner = PlannerConfig(profile=ProfileConfig(dir=str(h200_profile_dir)), fast_path=FastPathConfig(enabled=enabled))
+    fl = fleet(2, 4, last=DecisionRecord(3, NOW - 40, 4, 4, done=False), ready=(2, 4))
+    d = decide(sizing=sizing(6, 4), saturation=None, fleet=fl, obs=obs(), cfg=decision_config(planner), now_s=NOW)
+    assert (d.prefill_replicas, d.decode_replicas, d.apply) == expected
+    assert planner.decision.scale_up_past_pending_s == 600.0  # the configured value itself is untouched
