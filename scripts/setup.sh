@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything sla-planner needs on a fresh Debian machine (run as root or with sudo):
-# Debian's prometheus, prometheus-pushgateway and etcd-server for the real-component tests, uv, and the
-# locked Python environment in .venv. Safe to run again.
+# Debian's prometheus, prometheus-pushgateway, etcd-server and chromium (headless) for the real-component
+# tests, uv, and the locked Python environment in .venv. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,16 +13,12 @@ command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
+# Headless Chromium: the browser test of the Prefect UI and scripts/screenshot_ui.py.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-fi
-# Optional: headless Chromium for scripts/screenshot_ui.py (SLA_PLANNER_SCREENSHOTS=1 bash scripts/setup.sh).
-if [ "${SLA_PLANNER_SCREENSHOTS:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
-  echo "setup: installing Debian package chromium (screenshots)"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 # Debian starts these as services on install; the tests start their own on free ports.
 for svc in prometheus prometheus-pushgateway etcd; do

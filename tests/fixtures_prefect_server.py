@@ -54,6 +54,8 @@ class PrefectStack:
         log = (self.base_dir / "server.log").open("ab")
         env = self.env()
         env.pop("PREFECT_API_URL")
+        # The UI calls the API at this address; without it the UI tries the default port 4200.
+        env["PREFECT_UI_API_URL"] = self.api_url
         self._server = subprocess.Popen(
             [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.base_dir,
