@@ -7,7 +7,8 @@ loop on azure2023_conv (x1 and x8), each in a fresh process so its peak memory
 Control quality: policies x traces on the H200 Llama-3.1-8B profile, SLA TTFT
 200 ms and ITL 10 ms (per request: TTFT and mean ITL), 60 s startup delay, 60 s
 interval, least-loaded routing. Load multiplier K superposes K copies of the
-trace, each request shifted by U(-1 s, +1 s) (seed 0). The best static fleet in
+trace, each request shifted by U(-30 s, +30 s) (seed 0): independent tenants;
+`--jitter-s 1` is the synchronised stress case (every burst K times at once). The best static fleet in
 hindsight is the cheapest P x D whose attainment reaches the default planner's.
 `planner+shape` (benchmark only) is the default planner told the trace's measured
 prompt-length and context coefficients of variation (sizing.isl_cv,
@@ -111,13 +112,16 @@ def _cpus() -> int:
 # ------------------------------------------------------------------ control quality
 
 
-def _traces(quick: bool):
+def _traces(quick: bool, jitter_s: float = 30.0):
     from sim.servegen import load_servegen, synthesize_servegen
     from sim.traces import load_trace, multiply_load
 
-    yield "azure2023_code x8", lambda: multiply_load(load_trace(TRACES / "azure2023_code.csv.gz"), 8, seed=0)
-    yield "azure2023_conv x8", lambda: multiply_load(load_trace(TRACES / "azure2023_conv.csv.gz"), 8, seed=0)
-    yield "mooncake x2", lambda: multiply_load(load_trace(TRACES / "mooncake_fast25_synthetic_trace.jsonl.gz"), 2, seed=0)
+    def copies(name, k):
+        return lambda: multiply_load(load_trace(TRACES / name), k, seed=0, jitter_s=jitter_s)
+
+    yield "azure2023_code x8", copies("azure2023_code.csv.gz", 8)
+    yield "azure2023_conv x8", copies("azure2023_conv.csv.gz", 8)
+    yield "mooncake x2", copies("mooncake_fast25_synthetic_trace.jsonl.gz", 2)
     if not quick:
         def servegen_day():
             data = load_servegen(TRACES / "servegen_language_m-mid.tar.gz")
@@ -195,11 +199,12 @@ def diagnose(result, profile, *, interval_s: float) -> dict:
 
 def bench_control(
     quick: bool, policies: list[str], only: list[str] | None = None, *, oracle_rounds: int = 3, static_runs: int = 8,
-    with_oracle: bool = True,
+    with_oracle: bool = True, jitter_s: float = 30.0,
 ) -> dict:
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
     from sim.oracle import best_static, oracle_plan
+    from sim.whatif import load_model
     from sim.policies import PlannerPolicy, default_planner_config, make_policy
     from sim.replay import Scenario, replay
 
@@ -209,7 +214,7 @@ def bench_control(
     scenario = Scenario()
     out = []
     load_avg = [os.getloadavg()[0]]
-    for label, make in _traces(quick):
+    for label, make in _traces(quick, jitter_s):
         if only and not any(label.startswith(o) for o in only):
             continue
         t0 = time.perf_counter()
@@ -274,7 +279,9 @@ def bench_control(
         load_avg_1min_start_end=load_avg + [os.getloadavg()[0]],
         startup_s=60,
         interval_s=60,
-        load_multiplier="K superposed copies, each request shifted by U(-1, +1) s, seed 0",
+        load_multiplier=f"K superposed copies, each request shifted by U(-{jitter_s:g}, +{jitter_s:g}) s, seed 0: "
+                        + load_model(8, jitter_s).split(": ")[-1],
+        jitter_s=jitter_s,
         servegen="m-mid, day 1 (start 86,400 s), 24 h, every client's rate x0.02, seed 0",
         oracle="sim.oracle: per-interval hindsight capacity sweeps, startup-aware schedule, verified by replay; "
                "goal 99% (99.5% per pool) or best achievable - 0.5 points",
@@ -398,6 +405,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="skip the ServeGen day")
     ap.add_argument("--speed-only", action="store_true")
     ap.add_argument("--control-only", action="store_true")
+    ap.add_argument("--jitter-s", type=float, default=30.0,
+                    help="load multiplication: shift each copied request by up to +- this, s (30: independent "
+                         "tenants, the default; 1: synchronised copies, the stress case)")
     ap.add_argument("--traces", default=None, help="comma list of trace label prefixes to run (default: all)")
     ap.add_argument("--out", default=None, help="control JSON file name in benchmarks/results")
     ap.add_argument("--merge", default=None, help="comma list of control JSON files to combine into sim_control.json")
@@ -432,6 +442,7 @@ def main() -> int:
         control = bench_control(
             args.quick, args.policies.split(","), args.traces.split(",") if args.traces else None,
             oracle_rounds=args.oracle_rounds, static_runs=args.static_runs, with_oracle=not args.no_oracle,
+            jitter_s=args.jitter_s,
         )
         name = args.out or ("sim_control_quick.json" if args.quick else "sim_control.json")
         (RESULTS / name).write_text(json.dumps(control, indent=2) + "\n")
