@@ -292,9 +292,18 @@ class PrometheusCollector:
     def _worker_coverage(
         self, pods: tuple[PodMetrics, ...], expected: Mapping[Pool, int] | None
     ) -> tuple[ScrapeCoverage, ...]:
-        """Per pool with ready replicas: pods reporting worker series of the replicas the fleet has ready."""
+        """Per pool with ready replicas: pods reporting worker series of the replicas the fleet has ready.
+
+        When no pod reports them at all, one "not checked" entry: those engines export no such series
+        (a fleet whose every worker scrape failed also lands here; the stale and saturation checks still apply).
+        """
         if expected is None or not self.cfg.expect_worker_metrics:
             return ()
+        if not pods and any(int(expected.get(pool, 0)) > 0 for pool in POOLS):
+            # No worker exports these series at all (engines without vllm metrics, e.g. Dynamo's mocker,
+            # SGLang): nothing to compare with, as for a frontend selector that matches nothing.
+            return (ScrapeCoverage("workers", 0, 0, "not checked: no pod reports the worker queries' series "
+                                                    "(queries.kv_usage_frac, queries.queue_length)"),)
         out = []
         for pool in POOLS:
             n = int(expected.get(pool, 0))
