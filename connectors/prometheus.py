@@ -294,22 +294,24 @@ class PrometheusCollector:
     ) -> tuple[ScrapeCoverage, ...]:
         """Per pool with ready replicas: pods reporting worker series of the replicas the fleet has ready.
 
-        When no pod reports them at all, one "not checked" entry: those engines export no such series
-        (a fleet whose every worker scrape failed also lands here; the stale and saturation checks still apply).
+        A pool none of whose pods reports them is "not checked": its engines export no such series (a
+        pool whose every worker scrape failed also lands here; the stale and saturation checks still apply).
         """
         if expected is None or not self.cfg.expect_worker_metrics:
             return ()
-        if not pods and any(int(expected.get(pool, 0)) > 0 for pool in POOLS):
-            # No worker exports these series at all (engines without vllm metrics, e.g. Dynamo's mocker,
-            # SGLang): nothing to compare with, as for a frontend selector that matches nothing.
-            return (ScrapeCoverage("workers", 0, 0, "not checked: no pod reports the worker queries' series "
-                                                    "(queries.kv_usage_frac, queries.queue_length)"),)
         out = []
         for pool in POOLS:
             n = int(expected.get(pool, 0))
             if n <= 0:
                 continue
             present = sum(p.pool == pool for p in pods)
+            if present == 0:
+                # No pod of the pool exports these series (engines without vllm metrics, e.g. Dynamo's
+                # mocker prefill workers, SGLang): nothing to compare with, as for a frontend selector
+                # that matches nothing.
+                out.append(ScrapeCoverage(f"{pool} workers", 0, 0, f"not checked: no {pool} pod reports the worker "
+                                                                   "queries' series (kv_usage_frac, queue_length)"))
+                continue
             out.append(ScrapeCoverage(f"{pool} workers", n, present,
                                       f"{present} pods report worker series, the fleet has {n} ready"))
         return tuple(out)

@@ -482,10 +482,10 @@ def test_worker_coverage_against_the_fleets_ready_replicas(collect_data):
     none = PrometheusCollector(MetricsConfig(  # engines that export no vllm series (Dynamo's mocker, SGLang)
         prometheus_url=collect_data.url, frontend_selector='namespace="collect-steady"',
         worker_selector='namespace="no-such-workers"', frontend_targets_selector=""))
-    (nothing,) = none.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1,
-                              expected_workers={"prefill": 1, "decode": 2}).coverage[1:]
-    assert (nothing.expected, nothing.present) == (0, 0)  # workers that export no such series: not checked
-    assert nothing.detail.startswith("not checked: no pod reports the worker queries' series")
+    nothing = none.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1,
+                           expected_workers={"prefill": 1, "decode": 2}).coverage[1:]
+    assert [(c.source, c.expected, c.present) for c in nothing] == [("prefill workers", 0, 0), ("decode workers", 0, 0)]
+    assert nothing[0].detail.startswith("not checked: no prefill pod reports the worker queries' series")
     silent = collector(collect_data, "collect-steady", frontend_targets_selector="", expect_worker_metrics=False)
     assert silent.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1,
                           expected_workers={"prefill": 1, "decode": 2}).coverage[1:] == ()
