@@ -112,6 +112,23 @@ def wait_until(predicate, *, timeout_s: float = 15.0, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def coordinator_decides(coordinator: Driver, decision_id: int, prefill: int, decode: int) -> None:
+    """Have Dynamo's coordinator publish a decision once it sees the previous one acknowledged.
+
+    It skips a decision while its view of the previous one is unacknowledged, and that view can lag the
+    client's ack on a loaded machine: ask for its state until it reports ready, then decide.
+    """
+    deadline = time.monotonic() + 30.0
+    while decision_id > 0:
+        coordinator.send("state")
+        if coordinator.expect("state")["ready"]:
+            break
+        assert time.monotonic() < deadline, f"Dynamo's coordinator never saw decision {decision_id - 1} acknowledged"
+        time.sleep(0.2)
+    coordinator.send(f"decide {prefill} {decode}")
+    coordinator.expect("state", decision_id=decision_id, prefill=prefill, decode=decode)
+
+
 def test_dynamos_client_receives_and_acknowledges_every_decision(etcd, etcd_namespace, drivers):  # noqa: F811
     ours = VirtualConnector(VirtualConnectorConfig(etcd_url=etcd.url, namespace=etcd_namespace))
     client = drivers("vc_client.py", etcd_namespace, "auto")
@@ -163,8 +180,7 @@ def test_we_continue_where_dynamos_coordinator_left_off(etcd, etcd_namespace, dr
     client = drivers("vc_client.py", etcd_namespace, "auto")
     coordinator = drivers("vc_coordinator.py", etcd_namespace)
     for n, (p, d) in enumerate(((2, 2), (3, 3))):
-        coordinator.send(f"decide {p} {d}")
-        coordinator.expect("state", decision_id=n, prefill=p, decode=d)
+        coordinator_decides(coordinator, n, p, d)
         client.expect("acked", decision_id=n)
 
     # Dynamo's planner still runs: we read its keyset (leased to it) and write the next decision.
@@ -188,7 +204,7 @@ def test_after_dynamos_planner_is_gone_our_ids_exceed_the_surviving_ack(etcd, et
     client = drivers("vc_client.py", etcd_namespace, "auto")
     coordinator = drivers("vc_coordinator.py", etcd_namespace)
     for n in range(3):
-        coordinator.send(f"decide {n + 1} 1")
+        coordinator_decides(coordinator, n, n + 1, 1)
         client.expect("acked", decision_id=n)
     coordinator.send("exit")
     coordinator.proc.wait(timeout=15)

@@ -1,7 +1,7 @@
 """Dynamo 1.6.1's real VirtualConnectorCoordinator (the planner side), driven by stdin lines.
 
 usage: python vc_coordinator.py NAMESPACE   (ETCD_ENDPOINTS in the environment)
-stdin: "decide P D" -> update_scaling_decision(P, D); "exit" -> shut down (revokes its lease).
+stdin: "decide P D" -> update_scaling_decision(P, D); "state" -> only print the state; "exit" -> shut down (revokes its lease).
 stdout: one JSON line per command with the coordinator's read_state() afterwards.
 The arguments are the 1.6.1 planner's (check every 10 s, wait 1800 s, 180 retries), but a 1 s check.
 """
