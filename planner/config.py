@@ -21,17 +21,15 @@ from pydantic import (
     model_validator,
 )
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from planner.strict import StrictModel
 
 
-class SloTarget(_Strict):
+class SloTarget(StrictModel):
     ttft_ms: float = Field(200.0, gt=0, description="target time to first token, ms")
     itl_ms: float = Field(10.0, gt=0, description="target inter-token latency, ms")
 
 
-class ProfileConfig(_Strict):
+class ProfileConfig(StrictModel):
     """Where the pre-deployment profiling data lives.
 
     Either `dir` (profiler layout: selected_prefill_interpolation/raw_data.npz and
@@ -56,7 +54,7 @@ class ProfileConfig(_Strict):
         return self
 
 
-class PredictorConfig(_Strict):
+class PredictorConfig(StrictModel):
     """Load predictor choice and its settings (see docs/predictors.md)."""
 
     name: str = Field(
@@ -119,7 +117,7 @@ class PredictorConfig(_Strict):
         return self
 
 
-class CorrectionConfig(_Strict):
+class CorrectionConfig(StrictModel):
     enabled: bool = Field(True, description="apply observed/expected latency correction factors")
     min_factor: float = Field(0.5, gt=0, description="lower bound on a correction factor")
     max_factor: float = Field(3.0, gt=0, description="upper bound on a correction factor")
@@ -141,7 +139,7 @@ class CorrectionConfig(_Strict):
         return self
 
 
-class SizingConfig(_Strict):
+class SizingConfig(StrictModel):
     """How forecast load becomes replicas (see docs/sizing.md and docs/control.md)."""
 
     mode: Literal["sla", "dynamo"] = Field(
@@ -212,7 +210,7 @@ class SizingConfig(_Strict):
     )
 
 
-class SaturationThresholds(_Strict):
+class SaturationThresholds(StrictModel):
     """llm-d WVA saturation analyzer settings; every field defaults to WVA's recommended value.
 
     Field names also accept WVA's ConfigMap spelling (kvCacheThreshold, ...), so a
@@ -265,7 +263,7 @@ class SaturationThresholds(_Strict):
         return self
 
 
-class SaturationConfig(_Strict):
+class SaturationConfig(StrictModel):
     """Saturation guardrail settings: a `default` entry plus per-model overrides.
 
     An override is looked up by the key 'modelID#namespace' and replaces the
@@ -299,7 +297,7 @@ class SaturationConfig(_Strict):
         return self.overrides.get(f"{model_id}#{namespace}", self.default)
 
 
-class PoolBounds(_Strict):
+class PoolBounds(StrictModel):
     min_replicas: int = Field(1, ge=0, description="fewest replicas")
     max_replicas: int = Field(16, ge=1, description="most replicas")
 
@@ -312,7 +310,7 @@ class PoolBounds(_Strict):
         return self
 
 
-class DecisionConfig(_Strict):
+class DecisionConfig(StrictModel):
     """How SLA sizing and the saturation guardrail become replica targets."""
 
     prefill: PoolBounds = Field(default_factory=PoolBounds, description="prefill pool replica bounds")
@@ -366,7 +364,7 @@ class DecisionConfig(_Strict):
         return self
 
 
-class FastPathConfig(_Strict):
+class FastPathConfig(StrictModel):
     """Scale-up between adjustment intervals when the saturation guardrail or the router's shedding fires.
 
     A watcher polls the guardrail's per-pod queue and KV-cache series (and the
@@ -397,7 +395,7 @@ class FastPathConfig(_Strict):
     )
 
 
-class PlannerConfig(_Strict):
+class PlannerConfig(StrictModel):
     """The whole planner configuration (configs/planner.yaml)."""
 
     namespace: str = Field("default", description="Kubernetes namespace / virtual etcd prefix")

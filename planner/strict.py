@@ -1,0 +1,14 @@
+"""The one strict pydantic base: configuration and API models refuse fields they do not know.
+
+A misspelt key in a YAML file or a request body is an error naming the key, never a
+silently ignored setting. Models that need more (strict types, no inf/nan, aliases)
+add those keys to their own `model_config`; pydantic merges them with this one.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
