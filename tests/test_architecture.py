@@ -1,0 +1,178 @@
+"""The shape the README's architecture section promises, read from the source with `ast`.
+
+Imports are counted wherever they are written, inside functions too: a lazy import that
+closes a circle is still a circle. Limits: a module stays under ~500 lines (outside tests
+and benchmarks) and a function under 80 in the layers a reader walks first.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+FUNCTION_LIMITED = ("planner", "connectors", "routing", "flows", "tasks")
+PACKAGES = ("planner", "connectors", "tasks", "flows", "routing", "sim", "planner_cli", "executor")
+# Who may import whom; anything not listed for a package is refused.
+ALLOWED = {
+    "planner": set(),
+    "connectors": {"planner"},
+    "routing": {"planner", "connectors"},
+    "tasks": {"planner", "connectors", "routing", "sim"},
+    "sim": {"planner", "connectors", "routing"},
+    "flows": {"planner", "connectors", "routing", "sim", "tasks"},
+    "executor": {"planner"},
+    "planner_cli": {"planner", "connectors", "routing", "sim", "tasks", "flows", "executor"},
+}
+CORE_FORBIDDEN_THIRD_PARTY = ("prefect", "requests", "httpx", "etcd3gw", "kubernetes", "prometheus_api_client")
+
+
+@cache
+def source_files() -> tuple[Path, ...]:
+    listed = subprocess.run(["git", "ls-files", "*.py"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    return tuple(PROJECT_ROOT / f for f in listed if f.split("/")[0] in PACKAGES)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PROJECT_ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every dotted name an import statement anywhere in the file can load (relative ones resolved)."""
+    name = module_name(path)
+    return names_imported_by(path.read_text(), package=name if path.name == "__init__.py" else name.rpartition(".")[0])
+
+
+def names_imported_by(source: str, *, package: str) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+@cache
+def import_graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in source_files()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in imported_names(path):
+            # importing a.b.c runs a/__init__ and a/b/__init__ first
+            parts = imported.split(".")
+            targets.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+        graph[name] = {t for t in targets if t in modules and t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively; components with more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def test_the_cycle_finder_finds_a_lazy_circle():
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert strongly_connected(graph) == [["a.x", "a.y", "a.z"]]
+    assert strongly_connected({"a.x": {"a.y"}, "a.y": set()}) == []
+
+
+def test_the_import_reader_counts_function_level_and_relative_imports():
+    source = "def f():\n    from .sizing import size_pools\n    import connectors.base\n    from .. import sim\n"
+    assert names_imported_by(source, package="planner.predictors") == {
+        "planner.predictors.sizing", "planner.predictors.sizing.size_pools", "connectors.base", "planner", "planner.sim"}
+
+
+def test_no_import_cycle_between_project_modules():
+    assert strongly_connected(import_graph()) == []
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_layers_import_one_way(package):
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items() if module.split(".")[0] == package
+        for target in targets if target.split(".")[0] not in ALLOWED[package] | {package}
+    )
+    assert wrong == []
+
+
+def test_the_core_imports_no_orchestration_or_io_library():
+    wrong = sorted(
+        f"{module_name(p)} imports {name}"
+        for p in source_files() if module_name(p).split(".")[0] == "planner"
+        for name in imported_names(p) if name.split(".")[0] in CORE_FORBIDDEN_THIRD_PARTY
+    )
+    assert wrong == []
+
+
+def test_no_module_is_crowded():
+    crowded = sorted(
+        f"{p.relative_to(PROJECT_ROOT)}: {n} lines"
+        for p in source_files() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    )
+    assert crowded == []
+
+
+def test_no_function_is_long_in_the_layers_read_first():
+    long = sorted(
+        f"{p.relative_to(PROJECT_ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for p in source_files() if p.relative_to(PROJECT_ROOT).parts[0] in FUNCTION_LIMITED
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    )
+    assert long == []
