@@ -26,6 +26,7 @@ from planner.profile import EngineProfile
 from planner.sizing import engine_gpus, resolve_engine_gpus
 from planner.types import Observation
 from sim.replay import PolicyInput, PolicyOutput
+from sim.warm_start import warm_start_fleet
 
 
 class DynamoPeerPolicy:
@@ -71,8 +72,6 @@ class DynamoPeerPolicy:
         self._last_osl: float | None = None
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
-        from sim.policies import warm_start_fleet
-
         return warm_start_fleet(self.cfg, self.profile, first)
 
     def decide(self, step: PolicyInput) -> PolicyOutput:

@@ -28,14 +28,11 @@ from planner.pipeline import plan_interval
 from planner.predict import predictor_names
 from planner.profile import EngineProfile, ProfileRangeWarning
 from planner.saturation import analyze_fleet
-from planner.types import FleetState, Observation, PodMetrics, PoolState
+from planner.types import Observation, PodMetrics
 from sim.replay import PolicyInput, PolicyOutput
+from sim.warm_start import clamp, warm_start_fleet
 
 _STATIC = re.compile(r"^static:(\d+)x(\d+)$")
-
-
-def _clamp(n: int, lo: int, hi: int) -> int:
-    return max(lo, min(hi, n))
 
 
 class PlannerPolicy:
@@ -94,22 +91,6 @@ class PlannerPolicy:
         )
 
 
-def warm_start_fleet(cfg: PlannerConfig, profile: EngineProfile, first: Observation) -> tuple[int, int]:
-    """The fleet the planner sizes for the first interval's load, within the configured bounds."""
-    fleet = FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1))
-    if first.num_requests is None or first.avg_isl_tokens is None or first.avg_osl_tokens is None:
-        return cfg.decision.prefill.min_replicas or 1, cfg.decision.decode.min_replicas or 1
-    warm = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"name": "constant"})})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ProfileRangeWarning)
-        plan = plan_interval(first, fleet, warm, profile, now_s=first.taken_at_s)
-    b = cfg.decision
-    return (
-        _clamp(max(1, plan.sizing["prefill"].replicas), max(1, b.prefill.min_replicas), b.prefill.max_replicas),
-        _clamp(max(1, plan.sizing["decode"].replicas), max(1, b.decode.min_replicas), b.decode.max_replicas),
-    )
-
-
 class SaturationPolicy:
     """The saturation guardrail alone (llm-d WVA style): one replica up or down at a time."""
 
@@ -141,7 +122,7 @@ class SaturationPolicy:
         targets = {}
         for pool, v in verdicts.items():
             b = getattr(self.cfg.decision, pool)
-            targets[pool] = _clamp(v.target_replicas, max(1, b.min_replicas), b.max_replicas)
+            targets[pool] = clamp(v.target_replicas, max(1, b.min_replicas), b.max_replicas)
         reason = "; ".join(v.message for v in verdicts.values())
         return PolicyOutput(targets["prefill"], targets["decode"], reason)
 

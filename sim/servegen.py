@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import gamma as gamma_fn
 
-from sim.traces import Trace, _make_trace
+from sim.traces import Trace, make_trace
 
 WINDOW_S = 600.0
 DIST_WINDOW_S = 21600.0
@@ -270,8 +270,8 @@ def synthesize_servegen(
             isl.append(d_in.sample(rng, len(t)))
             osl.append(d_out.sample(rng, len(t)))
     if not times:
-        return _make_trace(f"{data.name}[{start_s:g}+{duration_s:g}s]", [], [], [])
-    return _make_trace(
+        return make_trace(f"{data.name}[{start_s:g}+{duration_s:g}s]", [], [], [])
+    return make_trace(
         f"{data.name}[{start_s:g}+{duration_s:g}s]x{rate_scale:g}",
         np.concatenate(times),
         np.concatenate(isl),

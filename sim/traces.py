@@ -73,8 +73,8 @@ class Trace:
         return float(self.arrival_s[-1]) if len(self.arrival_s) else 0.0
 
 
-def _make_trace(name, arrival_s, isl, osl, hash_ids=None, *, skipped=0, examples=()) -> Trace:
-    """Sort by arrival (stable, so equal timestamps keep file order)."""
+def make_trace(name, arrival_s, isl, osl, hash_ids=None, *, skipped=0, examples=()) -> Trace:
+    """A trace from request columns in any order, sorted by arrival (stable: equal timestamps keep file order)."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
     isl_a = np.asarray(isl, dtype=np.int64)
     osl_a = np.asarray(osl, dtype=np.int64)
@@ -203,7 +203,7 @@ def _load_azure(path: Path, skip_malformed: bool) -> Trace:
     if not t_abs:
         raise ValueError(f"{path}: no valid requests (skipped {col.skipped} malformed lines)")
     t = np.asarray(t_abs, dtype=np.float64)
-    return _make_trace(path.name, t - t.min(), isl, osl, skipped=col.skipped, examples=col.examples)
+    return make_trace(path.name, t - t.min(), isl, osl, skipped=col.skipped, examples=col.examples)
 
 
 def _load_mooncake(path: Path, skip_malformed: bool) -> Trace:
@@ -251,7 +251,7 @@ def _load_mooncake(path: Path, skip_malformed: bool) -> Trace:
     if not t_ms:
         raise ValueError(f"{path}: no valid requests (skipped {col.skipped} malformed lines)")
     t = np.asarray(t_ms, dtype=np.float64) / 1000.0
-    return _make_trace(
+    return make_trace(
         path.name, t - t.min(), isl, osl, hashes if any_hash else None, skipped=col.skipped, examples=col.examples
     )
 
@@ -341,7 +341,7 @@ def multiply_load(trace: Trace, k: float, *, seed: int, jitter_s: float = 1.0) -
     idx_all = np.concatenate(pieces_idx) if pieces_idx else np.arange(0)
     arrival = np.maximum(np.concatenate(arrivals), 0.0) if arrivals else np.zeros(0)
     hashes = [trace.hash_ids[i] for i in idx_all] if trace.hash_ids is not None else None
-    return _make_trace(
+    return make_trace(
         f"{trace.name}*load{k:g}", arrival, trace.isl_tokens[idx_all], trace.osl_tokens[idx_all], hashes,
         skipped=trace.skipped_lines, examples=trace.skipped_examples,
     )
@@ -386,21 +386,7 @@ def jitter_within_ticks(trace: Trace, *, tick_s: float, seed: int) -> Trace:
         raise ValueError(f"jitter_within_ticks: tick_s must be > 0, got {tick_s}")
     rng = np.random.default_rng(seed)
     arrival = trace.arrival_s + rng.uniform(0.0, tick_s, size=len(trace))
-    return _make_trace(
+    return make_trace(
         f"{trace.name}~jitter{tick_s:g}", arrival, trace.isl_tokens, trace.osl_tokens, trace.hash_ids,
         skipped=trace.skipped_lines, examples=trace.skipped_examples,
     )
-
-
-def load_servegen(path: str | Path):
-    """Load a ServeGen archive (see sim.servegen.load_servegen); re-exported for one import site."""
-    from sim.servegen import load_servegen as _load
-
-    return _load(path)
-
-
-def synthesize_servegen(data, *, start_s: float, duration_s: float, seed: int, rate_scale: float = 1.0) -> Trace:
-    """Synthesise a request trace from ServeGen statistics (see sim.servegen.synthesize_servegen)."""
-    from sim.servegen import synthesize_servegen as _synth
-
-    return _synth(data, start_s=start_s, duration_s=duration_s, seed=seed, rate_scale=rate_scale)
