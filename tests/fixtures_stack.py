@@ -1,7 +1,7 @@
 """The whole local stack (`sla-planner stack up`) on free ports in a temp folder.
 
 `local_stack(...)` runs the same `planner_cli.stack.up` a user runs, with
-short intervals, and always tears it down with `stack.down`, then checks
+short intervals, and always tears it down with `stack_processes.down`, then checks
 that no process carrying the stack's marker is left. `RunningStack` reads
 what the tests assert on through the components' own APIs: Prefect's REST
 API (flow runs, artifacts), etcd's gateway (the planner keys and their
@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner_cli import stack
+from planner_cli import stack, stack_components, stack_processes
 from tests.fixtures_net import free_port
 
 
@@ -36,14 +36,14 @@ class Decision:
 
 
 class RunningStack:
-    def __init__(self, opts: stack.StackOptions, state: dict):
+    def __init__(self, opts: stack_components.StackOptions, state: dict):
         self.opts = opts
         self.state = state
         self.state_dir = opts.state_dir
         self.urls = state["urls"]
         self.namespace = state["namespace"]
-        self.token = stack.read_token(opts.state_dir)
-        self.data_token = stack.read_data_token(opts.state_dir)
+        self.token = stack_processes.read_token(opts.state_dir)
+        self.data_token = stack_processes.read_data_token(opts.state_dir)
 
     # -- HTTP ------------------------------------------------------------------
 
@@ -154,10 +154,10 @@ class RunningStack:
     # -- components and waiting ------------------------------------------------
 
     def stop(self, name: str, **kw) -> None:
-        stack.stop_component(self.state_dir, name, **kw)
+        stack_processes.stop_component(self.state_dir, name, **kw)
 
     def start(self, name: str) -> None:
-        stack.start_component(self.state_dir, name, timeout_s=self.opts.start_timeout_s)
+        stack_processes.start_component(self.state_dir, name, timeout_s=self.opts.start_timeout_s)
 
     def wait_for(self, predicate, *, timeout_s: float, what: str, poll_s: float = 1.0):
         deadline = time.monotonic() + timeout_s
@@ -185,7 +185,7 @@ class RunningStack:
         return "".join(parts)
 
 
-def stack_options(base_dir: Path, **overrides) -> stack.StackOptions:
+def stack_options(base_dir: Path, **overrides) -> stack_components.StackOptions:
     """Options for a test stack: free ports, temp state, fast scrapes; overrides on top."""
     values = dict(
         state_dir=str(base_dir / "stack"),
@@ -194,7 +194,7 @@ def stack_options(base_dir: Path, **overrides) -> stack.StackOptions:
         scrape_interval_s=1.0, start_timeout_s=240.0,
     )
     values.update(overrides)
-    return stack.StackOptions(**values)
+    return stack_components.StackOptions(**values)
 
 
 @contextlib.contextmanager
@@ -206,8 +206,8 @@ def local_stack(base_dir: Path, **overrides):
     try:
         yield running
     finally:
-        stack.down(opts.state_dir, log=lambda line: print(line, flush=True))
-        left = stack.marked_processes(state["marker"])
+        stack_processes.down(opts.state_dir, log=lambda line: print(line, flush=True))
+        left = stack_processes.marked_processes(state["marker"])
         assert not left, f"processes left after `stack down`: {left}"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from planner_cli.stack import STATE_FILE, marked_processes
+from planner_cli.stack_processes import STATE_FILE, marked_processes
 from tests.fixtures_net import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

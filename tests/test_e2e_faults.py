@@ -19,6 +19,7 @@ from datetime import datetime
 import pytest
 
 from planner_cli import stack as stack_cli
+from planner_cli import stack_processes
 from tests.fixtures_stack import RunningStack, local_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -146,11 +147,11 @@ def test_worker_killed_mid_run_next_scheduled_run_is_correct(stack):
     victim = stack.wait_for(running, timeout_s=120, what="a planner run in progress", poll_s=0.2)[0]
     killed_s = time.time()
     # The machine running the worker dies: the worker and the flow run it started go together.
-    flow_run_pids = [p for p in stack_cli.marked_processes(stack.state["marker"])
-                     if f"PREFECT__FLOW_RUN_ID={victim['id']}".encode() in stack_cli._environ(p)]
+    flow_run_pids = [p for p in stack_processes.marked_processes(stack.state["marker"])
+                     if f"PREFECT__FLOW_RUN_ID={victim['id']}".encode() in stack_processes._environ(p)]
     stack.stop("prefect-worker", sig=signal.SIGKILL, grace_s=0.0)
     for pid in flow_run_pids:
-        stack_cli._signal_pid(pid, signal.SIGKILL)
+        stack_processes._signal_pid(pid, signal.SIGKILL)
     stack.start("prefect-worker")
 
     def completed_after_kill():

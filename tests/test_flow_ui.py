@@ -220,10 +220,10 @@ def test_recording_rules_load_and_compute_the_planner_series(tmp_path):
 
 
 def test_stack_scrapes_the_planner_gauges_and_loads_the_rules(tmp_path):
-    from planner_cli.stack import StackOptions, _write_planner_config, _write_prometheus_config
+    from planner_cli.stack_components import StackOptions, write_planner_config, write_prometheus_config
 
     opts = StackOptions(state_dir=str(tmp_path), pushgateway_port=19091)
-    prom_file = _write_prometheus_config(opts, tmp_path)
+    prom_file = write_prometheus_config(opts, tmp_path)
     if shutil.which("promtool"):
         check = subprocess.run(["promtool", "check", "config", str(prom_file)], capture_output=True, text=True)
         assert check.returncode == 0 and "SUCCESS: 7 rules found" in check.stdout, check.stdout + check.stderr
@@ -232,7 +232,7 @@ def test_stack_scrapes_the_planner_gauges_and_loads_the_rules(tmp_path):
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
     assert jobs["planner"]["honor_labels"] is True
     assert jobs["planner"]["static_configs"] == [{"targets": ["127.0.0.1:19091"]}]
-    planner = _write_planner_config(opts, tmp_path)
+    planner = write_planner_config(opts, tmp_path)
     assert planner.planner_metrics.enabled
     assert planner.planner_metrics.pushgateway_url == "http://127.0.0.1:19091"
 
