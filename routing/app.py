@@ -35,10 +35,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, Strict, ValidationError, create_model, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from planner.strict import StrictModel
 from routing.config import RouterConfig
 from routing.model_store import UnknownVersionError, VersionExistsError
 from routing.store_guard import StoreFullError
@@ -84,9 +85,9 @@ def _int_fields(cls) -> tuple[str, ...]:
     return tuple(name for name, info in cls.model_fields.items() if _is_int(info.annotation))
 
 
-class _Body(BaseModel):
+class _Body(StrictModel):
     # strict: no silent coercion (false -> 0.0, "12" -> 12); ints still pass as floats.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+    model_config = ConfigDict(allow_inf_nan=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -111,16 +112,20 @@ class ErrorBody(BaseModel):
 
 
 class Slo(_Body):
-    """At least one of the two; an absent one does not constrain the pick."""
+    """At least one of the two; an absent one does not constrain the pick.
+
+    `tpot_ms` is the deprecated spelling of `itl_ms`, accepted for one release.
+    """
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
     ttft_ms: float = Field(None, gt=0, le=3_600_000, description="time-to-first-token SLO, ms")
-    tpot_ms: float = Field(None, gt=0, le=3_600_000, description="time-per-output-token SLO, ms")
+    itl_ms: float = Field(None, gt=0, le=3_600_000, validation_alias=AliasChoices("itl_ms", "tpot_ms"),
+                          description="inter-token latency SLO, ms (deprecated spelling: tpot_ms)")
 
     @model_validator(mode="after")
     def _one(self) -> "Slo":
-        if self.ttft_ms is None and self.tpot_ms is None:
-            raise ValueError("give ttft_ms and/or tpot_ms")
+        if self.ttft_ms is None and self.itl_ms is None:
+            raise ValueError("give ttft_ms and/or itl_ms")
         return self
 
 
@@ -144,8 +149,8 @@ class RouteBody(_Body):
         return RouteRequest(
             request_id=self.request_id or uuid.uuid4().hex,
             input_tokens=self.input_tokens,
-            ttft_slo_ms=self.slo.ttft_ms if self.slo else None,
-            tpot_slo_ms=self.slo.tpot_ms if self.slo else None,
+            ttft_ms=self.slo.ttft_ms if self.slo else None,
+            itl_ms=self.slo.itl_ms if self.slo else None,
             critical=self.critical,
             prefix_cache_hit_frac=self.prefix_cache_hit_frac,
             prefix_cache_hit_frac_by_endpoint=per,
@@ -723,7 +728,7 @@ def create_app(config: RouterConfig, *, token: str | None, data_token: str | Non
     async def dispatched(body: DispatchedBody, request_id: str = Path(pattern=ID_PATTERN)):
         req = RouteRequest(
             request_id=request_id, input_tokens=body.input_tokens,
-            ttft_slo_ms=body.slo.ttft_ms if body.slo else None, tpot_slo_ms=body.slo.tpot_ms if body.slo else None,
+            ttft_ms=body.slo.ttft_ms if body.slo else None, itl_ms=body.slo.itl_ms if body.slo else None,
             critical=body.critical, prefix_cache_hit_frac=body.prefix_cache_hit_frac,
         )
         try:

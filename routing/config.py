@@ -11,18 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from planner.strict import StrictModel
 from routing.features import ROLES
 
 NO_SHARED_DOMAIN = "none"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SloRoutingConfig(_Strict):
+class SloRoutingConfig(StrictModel):
     """SLO-aware picking (llm-d's predicted-latency scheduling)."""
 
     enabled: bool = Field(
@@ -56,7 +53,7 @@ class SloRoutingConfig(_Strict):
     )
 
 
-class LevelQos(_Strict):
+class LevelQos(StrictModel):
     """KV-transfer cost between a prefill and a decode endpoint that share a domain at one level."""
 
     latency_ms: float = Field(ge=0, description="fixed transfer setup latency, ms")
@@ -64,7 +61,7 @@ class LevelQos(_Strict):
     weight: float = Field(1.0, ge=0, description="multiplies the transfer time in the cost")
 
 
-class TopologyConfig(_Strict):
+class TopologyConfig(StrictModel):
     """Topology-aware decode selection (Dynamo's KV-transfer domains) and soft scoring."""
 
     levels: list[str] = Field(
@@ -111,14 +108,14 @@ class TopologyConfig(_Strict):
         return self
 
 
-class PickerConfig(_Strict):
+class PickerConfig(StrictModel):
     """Everything the in-process picker needs."""
 
     slo: SloRoutingConfig = Field(default_factory=SloRoutingConfig)
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
 
 
-class EndpointConfig(_Strict):
+class EndpointConfig(StrictModel):
     """A statically configured endpoint (others register over HTTP)."""
 
     id: str = Field(min_length=1, max_length=253, description="unique endpoint id")
@@ -132,7 +129,7 @@ class EndpointConfig(_Strict):
     gpus: int = Field(1, ge=1, description="GPUs the engine uses")
 
 
-class SampleStoreConfig(_Strict):
+class SampleStoreConfig(StrictModel):
     capacity: int = Field(100_000, ge=1, description="samples kept in total")
     kv_buckets: int = Field(10, ge=1, le=100, description="KV-usage buckets per role and target for eviction")
     path: str | None = Field(
@@ -141,14 +138,14 @@ class SampleStoreConfig(_Strict):
     )
 
 
-class ModelStoreConfig(_Strict):
+class ModelStoreConfig(StrictModel):
     dir: str | None = Field(None, description="persist published models here (restored at start); unset: memory only")
     keep_versions: int = Field(10, ge=2, description="published versions retained for rollback")
     max_trees: int = Field(2_000, ge=1, description="most trees a published document may hold")
     max_nodes: int = Field(500_000, ge=1, description="most tree nodes a published document may hold")
 
 
-class AuthConfig(_Strict):
+class AuthConfig(StrictModel):
     token_env: str = Field(
         "SLA_ROUTER_TOKEN", min_length=1, description="environment variable holding the admin bearer token"
     )
@@ -172,7 +169,7 @@ class AuthConfig(_Strict):
         return self
 
 
-class LimitsConfig(_Strict):
+class LimitsConfig(StrictModel):
     max_body_bytes: int = Field(65_536, ge=1024, description="largest request body, bytes (model publish excepted)")
     max_model_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest model document, bytes")
     max_context_tokens: int | None = Field(
@@ -196,14 +193,14 @@ class LimitsConfig(_Strict):
     )
 
 
-class TokenBucketConfig(_Strict):
+class TokenBucketConfig(StrictModel):
     """A token bucket per source (client address): `rate_per_s` calls per second, bursts up to `burst`."""
 
     rate_per_s: float | None = Field(description="sustained calls per second per source; null: no limit")
     burst: float = Field(ge=1, description="calls a source may make at once after being idle")
 
 
-class RateLimitConfig(_Strict):
+class RateLimitConfig(StrictModel):
     """Per-source limits on lifecycle calls (each event of a batch counts) and pushed metrics; 429 with Retry-After."""
 
     lifecycle: TokenBucketConfig = Field(
@@ -219,7 +216,7 @@ class RateLimitConfig(_Strict):
     )
 
 
-class SampleValidationConfig(_Strict):
+class SampleValidationConfig(StrictModel):
     """Checks on samples recorded from calls over HTTP (in-process callers such as the simulator are trusted)."""
 
     min_latency_frac: float = Field(
@@ -237,14 +234,16 @@ class SampleValidationConfig(_Strict):
         description="one source (client address) may have recorded at most this share of the last `capacity` "
         "samples offered to the store; beyond it its samples are refused (counted)",
     )
-class ScrapeConfig(_Strict):
+
+
+class ScrapeConfig(StrictModel):
     interval_s: float | None = Field(
         None, gt=0, description="scrape each endpoint's url + /metrics this often; unset: no scraping"
     )
     timeout_s: float = Field(1.0, gt=0, description="per-scrape timeout, s")
 
 
-class RouterConfig(_Strict):
+class RouterConfig(StrictModel):
     """The routing service's whole configuration."""
 
     profile_dir: str = Field(description="Dynamo profiler folder: the latency estimate when no model is published")

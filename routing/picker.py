@@ -45,7 +45,7 @@ TTFT budget, or added to the latency score with SLO routing off.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from typing import Literal
 
 import numpy as np
@@ -76,20 +76,31 @@ class RouteRequest:
     """A request to place.
 
     input_tokens: prompt length, tokenizer tokens.
-    ttft_slo_ms / tpot_slo_ms: the request's SLOs, ms (None: none for that metric).
+    ttft_ms / itl_ms: the request's SLOs (time to first token, inter-token
+        latency), ms (None: none for that metric).
     prefix_cache_hit_frac: share of the prompt cached on every endpoint (0-1);
         prefix_cache_hit_frac_by_endpoint overrides it per endpoint id.
     expected_output_tokens: output length hint for SLO-less scoring.
+    ttft_slo_ms / tpot_slo_ms: deprecated spellings of ttft_ms / itl_ms,
+        accepted for one release.
     """
 
     request_id: str
     input_tokens: int
-    ttft_slo_ms: float | None = None
-    tpot_slo_ms: float | None = None
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
     critical: bool = False
     prefix_cache_hit_frac: float = 0.0
     prefix_cache_hit_frac_by_endpoint: Mapping[str, float] | None = None
     expected_output_tokens: int | None = None
+    ttft_slo_ms: InitVar[float | None] = None
+    tpot_slo_ms: InitVar[float | None] = None
+
+    def __post_init__(self, ttft_slo_ms: float | None, tpot_slo_ms: float | None) -> None:
+        if ttft_slo_ms is not None:
+            object.__setattr__(self, "ttft_ms", ttft_slo_ms)
+        if tpot_slo_ms is not None:
+            object.__setattr__(self, "itl_ms", tpot_slo_ms)
 
 
 @dataclass(frozen=True)
@@ -312,8 +323,8 @@ class Picker:
             pred_ttft = model.predict("ttft", np.ascontiguousarray(x[:, :_N_TTFT]))
         if stage in ("decode", "aggregated"):
             pred_tpot = model.predict("tpot", x)
-        req_ttft = request.ttft_slo_ms if request.ttft_slo_ms is not None else np.inf
-        req_tpot = request.tpot_slo_ms if request.tpot_slo_ms is not None else np.inf
+        req_ttft = request.ttft_ms if request.ttft_ms is not None else np.inf
+        req_tpot = request.itl_ms if request.itl_ms is not None else np.inf
         cost = np.zeros(n)
         depth = None
         if stage == "decode":
@@ -331,12 +342,12 @@ class Picker:
             strict_ttft = req_ttft
             h_ttft = (req_ttft - prefill_ttft_ms) - cost
         else:
-            strict_ttft = np.minimum(req_ttft, view.min_ttft_slo_ms)
+            strict_ttft = np.minimum(req_ttft, view.strictest_ttft_ms)
             h_ttft = strict_ttft - pred_ttft
         if stage == "prefill":
             strict_tpot, h_tpot = np.inf, np.full(n, np.inf)
         else:
-            strict_tpot = np.minimum(req_tpot, view.min_tpot_slo_ms)
+            strict_tpot = np.minimum(req_tpot, view.strictest_itl_ms)
             h_tpot = strict_tpot - pred_tpot
         margin = self.config.slo.headroom_margin_frac
         valid = (h_ttft >= _margin_ms(strict_ttft, margin)) & (h_tpot >= _margin_ms(strict_tpot, margin))
@@ -456,11 +467,11 @@ class Picker:
         return np.array([per.get(eid, base) for eid in reg.endpoint_ids(idx)], dtype=float)
 
     def _check(self, request: RouteRequest) -> None:
-        if self.config.slo.enabled and request.ttft_slo_ms is None and request.tpot_slo_ms is None:
+        if self.config.slo.enabled and request.ttft_ms is None and request.itl_ms is None:
             raise MissingSloError(
-                f"request {request.request_id}: slo: SLO routing is on, so ttft_ms or tpot_ms is required"
+                f"request {request.request_id}: slo: SLO routing is on, so ttft_ms or itl_ms is required"
             )
-        for name in ("ttft_slo_ms", "tpot_slo_ms"):
+        for name in ("ttft_ms", "itl_ms"):
             v = getattr(request, name)
             if v is not None and not (np.isfinite(v) and v > 0):
                 raise ValueError(f"request {request.request_id}: {name} must be > 0, got {v}")
@@ -480,8 +491,8 @@ def dispatch_record(request: RouteRequest, result: PickResult, *, now_s: float) 
         decode_id=result.decode.endpoint_id if result.decode else None,
         input_tokens=int(request.input_tokens),
         uncached_tokens=request.input_tokens * (1.0 - hit),
-        ttft_slo_ms=request.ttft_slo_ms if request.ttft_slo_ms is not None else np.inf,
-        tpot_slo_ms=request.tpot_slo_ms if request.tpot_slo_ms is not None else np.inf,
+        ttft_ms=request.ttft_ms if request.ttft_ms is not None else np.inf,
+        itl_ms=request.itl_ms if request.itl_ms is not None else np.inf,
         critical=request.critical,
         dispatched_s=now_s,
         ttft_features=ttft_choice.features if ttft_choice else None,

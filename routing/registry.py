@@ -33,7 +33,7 @@ from routing.features import ENDPOINT_FIELDS, RAW_FIELDS, ROLE_CODE, ROLE_FEATUR
 from routing.topology import MISSING
 
 # Columns of the load matrix.
-(ROLE, KV_M, WAIT_M, RUN_M, M_AT, LC_RUN, LC_WAIT, PREFILL_TIF, DECODE_TIF, MAX_KV, MIN_TTFT, MIN_TPOT,
+(ROLE, KV_M, WAIT_M, RUN_M, M_AT, LC_RUN, LC_WAIT, PREFILL_TIF, DECODE_TIF, MAX_KV, MIN_TTFT, MIN_ITL,
  BATCH_TIF, BATCH_AT) = range(14)
 _N_COLS = 14
 # Columns of EndpointView.block: the endpoint's feature columns in feature order.
@@ -88,8 +88,8 @@ class InFlight:
     decode_id: str | None  # the decode or aggregated endpoint
     input_tokens: int
     uncached_tokens: float
-    ttft_slo_ms: float
-    tpot_slo_ms: float
+    ttft_ms: float  # the request's TTFT SLO, ms (inf: none)
+    itl_ms: float  # the request's ITL SLO, ms (inf: none)
     critical: bool
     dispatched_s: float
     ttft_features: dict | None = None
@@ -117,8 +117,8 @@ class EndpointView(NamedTuple):
     prefill_batch_tokens: np.ndarray
     prefill_batch_elapsed_ms: np.ndarray
     prefill_queued_tokens: np.ndarray
-    min_ttft_slo_ms: np.ndarray  # inf when nothing awaits a first token there
-    min_tpot_slo_ms: np.ndarray  # inf when nothing decodes there
+    strictest_ttft_ms: np.ndarray  # strictest TTFT SLO in flight, ms; inf when nothing awaits a first token there
+    strictest_itl_ms: np.ndarray  # strictest ITL SLO in flight, ms; inf when nothing decodes there
     idle: np.ndarray  # nothing in flight (lifecycle) and no running requests (metrics)
     # (11, n) float: the ENDPOINT_FIELDS arrays above as rows, then the role
     # one-hot (BLOCK_FIELDS); routing.features copies it into a feature
@@ -168,8 +168,8 @@ class EndpointRegistry:
         self._endpoints: list[Endpoint | None] = [None] * self._cap
         self._index: dict[str, int] = {}
         self._free: list[int] = list(range(self._cap - 1, -1, -1))  # pop() hands out 0 first
-        self._awaiting: list[dict[str, float]] = [{} for _ in range(self._cap)]  # req -> ttft SLO
-        self._decoding: list[dict[str, float]] = [{} for _ in range(self._cap)]  # req -> tpot SLO
+        self._awaiting: list[dict[str, float]] = [{} for _ in range(self._cap)]  # req -> TTFT SLO
+        self._decoding: list[dict[str, float]] = [{} for _ in range(self._cap)]  # req -> ITL SLO
         self._inflight: dict[str, InFlight] = {}
         self._by_role: dict[str, np.ndarray] = {r: np.empty(0, dtype=np.int64) for r in ROLES}
 
@@ -199,7 +199,7 @@ class EndpointRegistry:
                 self._f[i] = 0.0
                 self._f[i, M_AT] = -np.inf
                 self._f[i, MIN_TTFT] = np.inf
-                self._f[i, MIN_TPOT] = np.inf
+                self._f[i, MIN_ITL] = np.inf
                 self._f[i, BATCH_AT] = np.inf
                 self._awaiting[i] = {}
                 self._decoding[i] = {}
@@ -338,8 +338,8 @@ class EndpointRegistry:
             prefill_batch_tokens=batch,
             prefill_batch_elapsed_ms=elapsed_ms,
             prefill_queued_tokens=queued,
-            min_ttft_slo_ms=rows[:, MIN_TTFT],
-            min_tpot_slo_ms=rows[:, MIN_TPOT],
+            strictest_ttft_ms=rows[:, MIN_TTFT],
+            strictest_itl_ms=rows[:, MIN_ITL],
             idle=(rows[:, LC_RUN] == 0) & (running == 0),
             block=block,
         )
@@ -360,8 +360,8 @@ class EndpointRegistry:
                 "prefill_tokens_in_flight": float(v.prefill_tokens_in_flight[0]),
                 "decode_tokens_in_flight": float(v.decode_tokens_in_flight[0]),
                 "requests_in_flight": int(self._f[i, LC_RUN]),
-                "strictest_ttft_slo_ms": _finite_or_none(v.min_ttft_slo_ms[0]),
-                "strictest_tpot_slo_ms": _finite_or_none(v.min_tpot_slo_ms[0]),
+                "strictest_ttft_ms": _finite_or_none(v.strictest_ttft_ms[0]),
+                "strictest_itl_ms": _finite_or_none(v.strictest_itl_ms[0]),
                 "metrics_fresh": fresh,
             }
 
@@ -386,17 +386,17 @@ class EndpointRegistry:
                 self._f[p, LC_RUN] += 1
                 self._f[p, LC_WAIT] += 1
                 self._f[p, PREFILL_TIF] += req.uncached_tokens
-                self._add_min(self._awaiting[p], p, MIN_TTFT, req.request_id, req.ttft_slo_ms)
+                self._add_min(self._awaiting[p], p, MIN_TTFT, req.request_id, req.ttft_ms)
             if req.decode_id is not None:
                 d = self._index[req.decode_id]
                 self._f[d, LC_RUN] += 1
                 self._f[d, LC_WAIT] += 1
                 self._f[d, DECODE_TIF] += req.input_tokens
-                self._add_min(self._decoding[d], d, MIN_TPOT, req.request_id, req.tpot_slo_ms)
+                self._add_min(self._decoding[d], d, MIN_ITL, req.request_id, req.itl_ms)
                 if req.prefill_id is None:
                     self._start_batch_if_idle(d, req.uncached_tokens, t_s)
                     self._f[d, PREFILL_TIF] += req.uncached_tokens
-                    self._add_min(self._awaiting[d], d, MIN_TTFT, req.request_id, req.ttft_slo_ms)
+                    self._add_min(self._awaiting[d], d, MIN_TTFT, req.request_id, req.ttft_ms)
             req.aggregated = req.prefill_id is None
             req.ttft_endpoint_id = req.decode_id if req.aggregated else req.prefill_id
             self._inflight[req.request_id] = req
@@ -430,7 +430,7 @@ class EndpointRegistry:
             if not req.prefill_released:
                 self._f[d, LC_WAIT] += 1
             self._f[d, DECODE_TIF] += req.input_tokens + req.tokens_generated
-            self._add_min(self._decoding[d], d, MIN_TPOT, request_id, req.tpot_slo_ms)
+            self._add_min(self._decoding[d], d, MIN_ITL, request_id, req.itl_ms)
 
     def first_token(self, request_id: str, *, now_s: float, observed_ttft_ms: float | None = None) -> list[Sample]:
         """The request produced its first token: release its prefill share; a TTFT sample.
@@ -504,7 +504,7 @@ class EndpointRegistry:
                 d = self._index[req.decode_id]
                 self._f[d, LC_RUN] -= 1
                 self._f[d, DECODE_TIF] -= req.input_tokens + req.tokens_generated
-                self._remove_min(self._decoding[d], d, MIN_TPOT, request_id)
+                self._remove_min(self._decoding[d], d, MIN_ITL, request_id)
             del self._inflight[request_id]
             return samples
 

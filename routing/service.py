@@ -274,8 +274,8 @@ class RoutingService:
             self.registry.dispatched(InFlight(
                 request_id=request.request_id, prefill_id=prefill_id, decode_id=decode_id,
                 input_tokens=request.input_tokens, uncached_tokens=request.input_tokens * (1.0 - hit),
-                ttft_slo_ms=request.ttft_slo_ms if request.ttft_slo_ms is not None else np.inf,
-                tpot_slo_ms=request.tpot_slo_ms if request.tpot_slo_ms is not None else np.inf,
+                ttft_ms=request.ttft_ms if request.ttft_ms is not None else np.inf,
+                itl_ms=request.itl_ms if request.itl_ms is not None else np.inf,
                 critical=request.critical, dispatched_s=now_s,
                 ttft_features=feats.get(ttft_eid), tpot_features=feats.get(decode_id),
                 predicted_ttft_ms=preds[ttft_eid][0] if ttft_eid else None,

@@ -78,7 +78,7 @@ def fleet(*specs: tuple, levels=("zone", "rack", "host"), max_kv_tokens: int = 1
 
 
 def occupy(reg: EndpointRegistry, endpoint_id: str, *, request_id: str, input_tokens: int = 1000,
-           ttft_slo_ms: float = np.inf, tpot_slo_ms: float = np.inf, now_s: float = 0.0) -> None:
+           ttft_ms: float = np.inf, itl_ms: float = np.inf, now_s: float = 0.0) -> None:
     """Put an in-flight request on one endpoint (through the registry's real lifecycle path)."""
     role = reg.get(endpoint_id).role
     reg.dispatched(InFlight(
@@ -86,7 +86,7 @@ def occupy(reg: EndpointRegistry, endpoint_id: str, *, request_id: str, input_to
         prefill_id=endpoint_id if role == "prefill" else None,
         decode_id=endpoint_id if role != "prefill" else None,
         input_tokens=input_tokens, uncached_tokens=float(input_tokens),
-        ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, critical=False, dispatched_s=now_s,
+        ttft_ms=ttft_ms, itl_ms=itl_ms, critical=False, dispatched_s=now_s,
     ))
 
 

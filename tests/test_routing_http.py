@@ -28,7 +28,7 @@ from tests.fixtures_routing import (
 )
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SLO = {"ttft_ms": 500.0, "tpot_ms": 50.0}
+SLO = {"ttft_ms": 500.0, "itl_ms": 50.0}
 
 
 @contextlib.contextmanager
@@ -226,7 +226,7 @@ def test_no_headroom_is_shed_with_429_and_critical_still_routes():
         for eid in ("p0", "d0"):
             client.put(f"/v1/endpoints/{eid}/metrics",
                        json={"kv_usage_frac": 0.9, "waiting_requests": 40, "running_requests": 200})
-        tight = {"ttft_ms": 5.0, "tpot_ms": 1.0}
+        tight = {"ttft_ms": 5.0, "itl_ms": 1.0}
         shed = client.post("/v1/route", json={"input_tokens": 4000, "slo": tight})
         assert shed.status_code == 429
         assert shed.json()["error"] == "shed" and "no endpoint with headroom" in shed.json()["message"]

@@ -18,7 +18,7 @@ from routing.config import RouterConfig
 from routing.registry import Endpoint
 from tests.fixtures_routing import PROFILE_DIR, TOKEN, RunningServer, h200_profile
 
-SLO = {"ttft_ms": 500.0, "tpot_ms": 50.0}
+SLO = {"ttft_ms": 500.0, "itl_ms": 50.0}
 PROFILE = h200_profile()
 
 
@@ -91,3 +91,16 @@ def test_unexpected_error_is_a_json_500_and_the_service_keeps_serving(fast, monk
         # Starlette closes the connection after re-raising to the server: a new one.
         with httpx.Client(base_url=str(client.base_url), timeout=10) as fresh:
             assert fresh.post("/v1/route", json={"input_tokens": 100, "slo": SLO}).status_code == 200
+
+
+@pytest.mark.parametrize("fast", [pytest.param(True, id="fast path"), pytest.param(False, id="FastAPI route")])
+def test_deprecated_tpot_ms_spelling_of_the_slo_is_still_accepted(fast):
+    """slo.tpot_ms is the old spelling of slo.itl_ms (accepted for one release): the same pick follows."""
+    answers = []
+    for slo in ({"ttft_ms": 500.0, "itl_ms": 50.0}, {"ttft_ms": 500.0, "tpot_ms": 50.0}):
+        with serve(fast=fast) as (client, svc):
+            resp = client.post("/v1/route", json={"request_id": "r1", "input_tokens": 1000, "slo": slo})
+            assert resp.status_code == 200, resp.text
+            answers.append(resp.json())
+            assert svc.registry.in_flight("r1").itl_ms == 50.0
+    assert answers[0] == answers[1]

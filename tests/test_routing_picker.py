@@ -19,7 +19,7 @@ from tests.fixtures_routing import fleet, h200_profile, occupy, picker
 
 
 def req(rid="r", *, input_tokens=1000, ttft=None, tpot=None, critical=False, **kw) -> RouteRequest:
-    return RouteRequest(request_id=rid, input_tokens=input_tokens, ttft_slo_ms=ttft, tpot_slo_ms=tpot,
+    return RouteRequest(request_id=rid, input_tokens=input_tokens, ttft_ms=ttft, itl_ms=tpot,
                         critical=critical, **kw)
 
 
@@ -31,7 +31,7 @@ def req(rid="r", *, input_tokens=1000, ttft=None, tpot=None, critical=False, **k
 def test_ttft_headroom_is_against_the_strictest_slo(running_tokens, running_slo_ms, new_slo_ms, expected_headroom_ms):
     reg = fleet(("p0", "prefill"), ("d0", "decode"))
     if running_tokens:
-        occupy(reg, "p0", request_id="old", input_tokens=running_tokens, ttft_slo_ms=running_slo_ms)
+        occupy(reg, "p0", request_id="old", input_tokens=running_tokens, ttft_ms=running_slo_ms)
     result = picker().pick(req(ttft=new_slo_ms), reg, 1.0)
     assert result.routed and result.tier == "headroom"
     assert result.prefill.endpoint_id == "p0"
@@ -46,7 +46,7 @@ def test_ttft_headroom_is_against_the_strictest_slo(running_tokens, running_slo_
 def test_tpot_headroom_on_decode(running, running_tpot_slo_ms, new_tpot_slo_ms, expected):
     reg = fleet(("p0", "prefill"), ("d0", "decode"))
     for k in range(running):
-        occupy(reg, "d0", request_id=f"old{k}", tpot_slo_ms=running_tpot_slo_ms)
+        occupy(reg, "d0", request_id=f"old{k}", itl_ms=running_tpot_slo_ms)
     result = picker().pick(req(tpot=new_tpot_slo_ms), reg, 1.0)
     if expected is None:
         assert result.outcome == "shed" and result.decode is None
@@ -188,7 +188,7 @@ def test_dispatch_record_carries_predictions_and_features():
     assert record.model_version == "lin-1"
     reg.dispatched(record)
     assert reg.load_of("p0", now_s=3.0)["prefill_tokens_in_flight"] == pytest.approx(750.0)
-    assert reg.load_of("d0", now_s=3.0)["strictest_tpot_slo_ms"] == pytest.approx(20.0)
+    assert reg.load_of("d0", now_s=3.0)["strictest_itl_ms"] == pytest.approx(20.0)
 
 
 # -- robustness to estimate error: margin, strategy max, thin headroom -----------------------
@@ -336,3 +336,9 @@ def test_topology_candidates_follow_registry_changes_between_picks():
         pk.pick(req("r5", ttft=500.0, tpot=50.0), reg, 1.0)
     with pytest.raises(TopologyError, match="no decode endpoint in zone 'a' of prefill p_a"):
         pk.pick_decode(req("r6", ttft=500.0, tpot=50.0), reg, 1.0, prefill_id="p_a")
+
+
+def test_deprecated_slo_keywords_are_still_accepted():
+    """ttft_slo_ms / tpot_slo_ms are the old spellings of ttft_ms / itl_ms (accepted for one release)."""
+    old = RouteRequest(request_id="r", input_tokens=100, ttft_slo_ms=300.0, tpot_slo_ms=25.0)
+    assert old == RouteRequest(request_id="r", input_tokens=100, ttft_ms=300.0, itl_ms=25.0)

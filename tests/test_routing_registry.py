@@ -20,7 +20,7 @@ from tests.fixtures_routing import fleet, occupy, picker
 
 def inflight(rid, *, prefill=None, decode=None, input_tokens=1000, hit=0.0, ttft=np.inf, tpot=np.inf, t=0.0):
     return InFlight(request_id=rid, prefill_id=prefill, decode_id=decode, input_tokens=input_tokens,
-                    uncached_tokens=input_tokens * (1 - hit), ttft_slo_ms=ttft, tpot_slo_ms=tpot,
+                    uncached_tokens=input_tokens * (1 - hit), ttft_ms=ttft, itl_ms=tpot,
                     critical=False, dispatched_s=t)
 
 
@@ -83,21 +83,21 @@ def test_strictest_slo_tracks_requests_in_flight():
     reg = fleet(("p0", "prefill"), ("d0", "decode"))
     for rid, ttft, tpot in (("a", 300, 30), ("b", 100, 10), ("c", 200, 20)):
         reg.dispatched(inflight(rid, prefill="p0", decode="d0", ttft=ttft, tpot=tpot))
-    assert load(reg, "p0")["strictest_ttft_slo_ms"] == 100 and load(reg, "d0")["strictest_tpot_slo_ms"] == 10
+    assert load(reg, "p0")["strictest_ttft_ms"] == 100 and load(reg, "d0")["strictest_itl_ms"] == 10
     reg.first_token("b", now_s=1)  # b leaves the prefill endpoint, still decodes
-    assert load(reg, "p0")["strictest_ttft_slo_ms"] == 200 and load(reg, "d0")["strictest_tpot_slo_ms"] == 10
+    assert load(reg, "p0")["strictest_ttft_ms"] == 200 and load(reg, "d0")["strictest_itl_ms"] == 10
     reg.completed("b", now_s=2, output_tokens=3)
-    assert load(reg, "d0")["strictest_tpot_slo_ms"] == 20
+    assert load(reg, "d0")["strictest_itl_ms"] == 20
     for rid in ("a", "c"):
         reg.completed(rid, now_s=3, output_tokens=3)
-    assert load(reg, "p0")["strictest_ttft_slo_ms"] is None and load(reg, "d0")["strictest_tpot_slo_ms"] is None
+    assert load(reg, "p0")["strictest_ttft_ms"] is None and load(reg, "d0")["strictest_itl_ms"] is None
 
 
 def test_samples_hold_dispatch_features_and_observed_latency():
     reg = fleet(("p0", "prefill"), ("d0", "decode"))
     occupy(reg, "p0", request_id="other", input_tokens=3000)
     pk = picker()
-    r = RouteRequest(request_id="r", input_tokens=1000, ttft_slo_ms=500, tpot_slo_ms=50)
+    r = RouteRequest(request_id="r", input_tokens=1000, ttft_ms=500, itl_ms=50)
     result = pk.pick(r, reg, 10.0)
     reg.dispatched(dispatch_record(r, result, now_s=10.0))
     (ttft,) = reg.first_token("r", now_s=10.25)
@@ -117,7 +117,7 @@ def test_samples_hold_dispatch_features_and_observed_latency():
 def test_observed_values_from_the_caller_win():
     reg = fleet(("a0", "aggregated"))
     reg.dispatched(InFlight(request_id="r", prefill_id=None, decode_id="a0", input_tokens=10, uncached_tokens=10,
-                            ttft_slo_ms=np.inf, tpot_slo_ms=np.inf, critical=False, dispatched_s=0.0,
+                            ttft_ms=np.inf, itl_ms=np.inf, critical=False, dispatched_s=0.0,
                             ttft_features=reg.raw_features(0, input_tokens=10, prefix_cache_hit_frac=0, now_s=0),
                             tpot_features=reg.raw_features(0, input_tokens=10, prefix_cache_hit_frac=0, now_s=0)))
     samples = reg.completed("r", now_s=9.0, output_tokens=20, observed_ttft_ms=42.0, observed_tpot_ms=7.0)
@@ -190,7 +190,7 @@ def test_two_stage_dispatch_for_simulators():
     """pick_prefill -> dispatch to prefill; prefill done -> pick_decode -> assign_decode."""
     reg = fleet(("p0", "prefill", {"zone": "a"}), ("d0", "decode", {"zone": "a"}), ("d1", "decode", {"zone": "b"}))
     pk = picker({"topology": {"level": "zone"}})
-    r = RouteRequest(request_id="r", input_tokens=2000, ttft_slo_ms=500, tpot_slo_ms=50)
+    r = RouteRequest(request_id="r", input_tokens=2000, ttft_ms=500, itl_ms=50)
     first = pk.pick_prefill(r, reg, 0.0)
     assert first.routed and first.decode is None
     reg.dispatched(dispatch_record(r, first, now_s=0.0))
@@ -257,7 +257,7 @@ def test_dispatch_features_carry_the_batch_progress_into_the_ttft_sample():
     reg.dispatched(inflight("a", prefill="p0", decode="d0", input_tokens=1000, t=0.0))
     feats = load_features(reg, "p0", 0.4)  # what the router computes when routing b at 0.4 s
     reg.dispatched(InFlight(request_id="b", prefill_id="p0", decode_id="d0", input_tokens=100, uncached_tokens=100,
-                            ttft_slo_ms=np.inf, tpot_slo_ms=np.inf, critical=False, dispatched_s=0.4,
+                            ttft_ms=np.inf, itl_ms=np.inf, critical=False, dispatched_s=0.4,
                             ttft_features=feats, tpot_features=load_features(reg, "d0", 0.4)))
     reg.first_token("a", now_s=0.5)
     (s,) = reg.first_token("b", now_s=0.6)

@@ -32,7 +32,7 @@ from tests.fixtures_routing import PROFILE_DIR, TOKEN, free_port, h200_profile
 DATA_TOKEN = "test-data-token-9f8e7d6c5b4a"
 DATA = {"Authorization": f"Bearer {DATA_TOKEN}"}
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
-SLO = {"ttft_ms": 500.0, "tpot_ms": 50.0}
+SLO = {"ttft_ms": 500.0, "itl_ms": 50.0}
 PROFILE = h200_profile()
 
 

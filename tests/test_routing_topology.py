@@ -22,7 +22,7 @@ B = {"zone": "b", "rack": "b1"}
 
 
 def req(rid="r", *, input_tokens=1000, ttft=300.0, tpot=None) -> RouteRequest:
-    return RouteRequest(request_id=rid, input_tokens=input_tokens, ttft_slo_ms=ttft, tpot_slo_ms=tpot)
+    return RouteRequest(request_id=rid, input_tokens=input_tokens, ttft_ms=ttft, itl_ms=tpot)
 
 
 def zone(policy="fail", **extra) -> dict:
