@@ -166,13 +166,14 @@ def write_fleet_config(opts: StackOptions, state_dir: Path, planner_cfg) -> Path
         "router_url": opts.urls()["router"],
         "router_token_env": TOKEN_ENV,
         "router_data_token_env": DATA_TOKEN_ENV,
-        "slo_ttft_ms": p.slo.ttft_ms,
-        "slo_tpot_ms": p.slo.itl_ms,
+        "ttft_ms": p.slo.ttft_ms,
+        "itl_ms": p.slo.itl_ms,
         "status_path": str(state_dir / "fleet-final-status.json"),
     }
     path = state_dir / "fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    from sim.live import build_trace, load_config
+    from sim.live_config import load_config
+    from sim.trace_shaping import build_trace
 
     build_trace(load_config(path))  # fail here, naming the file, not in the background
     return path

@@ -85,7 +85,7 @@ def write_loadgen_config(opts, state_dir: Path) -> Path:
     data = {"url": opts.urls()["frontend"], "model": MODEL_NAME, "out_dir": str(state_dir / "loadgen"),
             **trace_fields(opts)}
     cfg = LoadGenConfig.model_validate(data)
-    from sim.live import build_trace
+    from sim.trace_shaping import build_trace
 
     build_trace(cfg)  # fail here, naming the file, not in the background
     path = state_dir / "loadgen.yaml"
@@ -94,7 +94,7 @@ def write_loadgen_config(opts, state_dir: Path) -> Path:
 
 
 def trace_fields(opts) -> dict:
-    """The stack options' trace replay as sim.live.TraceReplayConfig fields (both fleets replay the same)."""
+    """The stack options' trace replay as sim.trace_shaping.TraceReplayConfig fields (both fleets replay the same)."""
     data = {"trace_path": str(Path(opts.trace).resolve()), "trace_start_s": opts.trace_start_s,
             "time_scale": opts.time_scale, "jitter_s": opts.jitter_s}
     if opts.shape is not None:

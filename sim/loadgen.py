@@ -19,7 +19,7 @@ HTTP status, whether the stream ended in an error event (a Dynamo frontend
 reports a worker lost mid-stream that way, under HTTP 200), client-side TTFT
 and end-to-end time, token counts. `summary.json` is rewritten every few
 seconds and at the end. The trace is built as the simulated fleet builds it
-(sim.live.build_trace: window, shape of load multipliers, time scale).
+(sim.trace_shaping.build_trace: window, shape of load multipliers, time scale).
 
 Run: `python -m sim.loadgen --config loadgen.yaml` (a `LoadGenConfig` file).
 """
@@ -40,7 +40,7 @@ import numpy as np
 import yaml
 from pydantic import Field, ValidationError
 
-from sim.live import TraceReplayConfig, build_trace
+from sim.trace_shaping import TraceReplayConfig, build_trace
 from sim.traces import Trace
 
 log = logging.getLogger("sla_planner.sim.loadgen")
@@ -51,7 +51,7 @@ WORDS = ("the a of to and in is for on that with as by it this from be are at or
 
 
 class LoadGenConfig(TraceReplayConfig):
-    """What `python -m sim.loadgen` replays (the trace fields of sim.live), and where (one YAML file)."""
+    """What `python -m sim.loadgen` replays (the trace fields of the live fleet), and where (one YAML file)."""
 
     url: str = Field(description="frontend base URL, e.g. http://127.0.0.1:8000")
     model: str = Field(min_length=1, description="model name the frontend serves")

@@ -99,3 +99,23 @@ class ProfileTables:
         w = (inv[i] - 1.0 / context_tokens) / (inv[i] - inv[j])
         a = self._row_itl_ms(i, kv_frac)
         return a + w * (self._row_itl_ms(j, kv_frac) - a)
+
+
+class DriftedTables(ProfileTables):
+    """The profile's lookups, with engines slower (scale > 1) or faster than profiled.
+
+    Production rarely matches the profiling run (other hardware revision, driver,
+    interference); this is the drift the planner's correction factors and the
+    retrained latency predictor exist for, made explicit.
+    """
+
+    def __init__(self, profile, *, prefill_scale: float, decode_scale: float):
+        super().__init__(profile)
+        self.prefill_scale = prefill_scale
+        self.decode_scale = decode_scale
+
+    def prefill_ms(self, tokens: int) -> float:
+        return super().prefill_ms(tokens) * self.prefill_scale
+
+    def itl_ms(self, kv_frac: float, context_tokens: float) -> float:
+        return super().itl_ms(kv_frac, context_tokens) * self.decode_scale

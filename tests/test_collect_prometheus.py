@@ -381,7 +381,9 @@ def test_the_simulated_frontend_exports_what_a_real_one_does():
     """sim.live's frontend series: the names, types, label names and bucket boundaries of the kit's real scrape."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from sim.live import LiveConfig, LiveFleet, build_trace, make_tables
+    from sim.live_config import LiveConfig, make_tables
+    from sim.live_fleet import LiveFleet
+    from sim.trace_shaping import build_trace
     from tests.conftest import PROJECT_ROOT
     from tests.fixtures_prometheus import kit_frontend_families
 

@@ -21,7 +21,9 @@ from connectors.virtual import VirtualConnector
 from planner.types import Decision
 from routing.app import create_app
 from routing.config import RouterConfig
-from sim.live import LiveConfig, LiveFleet, TraceSegment, build_trace, make_tables, shaped_trace
+from sim.live_config import LiveConfig, make_tables
+from sim.live_fleet import LiveFleet
+from sim.trace_shaping import TraceSegment, build_trace, shaped_trace
 from sim.traces import load_trace, time_window
 from tests.fixtures_etcd import etcd, etcd_namespace, etcd_server  # noqa: F401
 from tests.fixtures_net import free_port
