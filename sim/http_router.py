@@ -85,7 +85,7 @@ class HttpRouter:
                  retry_after_s: float, max_kv_tokens: int, request_prefix: str, clock=time.monotonic):
         self.client = client
         self.pod_prefix = pod_prefix
-        self.slo = {"ttft_ms": ttft_ms, "tpot_ms": itl_ms}
+        self.slo = {"ttft_ms": ttft_ms, "itl_ms": itl_ms}
         self.retry_after_s = retry_after_s
         self.max_kv_tokens = max_kv_tokens
         self.request_prefix = request_prefix

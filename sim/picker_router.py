@@ -141,8 +141,8 @@ class PickerRouter:
         return RouteRequest(
             request_id=str(rid),
             input_tokens=int(isl_tokens),
-            ttft_slo_ms=self.slo.ttft_ms,
-            tpot_slo_ms=self.slo.itl_ms,
+            ttft_ms=self.slo.ttft_ms,
+            itl_ms=self.slo.itl_ms,
             critical=True,
         )
 
