@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from connectors.profiles import load_profile_dir  # noqa: E402
 from executor.localfleet import LocalFleet, _port_free  # noqa: E402
 from planner.config import SloTarget  # noqa: E402
-from sim.engine import SimConfig  # noqa: E402
+from sim.config import SimConfig  # noqa: E402
 from sim.loadgen import LoadGenConfig, replay as replay_http  # noqa: E402
 from sim.lookup import ProfileTables  # noqa: E402
 from sim.policies import StaticPolicy  # noqa: E402

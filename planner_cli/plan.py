@@ -49,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from connectors.local import LocalConnector
     from connectors.profiles import load_profile
     from flows.config import load_run_config
-    from sim.engine import FleetSim, SimConfig, interval_observation
+    from sim.config import SimConfig
+    from sim.engine import FleetSim
     from sim.lookup import ProfileTables
+    from sim.observation import interval_observation
     from sim.traces import load_trace, multiply_load
 
     # Every input is read before Prefect starts: a bad one is one line at once.

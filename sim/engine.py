@@ -29,13 +29,15 @@ import heapq
 import math
 from array import array
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.types import LoadHistory, Observation, PodMetrics, Pool
-from sim.fleet import DecodeWorker, PrefillWorker, TransferModel
+from planner.types import PodMetrics, Pool
+from sim.config import SimConfig
+from sim.fleet import DecodeWorker, PrefillWorker
 from sim.lookup import ProfileTables
+from sim.observation import IntervalStats
+from sim.results import RequestResults
 from sim.routing import LeastLoadedRouter, Router
 from sim.traces import Trace
 
@@ -51,50 +53,6 @@ def _typed(code: str, values: np.ndarray) -> array:
 def _np(a: array) -> np.ndarray:
     """A numpy copy of a typed array."""
     return np.frombuffer(a, dtype=np.float64 if a.typecode == "d" else np.int64).copy()
-NAN = float("nan")
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Fleet and engine settings of a simulation.
-
-    prefill_token_budget: most tokens one prefill batch holds (vLLM max_num_batched_tokens).
-    decode_max_batch: most running requests per decode worker (vLLM max_num_seqs); None: KV-bound only.
-    startup_s: time from adding a worker to it serving, seconds.
-    domains: topology domains "zone/rack"; workers of each pool are placed round-robin.
-    """
-
-    prefill_token_budget: int = 8192
-    decode_max_batch: int | None = None
-    startup_s: float = 60.0
-    gpus_per_prefill: int = 1
-    gpus_per_decode: int = 1
-    transfer: TransferModel = field(default_factory=TransferModel)
-    domains: tuple[str, ...] = ("zone-a/rack-1",)
-
-    def __post_init__(self) -> None:
-        if self.prefill_token_budget < 1:
-            raise ValueError(f"SimConfig: prefill_token_budget must be >= 1, got {self.prefill_token_budget}")
-        if self.decode_max_batch is not None and self.decode_max_batch < 1:
-            raise ValueError(f"SimConfig: decode_max_batch must be >= 1 or None, got {self.decode_max_batch}")
-        if self.startup_s < 0:
-            raise ValueError(f"SimConfig: startup_s must be >= 0, got {self.startup_s}")
-        if not self.domains:
-            raise ValueError("SimConfig: domains must list at least one 'zone/rack'")
-
-
-@dataclass
-class IntervalStats:
-    """Frontend counters since the last collection (what Prometheus would rate over)."""
-
-    arrivals: int = 0
-    isl_sum: float = 0.0
-    first_tokens: int = 0
-    ttft_sum_s: float = 0.0
-    completions: int = 0
-    osl_sum: float = 0.0
-    itl_count: int = 0
-    itl_sum_s: float = 0.0
 
 
 class FleetSim:
@@ -506,7 +464,7 @@ class FleetSim:
             pods.append(PodMetrics(d.name, "decode", min(peak / cap, 1.0), float(len(d.pending))))
         return tuple(pods)
 
-    def results(self) -> "RequestResults":
+    def results(self) -> RequestResults:
         return RequestResults(
             arrival_s=_np(self.arrival_s),
             first_token_s=_np(self.first_token_s),
@@ -514,59 +472,3 @@ class FleetSim:
             isl_tokens=self.trace.isl_tokens,
             osl_tokens=self.trace.osl_tokens,
         )
-
-
-@dataclass(frozen=True)
-class RequestResults:
-    """Per-request outcome arrays (seconds; NaN for requests not finished)."""
-
-    arrival_s: np.ndarray
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    isl_tokens: np.ndarray
-    osl_tokens: np.ndarray
-
-    @property
-    def ttft_ms(self) -> np.ndarray:
-        return (self.first_token_s - self.arrival_s) * 1e3
-
-    @property
-    def itl_ms(self) -> np.ndarray:
-        """Mean inter-token latency per request, ms; NaN when osl <= 1 (no second token)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(
-                self.osl_tokens > 1,
-                (self.finish_s - self.first_token_s) * 1e3 / np.maximum(self.osl_tokens - 1, 1),
-                np.nan,
-            )
-
-    @property
-    def e2e_ms(self) -> np.ndarray:
-        return (self.finish_s - self.arrival_s) * 1e3
-
-    def sla_met(self, *, ttft_ms: float, itl_ms: float) -> np.ndarray:
-        """Both targets met (ITL counts as met for single-token outputs)."""
-        itl = self.itl_ms
-        return (self.ttft_ms <= ttft_ms) & (np.isnan(itl) | (itl <= itl_ms)) & ~np.isnan(self.finish_s)
-
-
-def interval_observation(
-    stats: IntervalStats,
-    *,
-    taken_at_s: float,
-    interval_s: float,
-    history: LoadHistory | None,
-    pods: tuple[PodMetrics, ...],
-) -> Observation:
-    """What the planner's collect step would read for one interval of the simulated frontend."""
-    return Observation(
-        taken_at_s=taken_at_s,
-        interval_s=interval_s,
-        num_requests=float(stats.arrivals),
-        avg_isl_tokens=stats.isl_sum / stats.arrivals if stats.arrivals else None,
-        avg_osl_tokens=stats.osl_sum / stats.completions if stats.completions else None,
-        avg_ttft_ms=stats.ttft_sum_s * 1e3 / stats.first_tokens if stats.first_tokens else None,
-        avg_itl_ms=stats.itl_sum_s * 1e3 / stats.itl_count if stats.itl_count else None,
-        history=history,
-        pods=pods,
-    )

@@ -10,7 +10,8 @@ import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sim.engine import FleetSim, SimConfig
+from sim.config import SimConfig
+from sim.engine import FleetSim
 from sim.etcd_follower import EtcdFollower
 from sim.http_router import HttpRouter, RouterClient
 from sim.live_config import LiveConfig

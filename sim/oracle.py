@@ -37,10 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.engine import FleetSim, RequestResults
+from sim.engine import FleetSim
 from sim.lookup import ProfileTables
 from sim.policies import ScheduledPolicy, StaticPolicy
 from sim.replay import ReplayResult, Scenario, replay
+from sim.results import RequestResults
 from sim.routing import make_router
 from sim.traces import Trace
 

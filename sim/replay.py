@@ -30,9 +30,12 @@ import numpy as np
 
 from planner.config import SloTarget
 from planner.types import DecisionRecord, FleetState, LoadHistory, Observation, PoolState
-from sim.engine import FleetSim, RequestResults, SimConfig, interval_observation
+from sim.config import SimConfig
+from sim.engine import FleetSim
 from sim.fast_path import ArrivalWindows, FastPathEvent, Trigger
 from sim.lookup import ProfileTables
+from sim.observation import interval_observation
+from sim.results import RequestResults
 from sim.routing import Router, make_router
 from sim.traces import Trace
 

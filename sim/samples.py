@@ -29,7 +29,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from sim.engine import SimConfig
+from sim.config import SimConfig
 from sim.fleet import DecodeWorker, PrefillWorker
 from sim.routing import Router
 from sim.traces import Trace

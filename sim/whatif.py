@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from connectors.profiles import load_profile_dir
 from planner.config import SloTarget
 from planner.profile import EngineProfile, ProfileRangeWarning
-from sim.engine import SimConfig
+from sim.config import SimConfig
 from sim.lookup import ProfileTables
 from sim.policies import check_policy_name, default_planner_config, make_policy
 from sim.replay import ReplayResult, Scenario, replay

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from connectors.profiles import load_profile_dir
-from sim.engine import FleetSim, SimConfig
+from sim.config import SimConfig
+from sim.engine import FleetSim
 from sim.fleet import FREE_TRANSFER
 from sim.lookup import ProfileTables
 from sim.routing import LeastLoadedRouter, RoundRobinRouter

@@ -9,7 +9,8 @@ import pytest
 
 from connectors.profiles import load_profile_dir
 from planner.profile import ProfileRangeWarning
-from sim.engine import FleetSim, SimConfig
+from sim.config import SimConfig
+from sim.engine import FleetSim
 from sim.lookup import ProfileTables
 from sim.oracle import oracle_plan, schedule_from_need
 from sim.policies import (

@@ -10,7 +10,8 @@ import pytest
 from connectors.profiles import load_profile_dir
 from planner.config import SloTarget
 from routing.config import PickerConfig
-from sim.engine import FleetSim, SimConfig
+from sim.config import SimConfig
+from sim.engine import FleetSim
 from sim.lookup import ProfileTables
 from sim.picker_router import PickerRouter
 from sim.routing import RoundRobinRouter, make_router

@@ -1,0 +1,36 @@
+"""The settings of a simulated fleet: engine limits, startup time, placement, KV transfer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.fleet import TransferModel
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Fleet and engine settings of a simulation.
+
+    prefill_token_budget: most tokens one prefill batch holds (vLLM max_num_batched_tokens).
+    decode_max_batch: most running requests per decode worker (vLLM max_num_seqs); None: KV-bound only.
+    startup_s: time from adding a worker to it serving, seconds.
+    domains: topology domains "zone/rack"; workers of each pool are placed round-robin.
+    """
+
+    prefill_token_budget: int = 8192
+    decode_max_batch: int | None = None
+    startup_s: float = 60.0
+    gpus_per_prefill: int = 1
+    gpus_per_decode: int = 1
+    transfer: TransferModel = field(default_factory=TransferModel)
+    domains: tuple[str, ...] = ("zone-a/rack-1",)
+
+    def __post_init__(self) -> None:
+        if self.prefill_token_budget < 1:
+            raise ValueError(f"SimConfig: prefill_token_budget must be >= 1, got {self.prefill_token_budget}")
+        if self.decode_max_batch is not None and self.decode_max_batch < 1:
+            raise ValueError(f"SimConfig: decode_max_batch must be >= 1 or None, got {self.decode_max_batch}")
+        if self.startup_s < 0:
+            raise ValueError(f"SimConfig: startup_s must be >= 0, got {self.startup_s}")
+        if not self.domains:
+            raise ValueError("SimConfig: domains must list at least one 'zone/rack'")

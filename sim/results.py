@@ -1,0 +1,41 @@
+"""What each simulated request experienced: its timestamps, latencies, SLA attainment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RequestResults:
+    """Per-request outcome arrays (seconds; NaN for requests not finished)."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    isl_tokens: np.ndarray
+    osl_tokens: np.ndarray
+
+    @property
+    def ttft_ms(self) -> np.ndarray:
+        return (self.first_token_s - self.arrival_s) * 1e3
+
+    @property
+    def itl_ms(self) -> np.ndarray:
+        """Mean inter-token latency per request, ms; NaN when osl <= 1 (no second token)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(
+                self.osl_tokens > 1,
+                (self.finish_s - self.first_token_s) * 1e3 / np.maximum(self.osl_tokens - 1, 1),
+                np.nan,
+            )
+
+    @property
+    def e2e_ms(self) -> np.ndarray:
+        return (self.finish_s - self.arrival_s) * 1e3
+
+    def sla_met(self, *, ttft_ms: float, itl_ms: float) -> np.ndarray:
+        """Both targets met (ITL counts as met for single-token outputs)."""
+        itl = self.itl_ms
+        return (self.ttft_ms <= ttft_ms) & (np.isnan(itl) | (itl <= itl_ms)) & ~np.isnan(self.finish_s)
