@@ -26,12 +26,9 @@ will not fix.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from planner.types import Decision, DecisionRecord, FleetState
-
-if TYPE_CHECKING:
-    from connectors.config import ConnectorConfig
 
 
 class ConnectorError(RuntimeError):
@@ -249,25 +246,3 @@ def as_recent_targets(recommendations: list[dict]) -> tuple[tuple[float, int, in
     """FleetState.recent_targets from a stored recommendation history, oldest first."""
     ordered = sorted(recommendations, key=lambda e: e["t_s"])
     return tuple((e["t_s"], e["prefill"], e["decode"]) for e in ordered)
-
-
-def make_connector(config: "ConnectorConfig", *, default_namespace: str = "default") -> Connector:
-    """Build the connector a config describes.
-
-    default_namespace: used when the config leaves `namespace` unset (the
-    planner config's namespace).
-    """
-    kind = config.kind
-    if kind == "kubernetes":
-        from connectors.kubernetes import KubernetesConnector
-
-        return KubernetesConnector(config, default_namespace=default_namespace)
-    if kind == "virtual":
-        from connectors.virtual import VirtualConnector
-
-        return VirtualConnector(config, default_namespace=default_namespace)
-    if kind == "local":
-        from connectors.local import LocalConnector
-
-        return LocalConnector(config)
-    raise ValueError(f"connector.kind: expected kubernetes, virtual or local, got {kind!r}")

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 def _check_backends(cfg) -> None:
     """Read the fleet and the metrics once, as the flow will: the connector's and the collector's
     own errors name the server, what was being done and the cause."""
-    from connectors.base import make_connector
+    from connectors.factory import make_connector
     from connectors.prometheus import PrometheusCollector
 
     connector = make_connector(cfg.connector, default_namespace=cfg.planner.namespace)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from connectors.base import ConcurrentWriteError, Connector, make_connector
+from connectors.base import ConcurrentWriteError, Connector
 from connectors.config import ConnectorConfig, MetricsConfig
+from connectors.factory import make_connector
 from planner.types import POOLS, FleetState, Observation
 
 # Backoff for calls that cross the network: 2 s, 4 s, 8 s, then the run fails visibly.

@@ -18,8 +18,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import incluster_config
 
-from connectors.base import ConcurrentWriteError, ConnectorError, ConnectorUnavailableError, ResourceAccessError, make_connector
+from connectors.base import ConcurrentWriteError, ConnectorError, ConnectorUnavailableError, ResourceAccessError
 from connectors.config import KubernetesConnectorConfig
+from connectors.factory import make_connector
 from connectors.kubernetes import KubernetesConnector
 from planner.types import Decision
 from tests.fixtures_net import free_port

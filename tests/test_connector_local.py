@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from connectors.base import Connector, ConnectorError, make_connector
+from connectors.base import Connector, ConnectorError
 from connectors.config import LocalConnectorConfig
+from connectors.factory import make_connector
 from connectors.local import LocalConnector
 from planner.types import Decision
 

@@ -14,9 +14,9 @@ from connectors.base import (
     ConnectorError,
     ConnectorUnavailableError,
     FleetChangedError,
-    make_connector,
 )
 from connectors.config import VirtualConnectorConfig
+from connectors.factory import make_connector
 from connectors.virtual import VirtualConnector
 from planner.types import Decision
 from tests.fixtures_etcd import EtcdServer, etcd, etcd_namespace, etcd_server  # noqa: F401

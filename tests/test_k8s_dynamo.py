@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from connectors.base import ConnectorError, FleetChangedError, ResourceAccessError, make_connector
+from connectors.base import ConnectorError, FleetChangedError, ResourceAccessError
 from connectors.config import KubernetesConnectorConfig
+from connectors.factory import make_connector
 from connectors.kubernetes import KubernetesConnector
 from planner.types import Decision
 from tests.fixtures_dynamo import dynamo_python, shared_dynamo  # noqa: F401
