@@ -46,16 +46,13 @@ sys.path.insert(0, str(ROOT))
 from connectors.profiles import load_profile_dir  # noqa: E402
 from routing.features import FEATURE_SET_VERSION  # noqa: E402
 from routing.predictor import ProfileEstimator  # noqa: E402
-from routing.training import (  # noqa: E402
-    STRATA,
-    TrainingConfig,
-    evaluate_all,
-    fit_all,
-    gate,
-    prepare_samples,
-    splits_for,
-    to_document,
-)
+from routing.model_export import to_document  # noqa: E402
+from routing.training.config import TrainingConfig  # noqa: E402
+from routing.training.data import prepare_samples  # noqa: E402
+from routing.training.evaluation import STRATA, evaluate_all  # noqa: E402
+from routing.training.fit import fit_all  # noqa: E402
+from routing.training.gate import gate  # noqa: E402
+from routing.training.split import splits_for  # noqa: E402
 from sim.samples import record_samples, simulate_routed  # noqa: E402
 from sim.traces import time_window  # noqa: E402
 from sim.whatif import WhatIfScenario, load_scenario_trace  # noqa: E402

@@ -140,7 +140,7 @@ def train_document(samples: list, *, version: str, max_iter: int) -> tuple[dict,
     from threadpoolctl import threadpool_limits
 
     from routing.features import features_from_samples
-    from routing.models import export_hist_gradient_boosting, model_document
+    from routing.model_export import export_hist_gradient_boosting, model_document
 
     t0 = time.perf_counter()
     regs = {}

@@ -25,17 +25,13 @@ from prefect.artifacts import create_markdown_artifact
 from planner.config import ProfileConfig
 from routing.features import FEATURE_SETS, TARGETS
 from routing.predictor import ProfileEstimator
-from routing.training import (
-    STRATA,
-    Evaluation,
-    GateDecision,
-    PreparedSamples,
-    ProbeReport,
-    TrainingConfig,
-    bucket_labels,
-    check_sample_counts,
-    splits_for,
-)
+from routing.training.buckets import bucket_labels
+from routing.training.config import TrainingConfig
+from routing.training.data import PreparedSamples
+from routing.training.evaluation import STRATA, Evaluation
+from routing.training.gate import GateDecision
+from routing.training.probe import ProbeReport
+from routing.training.split import check_sample_counts, splits_for
 from tasks.interpolate import load_profiling_data
 from tasks.retrain import (
     evaluate_models,

@@ -31,7 +31,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from routing.models import DEFAULT_MAX_NODES, DEFAULT_MAX_TREES, VERSION_PATTERN, LatencyModel, parse_model_document
+from routing.model_format import VERSION_PATTERN
+from routing.models import DEFAULT_MAX_NODES, DEFAULT_MAX_TREES, LatencyModel, parse_model_document
 from routing.store_guard import StoreFullError, StoreLock, is_full, lock_and_load
 
 STATE_FILE = "state.json"

@@ -16,18 +16,12 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.router_admin import RouterAdminClient
 from routing.features import TARGETS
-from routing.training import (
-    Evaluation,
-    GateDecision,
-    PreparedSamples,
-    TargetModels,
-    TrainingConfig,
-    decide_publish,
-    evaluate_all,
-    fit_all,
-    prepare_samples,
-    to_document,
-)
+from routing.model_export import to_document
+from routing.training.config import TrainingConfig
+from routing.training.data import PreparedSamples, prepare_samples
+from routing.training.evaluation import Evaluation, evaluate_all
+from routing.training.fit import TargetModels, fit_all
+from routing.training.gate import GateDecision, decide_publish
 from tasks.collect import network_task
 
 

@@ -20,8 +20,8 @@ import uvicorn
 from connectors.profiles import load_profile_dir
 from routing.config import PickerConfig
 from routing.features import FEATURES
+from routing.model_export import model_document
 from routing.model_store import ModelStore
-from routing.models import model_document
 from routing.picker import Picker
 from routing.predictor import LatencyPredictor, ProfileEstimator
 from routing.registry import Endpoint, EndpointRegistry, InFlight
@@ -131,7 +131,7 @@ def trained_document(version: str, *, seed: int = 0, scale: float = 1.0, n: int 
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
-    from routing.models import export_hist_gradient_boosting
+    from routing.model_export import export_hist_gradient_boosting
 
     rng = np.random.default_rng(seed)
     x = np.zeros((n, len(FEATURES["tpot"])))

@@ -10,25 +10,17 @@ import numpy as np
 import pytest
 
 from routing.features import FEATURE_SETS, FEATURES, RAW_FIELDS
-from routing.models import model_document, parse_model_document
-from routing.training import (
-    STRATA,
-    PreparedSamples,
-    TargetData,
-    TrainingConfig,
-    bucket_labels,
-    bucket_of,
-    bucket_tree,
-    check_sample_counts,
-    conformal_offset,
-    evaluate,
-    fit_target,
-    gate,
-    latency_metrics,
-    prepare_samples,
-    time_split,
-    to_document,
-)
+from routing.model_export import bucket_tree, model_document, to_document
+from routing.models import parse_model_document
+from routing.training.buckets import bucket_labels, bucket_of
+from routing.training.calibration import conformal_offset
+from routing.training.config import TrainingConfig
+from routing.training.data import PreparedSamples, TargetData, prepare_samples
+from routing.training.evaluation import STRATA, evaluate
+from routing.training.fit import fit_target
+from routing.training.gate import gate
+from routing.training.scores import latency_metrics
+from routing.training.split import check_sample_counts, time_split
 
 CFG = TrainingConfig()
 
@@ -494,8 +486,8 @@ def _log_linear_ttft_document() -> tuple[dict, PreparedSamples]:
     """A log-link linear TTFT model fitted on queueing_ttft (TPOT: the usual trees), and its samples."""
     from sklearn.linear_model import LinearRegression
 
-    from routing.models import export_linear
-    from routing.training import export_target, splits_for
+    from routing.model_export import export_linear, export_target
+    from routing.training.split import splits_for
 
     prepared = PreparedSamples(fetched=2000, by_target={"ttft": queueing_ttft(1000), "tpot": synthetic("tpot", 1000)})
     split = splits_for(prepared, SMALL)
@@ -508,7 +500,8 @@ def _log_linear_ttft_document() -> tuple[dict, PreparedSamples]:
 
 
 def test_a_log_link_model_that_overflows_is_refused_by_the_probe_grid():
-    from routing.training import decide_publish, evaluate_all
+    from routing.training.evaluation import evaluate_all
+    from routing.training.gate import decide_publish
 
     doc, prepared = _log_linear_ttft_document()
     # How it passed before: the router's own check (all-zero and all-1e6 rows) accepts it, since the
@@ -532,7 +525,9 @@ def test_a_log_link_model_that_overflows_is_refused_by_the_probe_grid():
 
 
 def test_a_normal_model_passes_the_probe_grid():
-    from routing.training import decide_publish, evaluate_all, splits_for
+    from routing.training.evaluation import evaluate_all
+    from routing.training.gate import decide_publish
+    from routing.training.split import splits_for
 
     prepared = PreparedSamples(fetched=2000, by_target={t: synthetic(t, 1000, seed=1) for t in ("ttft", "tpot")})
     split = splits_for(prepared, SMALL)
@@ -561,7 +556,7 @@ def _linear(intercept: float, link: str, **coef: float) -> dict:
                  id="log: e^(4 + 1.31) = 202 ms at the context length: within range"),
 ])
 def test_probe_grid_finds_zero_and_absurd_predictions(ttft_mean, problem):
-    from routing.training import probe_document
+    from routing.training.probe import probe_document
 
     prepared = PreparedSamples(fetched=2000, by_target={t: synthetic(t, 1000, seed=1) for t in ("ttft", "tpot")})
     tpot = _linear(3.0, "log")  # e^3 = 20 ms everywhere
@@ -577,7 +572,8 @@ def test_probe_grid_finds_zero_and_absurd_predictions(ttft_mean, problem):
 
 def test_model_card_names_the_failed_probe():
     from flows.retrain import model_card
-    from routing.training import decide_publish, evaluate_all
+    from routing.training.evaluation import evaluate_all
+    from routing.training.gate import decide_publish
 
     doc, prepared = _log_linear_ttft_document()
     ev = evaluate_all(prepared, SMALL, candidate_document=doc, current_document=None, estimate=ConstantEstimate())

@@ -14,16 +14,13 @@ import pytest
 
 from connectors.profiles import load_profile_dir
 from routing.features import FEATURES
-from routing.models import parse_model_document
+from routing.model_export import to_document
+from routing.models import document_predictions, parse_model_document
 from routing.predictor import LatencyPredictor, ProfileEstimator
-from routing.training import (
-    TargetData,
-    TrainingConfig,
-    document_predictions,
-    fit_target,
-    time_split,
-    to_document,
-)
+from routing.training.config import TrainingConfig
+from routing.training.data import TargetData
+from routing.training.fit import fit_target
+from routing.training.split import time_split
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
 pytestmark = pytest.mark.skipif(not PROFILE_DIR.exists(), reason="profile data not found")
@@ -185,7 +182,8 @@ def test_document_names_the_estimate_of_its_relative_targets(document, change, e
 
 
 def test_probe_grid_passes_a_relative_model_and_its_zero_tpot_on_prefill_rows(document, estimate):
-    from routing.training import PreparedSamples, probe_document
+    from routing.training.data import PreparedSamples
+    from routing.training.probe import probe_document
 
     doc, _ = document
     prepared = PreparedSamples(fetched=0, by_target={t: data(t, estimate, n=400) for t in ("ttft", "tpot")})

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from flows.retrain import retrain_flow
-from routing.training import TrainingConfig
+from routing.training.config import TrainingConfig
 from tests.fixtures_prefect import prefect_harness  # noqa: F401 - session fixture
 from tests.fixtures_retrain import (
     ROUTER_PROFILE,

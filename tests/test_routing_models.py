@@ -12,8 +12,9 @@ from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 
 from routing.features import FEATURE_SETS, FEATURES
+from routing.model_export import export_hist_gradient_boosting, export_linear, model_document
 from routing.model_store import ModelStore, UnknownVersionError, VersionExistsError
-from routing.models import export_hist_gradient_boosting, export_linear, model_document, parse_model_document
+from routing.models import parse_model_document
 from routing.predictor import LatencyPredictor, ProfileEstimator
 from tests.fixtures_routing import h200_profile, linear, linear_document, trained_document
 
@@ -226,8 +227,8 @@ def test_predictor_uses_published_model_else_profile_estimate():
 
 
 @pytest.mark.parametrize("max_leaf_nodes, evaluator", [
-    pytest.param(31, "_BitvectorTrees", id="<= 64 leaves: threshold bitvectors"),
-    pytest.param(120, "_CompiledTrees", id="> 64 leaves: level-by-level walk"),
+    pytest.param(31, "BitvectorTrees", id="<= 64 leaves: threshold bitvectors"),
+    pytest.param(120, "CompiledTrees", id="> 64 leaves: level-by-level walk"),
 ])
 def test_both_tree_evaluators_match_sklearn(max_leaf_nodes, evaluator):
     x, y = _data(n=3000)
@@ -322,7 +323,7 @@ def _rows(reg: dict, n: int, *, seed: int) -> np.ndarray:
 
 def _compiled(model, *, narrow):
     """The same forest compiled again with 32-bit (narrow) or 64-bit masks."""
-    from routing.models import _BitvectorTrees
+    from routing.compiled_regressors import BitvectorTrees
 
     fast = model._models[("ttft", "mean")]
     doc = model.document["targets"]["ttft"]["mean"]
@@ -331,7 +332,7 @@ def _compiled(model, *, narrow):
         is_leaf = np.array(tree["is_leaf"])
         checked.append((0, type("T", (), {"value": tree["value"], "threshold": tree["threshold"]}), is_leaf,
                         np.where(is_leaf, 0, np.array(tree["feature"])), np.array(tree["left"]), np.array(tree["right"])))
-    out = _BitvectorTrees.build(checked, n_features=len(FEATURES["ttft"]), baseline=fast.baseline,
+    out = BitvectorTrees.build(checked, n_features=len(FEATURES["ttft"]), baseline=fast.baseline,
                                 log_link=fast.log_link, narrow=narrow)
     assert out.narrow is narrow
     return out
@@ -370,9 +371,9 @@ def test_rows_that_differ_only_in_shared_columns_are_not_broadcast_wrongly():
 
 
 @pytest.mark.parametrize("max_leaf_nodes, evaluator", [
-    pytest.param(31, ("_BitvectorTrees", True), id="32-bit masks"),
-    pytest.param(50, ("_BitvectorTrees", False), id="64-bit masks"),
-    pytest.param(120, ("_CompiledTrees", None), id="level-by-level walk"),
+    pytest.param(31, ("BitvectorTrees", True), id="32-bit masks"),
+    pytest.param(50, ("BitvectorTrees", False), id="64-bit masks"),
+    pytest.param(120, ("CompiledTrees", None), id="level-by-level walk"),
 ])
 def test_nan_goes_right_in_every_evaluator(max_leaf_nodes, evaluator):
     # The format stores no missing-value direction (the router never builds a

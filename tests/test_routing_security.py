@@ -26,7 +26,9 @@ from routing.config import RouterConfig
 from routing.registry import Endpoint
 from routing.server import uvicorn_options
 from routing.service import RoutingService
-from routing.training import PreparedSamples, Split, TargetData, TrainingConfig, holdout_rows, prepare_samples, time_split
+from routing.training.config import TrainingConfig
+from routing.training.data import PreparedSamples, TargetData, prepare_samples
+from routing.training.split import Split, holdout_rows, time_split
 from tests.fixtures_routing import PROFILE_DIR, TOKEN, free_port, h200_profile
 
 DATA_TOKEN = "test-data-token-9f8e7d6c5b4a"
