@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.backtest import rolling_origin  # noqa: E402
-from planner.predict import make_predictor, predictor_names  # noqa: E402
+from planner.predictors.registry import make_predictor, predictor_names  # noqa: E402
 from planner_cli.backtest import load_series, quiet_libraries, warm_up  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "traces"

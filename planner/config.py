@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from planner.predictors.registry import make_predictor, predictor_names
 from planner.strict import StrictModel
 
 
@@ -101,9 +102,6 @@ class PredictorConfig(StrictModel):
 
     @model_validator(mode="after")
     def _known_names(self) -> "PredictorConfig":
-        # Imported here: the predictor registry imports this module.
-        from planner.predict import make_predictor, predictor_names
-
         names = predictor_names()
         for field_name in ("name", "length_predictor"):
             value = getattr(self, field_name)

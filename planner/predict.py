@@ -1,4 +1,4 @@
-"""Load prediction for the planner: the predictor registry and `forecast_next`.
+"""Next-interval load forecast: `forecast_next` over the collected history.
 
 `forecast_next` turns the per-interval history the collect step rebuilds into
 next-interval request count (mean and upper quantile), mean ISL and mean OSL.
@@ -10,55 +10,16 @@ decisions beyond estimation noise.
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import numpy as np
 
 from planner.config import PredictorConfig
-from planner.predictors import ConstantPredictor, KalmanPredictor, SeasonalNaivePredictor
-from planner.predictors.arima import ArimaPredictor
-from planner.predictors.auto import AutoPredictor
-from planner.predictors.ets import ExponentialSmoothingPredictor
-from planner.predictors.gbm import GradientBoostingPredictor
-from planner.predictors.prophet_model import ProphetPredictor
+from planner.predictors import ConstantPredictor
+from planner.predictors.registry import PREDICTORS, make_predictor
 from planner.types import Forecast, LoadHistory
-
-PREDICTORS: dict[str, type] = {
-    "constant": ConstantPredictor,
-    "kalman": KalmanPredictor,
-    "seasonal_naive": SeasonalNaivePredictor,
-    "ets": ExponentialSmoothingPredictor,
-    "arima": ArimaPredictor,
-    "prophet": ProphetPredictor,
-    "gbm": GradientBoostingPredictor,
-    "auto": AutoPredictor,
-}
-
-
-def predictor_names() -> list[str]:
-    """Registered predictor names, in registry order."""
-    return list(PREDICTORS)
-
-
-def make_predictor(name: str, **params: Any):
-    """A new, unfitted predictor by registry name.
-
-    params: keyword hyperparameters of that predictor's constructor. An unknown
-    name or parameter is a ValueError listing the valid ones.
-    """
-    cls = PREDICTORS.get(name)
-    if cls is None:
-        raise ValueError(f"unknown predictor {name!r}; valid names: {', '.join(PREDICTORS)}")
-    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-    bad = sorted(set(params) - set(valid))
-    if bad:
-        raise ValueError(
-            f"predictor {name!r}: unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid)}"
-        )
-    return cls(**params)
 
 
 def _params_for(cfg: PredictorConfig, name: str) -> dict[str, Any]:
@@ -227,34 +188,6 @@ def bin_requests(
         avg_osl_tokens=tuple(osl_mean.tolist()),
         interval_s=float(bin_s),
     )
-
-
-def history_from_mooncake(records: Iterable[Mapping[str, Any]], *, bin_s: float, source: str = "trace") -> LoadHistory:
-    """Bin parsed Mooncake-format records into a LoadHistory (for warm start).
-
-    records: mappings with `timestamp` (ms from the trace start), `input_length`
-    and `output_length` (tokens), e.g. the parsed lines of a Mooncake JSONL
-    file (reading the file is the caller's job). Bins start at the first
-    timestamp. source: named in error messages.
-    """
-    ts, isl, osl = [], [], []
-    for i, rec in enumerate(records):
-        try:
-            t_ms = float(rec["timestamp"])
-            a, b = float(rec["input_length"]), float(rec["output_length"])
-        except KeyError as exc:
-            raise ValueError(f"{source}: record {i}: missing field {exc.args[0]!r}") from None
-        except (TypeError, ValueError):
-            raise ValueError(f"{source}: record {i}: timestamp/input_length/output_length must be numbers") from None
-        if not (math.isfinite(t_ms) and math.isfinite(a) and math.isfinite(b)) or a < 0 or b < 0:
-            raise ValueError(f"{source}: record {i}: invalid values timestamp={t_ms}, input={a}, output={b}")
-        ts.append(t_ms / 1000.0)
-        isl.append(a)
-        osl.append(b)
-    if not ts:
-        raise ValueError(f"{source}: no records to bin")
-    arrival = np.asarray(ts)
-    return bin_requests(arrival - arrival.min(), isl, osl, bin_s=bin_s)
 
 
 def prime_history(warm: LoadHistory, live: LoadHistory, *, max_intervals: int | None = None) -> LoadHistory:

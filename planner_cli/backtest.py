@@ -176,7 +176,7 @@ def load_series(path: str | Path, *, column: str | None = None, bin_s: float | N
 
 def predictor_list(spec: str) -> list[str]:
     """Names from 'all', one name or a comma-separated list; unknown names are a ValueError."""
-    from planner.predict import predictor_names
+    from planner.predictors.registry import predictor_names
 
     valid = predictor_names()
     names = valid if spec.strip() == "all" else [s.strip() for s in spec.split(",") if s.strip()]
@@ -190,7 +190,7 @@ def predictor_list(spec: str) -> list[str]:
 def run_backtests(t_s, y, names, *, horizon=1, window=1008, start=5, quantile=0.9, progress=None) -> dict:
     """{name: BacktestResult} for each predictor, warm-started as the planner's cache would."""
     from planner.backtest import rolling_origin
-    from planner.predict import make_predictor
+    from planner.predictors.registry import make_predictor
 
     warm_up(names)
     results = {}
@@ -214,7 +214,7 @@ def warm_up(names) -> None:
     """Fit each predictor once on a tiny series, so library imports are not timed as steps."""
     import numpy as np
 
-    from planner.predict import make_predictor
+    from planner.predictors.registry import make_predictor
 
     t = 60.0 * np.arange(1, 41)
     y = 100.0 + 10.0 * np.sin(np.arange(40))

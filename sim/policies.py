@@ -25,7 +25,7 @@ from connectors.base import recommendation_of
 from planner.config import PlannerConfig, ProfileConfig
 from planner.fast_path import SaturationSignal, saturation_signal
 from planner.pipeline import plan_interval
-from planner.predict import predictor_names
+from planner.predictors.registry import predictor_names
 from planner.profile import EngineProfile, ProfileRangeWarning
 from planner.saturation import analyze_fleet
 from planner.types import Observation, PodMetrics

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from planner.backtest import rolling_origin, score_forecasts
-from planner.predict import make_predictor
+from planner.predictors.registry import make_predictor
 from planner_cli.main import main as cli
 
 NAN = math.nan

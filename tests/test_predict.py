@@ -10,16 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.config import PredictorConfig
-from planner.predict import (
-    bin_requests,
-    forecast_next,
-    history_from_mooncake,
-    make_predictor,
-    predictor_names,
-    prime_history,
-)
+from planner.predict import bin_requests, forecast_next, prime_history
 from planner.predictors import ConstantPredictor, KalmanPredictor, SeasonalNaivePredictor, check_series
 from planner.predictors.base import conformal_offset
+from planner.predictors.registry import make_predictor, predictor_names
 from planner.types import LoadHistory
 
 NAN = math.nan
@@ -378,37 +372,11 @@ def test_bin_requests_hand_counted():
     assert h.avg_osl_tokens[0] == 20.0
 
 
-def test_history_from_mooncake_records():
-    recs = [
-        {"timestamp": 1000, "input_length": 10, "output_length": 1},
-        {"timestamp": 3000, "input_length": 30, "output_length": 3},
-        {"timestamp": 62000, "input_length": 50, "output_length": 5},
-    ]
-    # times rebased to the first: 0 s, 2 s | 61 s
-    h = history_from_mooncake(recs, bin_s=60.0)
-    assert h.num_requests == (2.0, 1.0) and h.avg_isl_tokens == (20.0, 50.0)
-
-
-@pytest.mark.parametrize(
-    "rec, match",
-    [
-        ({"timestamp": 0, "input_length": 1}, "record 0: missing field 'output_length'"),
-        ({"timestamp": "x", "input_length": 1, "output_length": 1}, "record 0: .*must be numbers"),
-        ({"timestamp": 0, "input_length": -1, "output_length": 1}, "record 0: invalid values"),
-    ],
-)
-def test_history_from_mooncake_errors(rec, match):
-    with pytest.raises(ValueError, match=match):
-        history_from_mooncake([rec], bin_s=60.0, source="trace.jsonl")
-
-
 def test_mooncake_trace_primes_a_predictor(shared_data):
-    import gzip
-    import json
+    from sim.traces import bin_trace, load_trace
 
     path = shared_data / "traces" / "mooncake_fast25_synthetic_trace.jsonl.gz"
-    with gzip.open(path, "rt") as fh:
-        warm = history_from_mooncake((json.loads(line) for line in fh), bin_s=60.0, source=str(path))
+    warm = bin_trace(load_trace(path), bin_s=60.0)
     assert sum(warm.num_requests) == 3993  # every request of the trace lands in a bin
     live = history([230.0, 240.0])
     primed = prime_history(warm, live)

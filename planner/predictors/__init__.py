@@ -1,4 +1,4 @@
-"""Load predictors (see planner.predict for the registry and the planner entry point)."""
+"""Load predictors (planner.predictors.registry names them; planner.predict forecasts with them)."""
 
 from planner.predictors.base import PredictorBase, check_series, conformal_offset
 from planner.predictors.kalman import KalmanPredictor

@@ -28,7 +28,11 @@ import warnings
 
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, single_threaded, clean_forecast, fill_gaps
+from planner.predictors.base import Param, PredictorBase, fill_gaps
+
+
+# Fitted attributes a warm-started refit may reuse.
+_WARM_STATE = ("order_", "harmonics_", "selected_at_s_", "selected_points_", "params_", "refit_at_s_", "refit_points_")
 
 
 def fourier_terms(t_s: np.ndarray, *, period_s: float, harmonics: int) -> np.ndarray:
@@ -60,39 +64,14 @@ class ArimaPredictor(PredictorBase):
     """
 
     name = "arima"
-
-    def __init__(
-        self,
-        *,
-        log1p: bool = False,
-        daily_harmonics: int = 3,
-        min_seasons: float = 2.0,
-        max_p: int = 2,
-        max_q: int = 2,
-        max_d: int = 1,
-        start_pq: int = 1,
-        concentrate_scale: bool = True,
-        select_window: int = 288,
-        reselect_every: int = 288,
-        refit_every: int = 24,
-        min_points: int = 10,
-        residual_window: int = 200,
-        warm_start: bool = False,
-    ):
-        self.log1p = log1p
-        self.daily_harmonics = daily_harmonics
-        self.min_seasons = min_seasons
-        self.max_p = max_p
-        self.max_q = max_q
-        self.max_d = max_d
-        self.start_pq = start_pq
-        self.concentrate_scale = concentrate_scale
-        self.select_window = select_window
-        self.reselect_every = reselect_every
-        self.refit_every = refit_every
-        self.min_points = min_points
-        self.residual_window = residual_window
-        self.warm_start = warm_start
+    PARAMS = (
+        Param("log1p", False),
+        Param("daily_harmonics", 3, "int", ge=0), Param("min_seasons", 2.0),
+        Param("max_p", 2), Param("max_q", 2), Param("max_d", 1), Param("start_pq", 1),
+        Param("concentrate_scale", True), Param("select_window", 288),
+        Param("reselect_every", 288), Param("refit_every", 24),
+        Param("min_points", 10, "int", ge=5),
+    )
 
     def _search(self, z: np.ndarray, X: np.ndarray | None, *, concentrate: bool):
         """pmdarima's stepwise order search on (z, X); ValueError when no candidate fits."""
@@ -128,30 +107,14 @@ class ArimaPredictor(PredictorBase):
             return None
         return fourier_terms(t, period_s=86400.0, harmonics=self.harmonics_)
 
-    def fit(self, t_s, y) -> "ArimaPredictor":
-        """Validate and fit on (t_s seconds, y); returns self."""
-        with single_threaded():
-            return self._fit(t_s, y)
-
     def _fit(self, t_s, y) -> "ArimaPredictor":
         import pmdarima as pm
 
-        if not (isinstance(self.min_points, int) and self.min_points >= 5):
-            raise ValueError(f"ArimaPredictor: min_points must be an integer >= 5, got {self.min_points!r}")
-        if not (isinstance(self.daily_harmonics, int) and self.daily_harmonics >= 0):
-            raise ValueError(f"ArimaPredictor: daily_harmonics must be an integer >= 0, got {self.daily_harmonics!r}")
-        reuse = self._extends_previous(t_s, y)
-        prev = {
-            k: getattr(self, k, None)
-            for k in ("order_", "harmonics_", "selected_at_s_", "selected_points_", "params_", "refit_at_s_", "refit_points_")
-        }
-        t, v = self._set_series(t_s, y, align=reuse)
-        n_ok = int(np.isfinite(v).sum())
-        self.model_ = None
-        if n_ok < self.min_points:
-            self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
+        start = self._start_fit(t_s, y, warm=_WARM_STATE, model="model_")
+        if start is None:
             return self
-        first = int(np.flatnonzero(np.isfinite(v))[0])
+        reuse, previous, t, v, n_ok, first = start
+        prev = dict(zip(_WARM_STATE, previous, strict=True))
         tt = t[first:]
         w = fill_gaps(v[first:])
         z = np.log1p(w) if self.log1p else w
@@ -212,15 +175,9 @@ class ArimaPredictor(PredictorBase):
         self.t_end_s_ = t[-1]
         return self
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
-        if self.model_ is None:
-            return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+    def _predict(self, h: int) -> np.ndarray:
         t_next = self.t_end_s_ + self.interval_s_ * np.arange(1, h + 1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             f = np.asarray(self.model_.predict(n_periods=h, X=self._exog(t_next)), dtype=float)
-        if self.log1p:
-            f = np.expm1(f)
-        return clean_forecast(f, fallback=self.last_value_)
+        return np.expm1(f) if self.log1p else f

@@ -21,9 +21,28 @@ import math
 
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, clean_forecast, single_threaded
+from planner.predictors.arima import ArimaPredictor
+from planner.predictors.base import Param, PredictorBase
+from planner.predictors.ets import ExponentialSmoothingPredictor
+from planner.predictors.gbm import GradientBoostingPredictor
+from planner.predictors.kalman import KalmanPredictor
+from planner.predictors.prophet_model import ProphetPredictor
+from planner.predictors.simple import ConstantPredictor, SeasonalNaivePredictor
 
 DEFAULT_CANDIDATES = ("constant", "ets", "kalman", "gbm")
+# The single models auto may choose between, by registry name (in registry order).
+CANDIDATES: dict[str, type[PredictorBase]] = {
+    cls.name: cls
+    for cls in (
+        ConstantPredictor,
+        KalmanPredictor,
+        SeasonalNaivePredictor,
+        ExponentialSmoothingPredictor,
+        ArimaPredictor,
+        ProphetPredictor,
+        GradientBoostingPredictor,
+    )
+}
 
 
 def _key(t_s: float) -> float:
@@ -48,55 +67,27 @@ class AutoPredictor(PredictorBase):
     """
 
     name = "auto"
-
-    def __init__(
-        self,
-        *,
-        candidates: tuple[str, ...] | str = DEFAULT_CANDIDATES,
-        score_window: int = 48,
-        margin_frac: float = 0.02,
-        min_t: float = 1.0,
-        full_t: float = 3.0,
-        min_scored: int = 8,
-        combine: str = "blend",
-        candidate_params: dict | None = None,
-        residual_window: int = 200,
-        warm_start: bool = False,
-    ):
-        self.candidates = candidates
-        self.score_window = score_window
-        self.margin_frac = margin_frac
-        self.min_t = min_t
-        self.full_t = full_t
-        self.min_scored = min_scored
-        self.combine = combine
-        self.candidate_params = candidate_params
-        self.residual_window = residual_window
-        self.warm_start = warm_start
+    PARAMS = (
+        Param("candidates", DEFAULT_CANDIDATES),
+        Param("score_window", 48, "int", ge=2), Param("margin_frac", 0.02),
+        Param("min_t", 1.0), Param("full_t", 3.0), Param("min_scored", 8, "int", ge=2),
+        Param("combine", "blend", choices=("best", "weighted", "blend")),
+        Param("candidate_params", None),
+    )
 
     def _candidate_names(self) -> list[str]:
         names = self.candidates.split(",") if isinstance(self.candidates, str) else list(self.candidates)
         names = [n.strip() for n in names if n.strip()]
         if "auto" in names:
             raise ValueError("AutoPredictor: 'auto' cannot be its own candidate")
+        unknown = [n for n in names if n not in CANDIDATES]
+        if unknown:
+            raise ValueError(f"unknown predictor {unknown[0]!r}; valid names: {', '.join(CANDIDATES)}")
         if "constant" not in names:
             names.insert(0, "constant")
         return names
 
-    def fit(self, t_s, y) -> "AutoPredictor":
-        """Validate and fit every candidate on (t_s seconds, y), then choose; returns self."""
-        with single_threaded():
-            return self._fit(t_s, y)
-
     def _fit(self, t_s, y) -> "AutoPredictor":
-        from planner.predict import make_predictor  # the registry imports this module
-
-        if self.combine not in ("best", "weighted", "blend"):
-            raise ValueError(f"AutoPredictor: combine must be 'best', 'weighted' or 'blend', got {self.combine!r}")
-        if not (isinstance(self.score_window, int) and self.score_window >= 2):
-            raise ValueError(f"AutoPredictor: score_window must be an integer >= 2, got {self.score_window!r}")
-        if not (isinstance(self.min_scored, int) and self.min_scored >= 2):
-            raise ValueError(f"AutoPredictor: min_scored must be an integer >= 2, got {self.min_scored!r}")
         names = self._candidate_names()
         reuse = self._extends_previous(t_s, y)
         old = getattr(self, "models_", {}) if reuse else {}
@@ -104,16 +95,29 @@ class AutoPredictor(PredictorBase):
         params = self.candidate_params or {}
         models = {}
         for name in names:
-            model = old.get(name) or make_predictor(name, warm_start=self.warm_start, **params.get(name, {}))
+            model = old.get(name) or CANDIDATES[name].from_params(warm_start=self.warm_start, **params.get(name, {}))
             models[name] = model.fit(t, v)
         self.models_ = models
 
         start = max(1, v.size - int(self.score_window))
+        books = self._out_of_sample(t, v, models, start, reuse)
+        eligible = self._score(t, v, models, books, start)
+        self.chosen_, self.weights_ = self._weigh(eligible)
+        self.insample_ = self._honest_insample(t, v, models, books, start)
+        # Remember this fit's forecasts: the next fit scores them out of sample for free.
+        t_next = _key(t[-1] + self.interval_s_)
+        for name, model in models.items():
+            if name != "constant":
+                books[name][t_next] = float(model.predict(1)[0])
+        self.books_ = books
+        return self
+
+    def _score(self, t, v, models, books, start) -> dict[str, float]:
+        """Set scores_ ({name: (MAE ratio to last value, t-statistic, points)}); return the eligible ones' ratios."""
         recent = slice(start, v.size)
         actual = v[recent]
         base_err = np.abs(actual - models["constant"].insample_[recent])
-        books = self._out_of_sample(t, v, models, start, reuse)
-        self.scores_ = {}  # name -> (MAE ratio to last value, t-statistic, points)
+        self.scores_ = {}
         eligible = {}
         for name, model in models.items():
             if name == "constant" or model.fallback_reason_:
@@ -133,27 +137,32 @@ class AutoPredictor(PredictorBase):
             self.scores_[name] = (ratio, t_stat, n)
             if n >= self.min_scored and ratio < 1.0 - self.margin_frac and t_stat > self.min_t:
                 eligible[name] = ratio
-        if eligible:
-            best = min(eligible, key=lambda n: (eligible[n], n))
-            if self.combine == "blend":
-                # Trust grows with the evidence: no abrupt flips between last
-                # value and the candidate when the advantage is borderline.
-                _, t_best, _ = self.scores_[best]
-                w = min(1.0, (t_best - self.min_t) / max(self.full_t - self.min_t, 1e-9))
-                self.weights_ = {best: w, "constant": 1.0 - w} if w < 1.0 else {best: 1.0}
-            elif self.combine == "weighted":
-                inv = {n: 1.0 / r**2 for n, r in eligible.items()}
-                total = sum(inv.values())
-                self.weights_ = {n: w / total for n, w in inv.items()}
-            else:
-                self.weights_ = {best: 1.0}
-        else:
-            best = "constant"
-            self.weights_ = {"constant": 1.0}
-        self.chosen_ = best
+        return eligible
+
+    def _weigh(self, eligible: dict[str, float]) -> tuple[str, dict[str, float]]:
+        """(chosen candidate, {name: weight}) from the eligible candidates' MAE ratios."""
+        if not eligible:
+            return "constant", {"constant": 1.0}
+        best = min(eligible, key=lambda n: (eligible[n], n))
+        if self.combine == "blend":
+            # Trust grows with the evidence: no abrupt flips between last
+            # value and the candidate when the advantage is borderline.
+            _, t_best, _ = self.scores_[best]
+            w = min(1.0, (t_best - self.min_t) / max(self.full_t - self.min_t, 1e-9))
+            return best, ({best: w, "constant": 1.0 - w} if w < 1.0 else {best: 1.0})
+        if self.combine == "weighted":
+            inv = {n: 1.0 / r**2 for n, r in eligible.items()}
+            total = sum(inv.values())
+            return best, {n: w / total for n, w in inv.items()}
+        return best, {best: 1.0}
+
+    def _honest_insample(self, t, v, models, books, start) -> np.ndarray:
+        """The weighted in-sample predictions, out-of-sample ones over the scoring window.
+
+        There the honest forecasts replace in-sample ones, so the residual
+        quantile is not flattered by fitted parameters.
+        """
         ins = sum(w * models[n].insample_ for n, w in self.weights_.items())
-        # Over the scoring window the honest forecasts replace in-sample ones,
-        # so the residual quantile is not flattered by fitted parameters.
         for i in range(start, v.size):
             parts = [
                 w * (models[n].insample_[i] if n == "constant" else books[n].get(_key(t[i]), np.nan))
@@ -161,14 +170,7 @@ class AutoPredictor(PredictorBase):
             ]
             if all(np.isfinite(parts)):
                 ins[i] = sum(parts)
-        self.insample_ = ins
-        # Remember this fit's forecasts: the next fit scores them out of sample for free.
-        t_next = _key(t[-1] + self.interval_s_)
-        for name, model in models.items():
-            if name != "constant":
-                books[name][t_next] = float(model.predict(1)[0])
-        self.books_ = books
-        return self
+        return ins
 
     def _out_of_sample(self, t, v, models, start, reuse) -> dict:
         """{candidate: {target time: one-step forecast made from data before it}} over the scoring window.
@@ -198,8 +200,5 @@ class AutoPredictor(PredictorBase):
                     book[_key(t[i])] = float(f)
         return books
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
-        f = sum(w * self.models_[n].predict(h) for n, w in self.weights_.items())
-        return clean_forecast(f, fallback=self.last_value_)
+    def _predict(self, h: int) -> np.ndarray:
+        return sum(w * self.models_[n].predict(h) for n, w in self.weights_.items())

@@ -1,8 +1,9 @@
-"""Shared plumbing for load predictors: input checks, gaps, residual quantiles.
+"""The load-predictor base: the estimator contract every predictor follows.
 
-Every predictor follows scikit-learn's estimator contract: the constructor
-stores keyword-only hyperparameters unchecked; `fit(t_s, y)` validates, learns
-and sets attributes ending in `_`; `predict(horizon)` and
+scikit-learn's estimator contract: the constructor stores keyword-only
+hyperparameters unchecked; `fit(t_s, y)` validates them against the class's
+parameter table (`PARAMS`), learns (`_fit`, each predictor's own part) and
+sets attributes ending in `_`; `predict(horizon)` and
 `predict_quantile(q, horizon)` read only those. `warm_start=True` lets a
 refit on a series that extends the previous one reuse expensive state (an
 ARIMA order, Prophet parameters, tuned noise); the answer may differ from a
@@ -23,6 +24,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -149,13 +152,95 @@ def conformal_offset(residuals: np.ndarray, q: float) -> float:
     return float(r[k - 1])
 
 
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter: its default and what `fit` accepts.
+
+    kind: "int" (an integer), "number" (an int or float) or None (anything);
+    ge / gt: lower bound; choices: the only values allowed.
+    """
+
+    name: str
+    default: Any
+    kind: str | None = None
+    ge: float | None = None
+    gt: float | None = None
+    choices: tuple | None = None
+
+    def check(self, value: Any, *, who: str) -> None:
+        """Raise ValueError naming `who`, the parameter, the bound and the value when it is not accepted."""
+        if self.choices is not None:
+            if value not in self.choices:
+                allowed = ", ".join(repr(c) for c in self.choices)
+                raise ValueError(f"{who}: {self.name} must be one of {allowed}, got {value!r}")
+            return
+        if self.kind == "int" and not (isinstance(value, int) and (self.ge is None or value >= self.ge)):
+            raise ValueError(f"{who}: {self.name} must be an integer >= {self.ge}, got {value!r}")
+        if self.kind == "number" and not (isinstance(value, (int, float)) and (self.gt is None or value > self.gt)):
+            raise ValueError(f"{who}: {self.name} must be a number > {self.gt}, got {value!r}")
+
+
+# Hyperparameters every predictor has, after its own.
+COMMON_PARAMS = (
+    Param("residual_window", 200),  # one-step residuals used for quantiles: the most recent this many
+    Param("warm_start", False),
+)
+
+
 class PredictorBase:
-    """Mixin: residual-based quantiles and the shared fitted attributes."""
+    """Constructor, `fit`, residual-based quantiles and the shared fitted attributes.
+
+    A predictor declares `name`, its hyperparameters in `PARAMS` and its
+    learning in `_fit(t_s, y)`; the rest is here.
+    """
 
     #: registry name, set by each subclass
     name = "base"
-    #: one-step residuals used for quantiles: the most recent this many
-    residual_window: int = 200
+    #: the predictor's own hyperparameters (COMMON_PARAMS follow)
+    PARAMS: tuple[Param, ...] = ()
+    #: fit with BLAS/OpenMP pools limited to one thread (models that call into them)
+    limit_threads = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__signature__ = inspect.Signature(
+            [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default) for p in cls.param_table()]
+        )
+
+    def __init__(self, **params: Any):
+        unknown = sorted(set(params) - {p.name for p in self.param_table()})
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s): {', '.join(unknown)}")
+        for p in self.param_table():
+            setattr(self, p.name, params.get(p.name, p.default))
+
+    @classmethod
+    def param_table(cls) -> tuple[Param, ...]:
+        """Every hyperparameter, in constructor order."""
+        return cls.PARAMS + COMMON_PARAMS
+
+    @classmethod
+    def from_params(cls, **params: Any) -> "PredictorBase":
+        """A new, unfitted predictor; an unknown parameter is a ValueError listing the valid ones."""
+        valid = [p.name for p in cls.param_table()]
+        bad = sorted(set(params) - set(valid))
+        if bad:
+            raise ValueError(f"predictor {cls.name!r}: unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid)}")
+        return cls(**params)
+
+    def fit(self, t_s, y):
+        """Validate the hyperparameters, then learn from (t_s seconds, y); returns self."""
+        who = type(self).__name__
+        for p in self.param_table():
+            p.check(getattr(self, p.name), who=who)
+        if not self.limit_threads:
+            return self._fit(t_s, y)
+        with single_threaded():
+            return self._fit(t_s, y)
+
+    def _fit(self, t_s, y):
+        """Learn from the series and set the fitted attributes; returns self."""
+        raise NotImplementedError
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "y_"):
@@ -237,8 +322,7 @@ class PredictorBase:
 
     def clone(self, **overrides):
         """A new, unfitted predictor with the same hyperparameters (scikit-learn's `clone`), some overridden."""
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        params = {p: getattr(self, p) for p in names}
+        params = {p.name: getattr(self, p.name) for p in self.param_table()}
         params.update(overrides)
         return type(self)(**params)
 
@@ -261,6 +345,36 @@ class PredictorBase:
             if np.any(np.isfinite(v[:i])):
                 out[k] = float(scorer.fit(t[:i], v[:i]).predict(1)[0])
         return out
+
+    def predict(self, horizon: int = 1) -> np.ndarray:
+        """Mean forecast for the next `horizon` intervals, never negative or NaN (last value while falling back)."""
+        self._check_fitted()
+        h = check_horizon(horizon, type(self).__name__)
+        mean = np.full(h, self.last_value_) if self.fallback_reason_ is not None else self._predict(h)
+        return clean_forecast(mean, fallback=self.last_value_)
+
+    def _predict(self, h: int) -> np.ndarray:
+        """The model's own next-h forecast (cleaned by `predict`)."""
+        raise NotImplementedError
+
+    def _start_fit(self, t_s, y, *, warm: tuple[str, ...], model: str) -> tuple | None:
+        """Begin a refit: (reuse, previous, t, v, finite points, index of the first finite point).
+
+        reuse: the new series extends the previous one (`_extends_previous`);
+        previous: the fitted attributes named in `warm` before this fit (None
+        where unset); t, v: the stored series (`_set_series`). The attribute
+        `model` is reset to None. None, answering with last value, when the
+        series has fewer than min_points finite points.
+        """
+        reuse = self._extends_previous(t_s, y)
+        previous = tuple(getattr(self, name, None) for name in warm)
+        setattr(self, model, None)
+        t, v = self._set_series(t_s, y, align=reuse)
+        n_ok = int(np.isfinite(v).sum())
+        if n_ok < self.min_points:
+            self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
+            return None
+        return reuse, previous, t, v, n_ok, int(np.flatnonzero(np.isfinite(v))[0])
 
     def residuals(self) -> np.ndarray:
         """Recent one-step residuals y - insample (finite ones, newest last)."""

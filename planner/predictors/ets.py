@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, single_threaded, clean_forecast, fill_gaps
+from planner.predictors.base import Param, PredictorBase, fill_gaps, single_threaded
 
 
 class ExponentialSmoothingPredictor(PredictorBase):
@@ -32,59 +32,22 @@ class ExponentialSmoothingPredictor(PredictorBase):
     """
 
     name = "ets"
-
-    def __init__(
-        self,
-        *,
-        trend: str | None = None,
-        damped_trend: bool = True,
-        season_s: float = 0.0,
-        min_seasons: float = 2.0,
-        log1p: bool = False,
-        fit_window: int = 288,
-        min_points: int = 5,
-        refit_every: int = 24,
-        residual_window: int = 200,
-        warm_start: bool = False,
-    ):
-        self.trend = trend
-        self.damped_trend = damped_trend
-        self.season_s = season_s
-        self.min_seasons = min_seasons
-        self.log1p = log1p
-        self.fit_window = fit_window
-        self.min_points = min_points
-        self.refit_every = refit_every
-        self.residual_window = residual_window
-        self.warm_start = warm_start
-
-    def fit(self, t_s, y) -> "ExponentialSmoothingPredictor":
-        """Validate and fit on (t_s seconds, y); returns self."""
-        with single_threaded():
-            return self._fit(t_s, y)
+    PARAMS = (
+        Param("trend", None, choices=(None, "add")), Param("damped_trend", True),
+        Param("season_s", 0.0), Param("min_seasons", 2.0),
+        Param("log1p", False),
+        Param("fit_window", 288), Param("min_points", 5, "int", ge=3), Param("refit_every", 24),
+    )
 
     def _fit(self, t_s, y, fixed: dict | None = None) -> "ExponentialSmoothingPredictor":
         """fixed: smoothing parameters to use as they are (no optimisation)."""
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-        if self.trend not in (None, "add"):
-            raise ValueError(f"ExponentialSmoothingPredictor: trend must be None or 'add', got {self.trend!r}")
-        if not (isinstance(self.min_points, int) and self.min_points >= 3):
-            raise ValueError(f"ExponentialSmoothingPredictor: min_points must be an integer >= 3, got {self.min_points!r}")
-        reuse = self._extends_previous(t_s, y)
-        prev = (
-            getattr(self, "params_", None),
-            getattr(self, "spec_", None),
-            getattr(self, "optimized_at_s_", None),
-            getattr(self, "optimized_points_", None),
-        )
-        t, v = self._set_series(t_s, y, align=reuse)
-        n_ok = int(np.isfinite(v).sum())
-        self.spec_ = None
-        if n_ok < self.min_points:
-            self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
+        warm = ("params_", "spec_", "optimized_at_s_", "optimized_points_")
+        start = self._start_fit(t_s, y, warm=warm, model="spec_")
+        if start is None:
             return self
-        first = int(np.flatnonzero(np.isfinite(v))[0])
+        reuse, prev, t, v, n_ok, first = start
         if not self.season_s:
             # A level-only model forgets old points geometrically; the recent
             # fit_window points determine it (and cost far less to filter).
@@ -163,12 +126,6 @@ class ExponentialSmoothingPredictor(PredictorBase):
             out[after_gap] = super().out_of_sample(idx[after_gap])
         return out
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
-        if self.spec_ is None:
-            return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+    def _predict(self, h: int) -> np.ndarray:
         f = np.asarray(self.result_.forecast(h), dtype=float)
-        if self.log1p:
-            f = np.expm1(f)
-        return clean_forecast(f, fallback=self.last_value_)
+        return np.expm1(f) if self.log1p else f

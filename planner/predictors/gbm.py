@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, single_threaded, clean_forecast
+from planner.predictors.base import Param, PredictorBase, clean_forecast, single_threaded
 
 DAY_S = 86400.0
 
@@ -72,31 +72,12 @@ class GradientBoostingPredictor(PredictorBase):
     """
 
     name = "gbm"
-
-    def __init__(
-        self,
-        *,
-        min_points: int = 200,
-        refit_every: int = 144,
-        holdout: int = 144,
-        max_iter: int = 100,
-        learning_rate: float = 0.05,
-        max_depth: int = 3,
-        min_samples_leaf: int = 50,
-        seed: int = 0,
-        residual_window: int = 200,
-        warm_start: bool = False,
-    ):
-        self.min_points = min_points
-        self.refit_every = refit_every
-        self.holdout = holdout
-        self.max_iter = max_iter
-        self.learning_rate = learning_rate
-        self.max_depth = max_depth
-        self.min_samples_leaf = min_samples_leaf
-        self.seed = seed
-        self.residual_window = residual_window
-        self.warm_start = warm_start
+    PARAMS = (
+        Param("min_points", 200, "int", ge=20), Param("refit_every", 144), Param("holdout", 144),
+        # scikit-learn's HistGradientBoostingRegressor
+        Param("max_iter", 100), Param("learning_rate", 0.05), Param("max_depth", 3),
+        Param("min_samples_leaf", 50), Param("seed", 0),
+    )
 
     def _new_model(self):
         from sklearn.ensemble import HistGradientBoostingRegressor
@@ -112,28 +93,11 @@ class GradientBoostingPredictor(PredictorBase):
             random_state=self.seed,
         )
 
-    def fit(self, t_s, y) -> "GradientBoostingPredictor":
-        """Validate and fit on (t_s seconds, y); returns self."""
-        with single_threaded():
-            return self._fit(t_s, y)
-
     def _fit(self, t_s, y) -> "GradientBoostingPredictor":
-        if not (isinstance(self.min_points, int) and self.min_points >= 20):
-            raise ValueError(f"GradientBoostingPredictor: min_points must be an integer >= 20, got {self.min_points!r}")
-        reuse = self._extends_previous(t_s, y)
-        prev = (
-            getattr(self, "model_", None),
-            getattr(self, "fitted_at_s_", None),
-            getattr(self, "holdout_pred_", None),
-            getattr(self, "fitted_points_", None),
-        )
-        t, v = self._set_series(t_s, y, align=reuse)
-        n_ok = int(np.isfinite(v).sum())
-        if n_ok < self.min_points:
-            self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
-            self.model_ = None
+        start = self._start_fit(t_s, y, warm=("model_", "fitted_at_s_", "holdout_pred_", "fitted_points_"), model="model_")
+        if start is None:
             return self
-        first = int(np.flatnonzero(np.isfinite(v))[0])
+        reuse, prev, t, v, n_ok, first = start
         t, v = t[first:], v[first:]
         pad = first
         self.period_ = int(round(DAY_S / self.interval_s_))
@@ -205,17 +169,14 @@ class GradientBoostingPredictor(PredictorBase):
             out[~honest] = super().out_of_sample(idx[~honest])
         return out
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
-        if self.model_ is None:
-            return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+    def _predict(self, h: int) -> np.ndarray:
         if h not in self._forecasts:  # fitted state is fixed until the next fit
             with single_threaded():
-                self._forecasts[h] = self._predict(h)
+                self._forecasts[h] = self._roll(h)
         return self._forecasts[h].copy()
 
-    def _predict(self, h: int) -> np.ndarray:
+    def _roll(self, h: int) -> np.ndarray:
+        """The next h forecasts, each feeding the next one's lag features."""
         z, t = self._z, self._t
         out = []
         for k in range(h):

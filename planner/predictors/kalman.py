@@ -20,7 +20,7 @@ import itertools
 import numpy as np
 from filterpy.kalman import KalmanFilter
 
-from planner.predictors.base import PredictorBase, check_horizon, clean_forecast
+from planner.predictors.base import Param, PredictorBase, clean_forecast
 
 # Process noise / measurement noise ratios tried for level and slope.
 LEVEL_RATIOS = (0.01, 0.1, 0.3, 1.0, 10.0)
@@ -104,25 +104,14 @@ class KalmanPredictor(PredictorBase):
     """
 
     name = "kalman"
+    PARAMS = (
+        Param("min_points", 5, "int", ge=2),
+        Param("tune_window", 120),
+        Param("retune_every", 24),
+    )
+    limit_threads = False
 
-    def __init__(
-        self,
-        *,
-        min_points: int = 5,
-        tune_window: int = 120,
-        retune_every: int = 24,
-        residual_window: int = 200,
-        warm_start: bool = False,
-    ):
-        self.min_points = min_points
-        self.tune_window = tune_window
-        self.retune_every = retune_every
-        self.residual_window = residual_window
-        self.warm_start = warm_start
-
-    def fit(self, t_s, y) -> "KalmanPredictor":
-        if not (isinstance(self.min_points, int) and self.min_points >= 2):
-            raise ValueError(f"KalmanPredictor: min_points must be an integer >= 2, got {self.min_points!r}")
+    def _fit(self, t_s, y) -> "KalmanPredictor":
         reuse = self._extends_previous(t_s, y)
         prev_tuned = getattr(self, "ratios_", None) if reuse else None
         tuned_at = getattr(self, "tuned_at_s_", None) if reuse else None
@@ -196,8 +185,6 @@ class KalmanPredictor(PredictorBase):
         prior, _, _ = _filter(self.y_[start:], early.r_, *early.ratios_, x0=early.state_, P0=early.cov_)
         return clean_forecast(prior[idx - start], fallback=early.last_value_)
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
+    def _predict(self, h: int) -> np.ndarray:
         level, slope = self.state_
-        return clean_forecast(level + slope * np.arange(1, h + 1), fallback=self.last_value_)
+        return level + slope * np.arange(1, h + 1)

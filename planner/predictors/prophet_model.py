@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, single_threaded, clean_forecast
+from planner.predictors.base import Param, PredictorBase
 
 
 def _stan_init(model) -> dict:
@@ -49,27 +49,11 @@ class ProphetPredictor(PredictorBase):
     """
 
     name = "prophet"
-
-    def __init__(
-        self,
-        *,
-        daily_min_days: float = 2.0,
-        weekly_min_days: float = 14.0,
-        changepoint_prior_scale: float = 0.05,
-        refit_every: int = 6,
-        residual_ar: bool = True,
-        min_points: int = 10,
-        residual_window: int = 200,
-        warm_start: bool = False,
-    ):
-        self.daily_min_days = daily_min_days
-        self.weekly_min_days = weekly_min_days
-        self.changepoint_prior_scale = changepoint_prior_scale
-        self.refit_every = refit_every
-        self.residual_ar = residual_ar
-        self.min_points = min_points
-        self.residual_window = residual_window
-        self.warm_start = warm_start
+    PARAMS = (
+        Param("daily_min_days", 2.0), Param("weekly_min_days", 14.0),
+        Param("changepoint_prior_scale", 0.05),
+        Param("refit_every", 6), Param("residual_ar", True), Param("min_points", 10, "int", ge=3),
+    )
 
     def _new_model(self, spec: tuple[bool, bool]):
         from prophet import Prophet
@@ -88,27 +72,14 @@ class ProphetPredictor(PredictorBase):
         frame = pd.DataFrame({"ds": pd.to_datetime(np.asarray(t, dtype=float), unit="s")})
         return np.asarray(self.model_.predict(frame)["yhat"], dtype=float)
 
-    def fit(self, t_s, y) -> "ProphetPredictor":
-        """Validate and fit on (t_s seconds, y); returns self."""
-        with single_threaded():
-            return self._fit(t_s, y)
-
     def _fit(self, t_s, y) -> "ProphetPredictor":
         import pandas as pd
 
-        if not (isinstance(self.min_points, int) and self.min_points >= 3):
-            raise ValueError(f"ProphetPredictor: min_points must be an integer >= 3, got {self.min_points!r}")
-        reuse = self._extends_previous(t_s, y)
-        prev_model = getattr(self, "model_", None) if reuse else None
-        prev_spec = getattr(self, "spec_", None)
-        prev_at = getattr(self, "fitted_at_s_", None)
-        prev_points = getattr(self, "fitted_points_", None)
-        t, v = self._set_series(t_s, y, align=reuse)
-        n_ok = int(np.isfinite(v).sum())
-        if n_ok < self.min_points:
-            self._fall_back(f"{n_ok} points < min_points {self.min_points}: last value")
-            self.model_ = None
+        start = self._start_fit(t_s, y, warm=("model_", "spec_", "fitted_at_s_", "fitted_points_"), model="model_")
+        if start is None:
             return self
+        reuse, (prev_model, prev_spec, prev_at, prev_points), t, v, n_ok, _ = start
+        prev_model = prev_model if reuse else None
         ok = np.isfinite(v)
         span_days = (t[ok][-1] - t[ok][0] + self.interval_s_) / 86400.0
         spec = (span_days >= self.daily_min_days, span_days >= self.weekly_min_days)
@@ -150,12 +121,7 @@ class ProphetPredictor(PredictorBase):
         self.t_end_s_ = t[-1]
         return self
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
-        if self.model_ is None:
-            return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+    def _predict(self, h: int) -> np.ndarray:
         k = np.arange(1, h + 1)
         f = self._yhat(self.t_end_s_ + self.interval_s_ * k)
-        f = f + self.phi_ ** (k + self.steps_since_resid_) * self.last_resid_
-        return clean_forecast(f, fallback=self.last_value_)
+        return f + self.phi_ ** (k + self.steps_since_resid_) * self.last_resid_

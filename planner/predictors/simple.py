@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.predictors.base import PredictorBase, check_horizon, clean_forecast, previous_value
+from planner.predictors.base import Param, PredictorBase, previous_value
 
 
 class ConstantPredictor(PredictorBase):
@@ -20,20 +20,15 @@ class ConstantPredictor(PredictorBase):
     """
 
     name = "constant"
+    limit_threads = False
 
-    def __init__(self, *, residual_window: int = 200, warm_start: bool = False):
-        self.residual_window = residual_window
-        self.warm_start = warm_start
-
-    def fit(self, t_s, y) -> "ConstantPredictor":
+    def _fit(self, t_s, y) -> "ConstantPredictor":
         _, v = self._set_series(t_s, y)
         self.insample_ = previous_value(v)
         return self
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
-        return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
+    def _predict(self, h: int) -> np.ndarray:
+        return np.full(h, self.last_value_)
 
 
 class SeasonalNaivePredictor(PredictorBase):
@@ -45,15 +40,10 @@ class SeasonalNaivePredictor(PredictorBase):
     """
 
     name = "seasonal_naive"
+    PARAMS = (Param("season_s", 86400.0, "number", gt=0),)
+    limit_threads = False
 
-    def __init__(self, *, season_s: float = 86400.0, residual_window: int = 200, warm_start: bool = False):
-        self.season_s = season_s
-        self.residual_window = residual_window
-        self.warm_start = warm_start
-
-    def fit(self, t_s, y) -> "SeasonalNaivePredictor":
-        if not (isinstance(self.season_s, (int, float)) and self.season_s > 0):
-            raise ValueError(f"SeasonalNaivePredictor: season_s must be > 0 seconds, got {self.season_s!r}")
+    def _fit(self, t_s, y) -> "SeasonalNaivePredictor":
         t, v = self._set_series(t_s, y)
         p = int(round(self.season_s / self.interval_s_))
         if p < 1:
@@ -71,11 +61,6 @@ class SeasonalNaivePredictor(PredictorBase):
         self.insample_ = ins
         return self
 
-    def predict(self, horizon: int = 1) -> np.ndarray:
-        self._check_fitted()
-        h = check_horizon(horizon, type(self).__name__)
+    def _predict(self, h: int) -> np.ndarray:
         n, p = self.y_.size, self.period_
-        if n <= p:
-            return clean_forecast(np.full(h, self.last_value_), fallback=self.last_value_)
-        idx = n - p + (np.arange(h) % p)
-        return clean_forecast(self.y_[idx], fallback=self.last_value_)
+        return self.y_[n - p + (np.arange(h) % p)]
