@@ -84,8 +84,10 @@ def _connector(args, name: str):
 
 
 def _from_dgd(args):
-    from connectors import migrate
     from connectors.base import ConnectorError
+    from connectors.dynamo_settings import dgd_version, planner_configmaps
+    from connectors.migrate import configmap_data
+    from connectors.migrate_dynamo import from_dgd
 
     if (args.file is None) == (args.live is None):
         raise ValueError("give a DGD file or --live NAME (one of them)")
@@ -94,9 +96,9 @@ def _from_dgd(args):
         connector = _connector(args, args.live)
         obj = connector.read_dgd()
         source = f"DynamoGraphDeployment {connector.namespace}/{args.live}"
-        for name in migrate.planner_configmaps(obj, source=source):
+        for name in planner_configmaps(obj, source=source):
             try:
-                configmaps[name] = migrate.configmap_data(connector.read_config_map(name), source=name)[1]
+                configmaps[name] = configmap_data(connector.read_config_map(name), source=name)[1]
             except ConnectorError:
                 pass  # reported by the migration as a --config file whose content is missing
         namespace = (obj.get("metadata") or {}).get("namespace") or connector.namespace
@@ -107,32 +109,33 @@ def _from_dgd(args):
         if len(dgds) != 1:
             if dgds:
                 raise ValueError(f"{source}: {len(dgds)} DynamoGraphDeployments: give a file with one")
-            migrate.dgd_version(docs[0], source=source)  # raises: names what the file holds
+            dgd_version(docs[0], source=source)  # raises: names what the file holds
         obj = dgds[0]
         for d in docs:
             if isinstance(d, dict) and d.get("kind") == "ConfigMap":
-                name, data = migrate.configmap_data(d, source=source)
+                name, data = configmap_data(d, source=source)
                 configmaps[name] = data
         namespace = args.namespace
-    return migrate.from_dgd(obj, configmaps=configmaps, namespace=namespace, profile_dir=args.profile_dir,
-                            source=source), source
+    return from_dgd(obj, configmaps=configmaps, namespace=namespace, profile_dir=args.profile_dir,
+                    source=source), source
 
 
 def _from_wva(args):
-    from connectors import migrate
+    from connectors.migrate import configmap_data
+    from connectors.migrate_wva import from_wva
 
     if bool(args.file) == bool(args.live):
         raise ValueError("give WVA ConfigMap files or --live NAME... (one of them)")
     maps = []
     if args.live:
         for name in args.live:
-            maps.append(migrate.configmap_data(_connector(args, name).read_config_map(name), source=name))
+            maps.append(configmap_data(_connector(args, name).read_config_map(name), source=name))
         source = ", ".join(f"ConfigMap {name}" for name in args.live)
     else:
         for path in args.file:
-            maps += [migrate.configmap_data(d, source=path) for d in _documents(path)]
+            maps += [configmap_data(d, source=path) for d in _documents(path)]
         source = ", ".join(args.file)
-    return migrate.from_wva(maps, source=source), source
+    return from_wva(maps, source=source), source
 
 
 def run(args) -> int:
