@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 from connectors.profiles import load_profile_dir  # noqa: E402
 from planner.config import PlannerConfig, ProfileConfig  # noqa: E402
 from planner.decide import decide  # noqa: E402
-from planner.pipeline import analyze_saturation, plan_interval, predict_next  # noqa: E402
-from planner.predictors.registry import predictor_names  # noqa: E402
+from planner.pipeline import analyze_fleet_saturation, plan_interval, predict_load  # noqa: E402
+from planner.predict import predictor_names  # noqa: E402
 from planner.types import (  # noqa: E402
     FleetState,
     LoadHistory,
@@ -180,11 +180,11 @@ def bench_predictor(name: str, series, *, max_seconds: float, min_runs: int, max
             predictors_used.add(result.forecast.predictor if result.forecast else "none")
             # The predict step and the guardrail + decision alone, on the same inputs, for the breakdown.
             t0 = time.perf_counter()
-            predict_next(obs, cfg.predictor, cache=cache)
+            predict_load(obs, cfg.predictor, cache=cache)
             predict_times.append(time.perf_counter() - t0)
             sizing = result.sizing or {p: PoolSizing(p, 1) for p in ("prefill", "decode")}
             t0 = time.perf_counter()
-            sat = analyze_saturation(obs, fleet, cfg, now_s=obs.taken_at_s)
+            sat = analyze_fleet_saturation(obs, fleet=fleet, cfg=cfg, now_s=obs.taken_at_s)
             decide(sizing=sizing, saturation=sat, fleet=fleet, obs=obs, cfg=cfg.decision, now_s=obs.taken_at_s)
             guard_times.append(time.perf_counter() - t0)
             run += 1

@@ -1,6 +1,6 @@
-"""The planner flow's parameters: the whole run configuration and what-if overrides.
+"""The planner flow's typed parameters (the what-if is planner.whatif.WhatIf).
 
-Both are pydantic models, so the Prefect UI renders them as forms and a bad
+They are pydantic models, so the Prefect UI renders them as forms and a bad
 value is rejected, naming the field, before any step runs.
 """
 
@@ -17,14 +17,13 @@ from connectors.config import (
     PlannerMetricsConfig,
     check_history_covers_window,
 )
-from planner.config import PlannerConfig, SloTarget, parse_yaml
+from planner.config import PlannerConfig, parse_yaml
+from planner.strict import StrictModel
 from planner.types import Observation
 
 
-class PlannerRunConfig(BaseModel):
+class PlannerRunConfig(StrictModel):
     """Everything one planner run needs (configs/planner.yaml)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     planner: PlannerConfig
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="where to read metrics")
@@ -46,31 +45,13 @@ class PlannerRunConfig(BaseModel):
         return self
 
 
-class WhatIfParams(BaseModel):
-    """A manual "what would the planner do if..." run: nothing is applied."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    load_multiplier: float = Field(1.0, gt=0, le=1000, description="scale observed load by this factor")
-    ttft_ms: float | None = Field(None, gt=0, description="TTFT target to plan for instead of the configured one, ms")
-    itl_ms: float | None = Field(None, gt=0, description="ITL target to plan for instead of the configured one, ms")
-
-    def slo(self, base: SloTarget) -> SloTarget | None:
-        if self.ttft_ms is None and self.itl_ms is None:
-            return None
-        return SloTarget(
-            ttft_ms=self.ttft_ms if self.ttft_ms is not None else base.ttft_ms,
-            itl_ms=self.itl_ms if self.itl_ms is not None else base.itl_ms,
-        )
-
-
-class ReplayInputs(BaseModel):
+class ReplayInputs(StrictModel):
     """Advanced, for replays, the simulator and tests: what a run reads, given instead of read.
 
     Leave it empty in a deployment: a scheduled run reads Prometheus and the clock.
     """
 
-    model_config = ConfigDict(extra="forbid", title="Advanced: replay inputs")
+    model_config = ConfigDict(title="Advanced: replay inputs")
 
     observation: Observation | None = Field(
         None, description="metrics of the interval instead of Prometheus (empty: read Prometheus)"

@@ -1,5 +1,5 @@
 """The planner flow (a file name apart from the `planner` package, because Prefect
-puts this folder on sys.path when it loads the entrypoint): collect → correct → predict → interpolate → saturation → decide → apply.
+puts this folder on sys.path when it loads the entrypoint): collect → correct → predict → interpolate → analyze saturation → decide → apply.
 
 Scheduled every adjustment interval (prefect.yaml). Each step is its own task,
 so the UI shows which one failed or retried. A run rebuilds everything from
@@ -9,24 +9,29 @@ Prometheus and the connector, so a crashed or rescheduled run loses nothing.
 
 from __future__ import annotations
 
+import functools
 import time
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_image_artifact, create_markdown_artifact, create_table_artifact
 from prefect.states import Completed, State
 
-from connectors.base import FleetChangedError
+from connectors.base import Connector, FleetChangedError
 from flows.charts import planner_chart_png, png_data_url
-from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams, load_run_config
+from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table, run_message, run_name
-from planner.pipeline import PlanResult, WhatIf, apply_what_if, decision_config, effective_config, needs_warmup
+from planner.config import PlannerConfig
+from planner.pipeline import PlanResult, Steps, needs_warmup, plan_steps
+from planner.profile import EngineProfile
+from planner.types import DecisionRecord
+from planner.whatif import WhatIf, apply_what_if, effective_config
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.correct import correct_latency
 from tasks.decide import decide_targets
 from tasks.interpolate import interpolate_replicas, load_profiling_data
 from tasks.predict import load_warmup_history, predict_load
-from tasks.saturation import analyze_saturation
+from tasks.saturation import analyze_fleet_saturation
 
 
 @flow(name="sla-planner", log_prints=False)
@@ -34,7 +39,7 @@ def planner_flow(
     config: PlannerRunConfig | None = None,
     config_path: str | None = None,
     dry_run: bool = False,
-    what_if: WhatIfParams | None = None,
+    what_if: WhatIf | None = None,
     fast_path: bool = False,
     replay: ReplayInputs | None = None,
 ) -> State:
@@ -53,13 +58,10 @@ def planner_flow(
         replay: advanced, leave empty: metrics and clock given instead of Prometheus and the current time
             (replays, the simulator, tests).
     """
-    logger = get_run_logger()
     run_cfg = _resolve_config(config, config_path)
     observation = None if replay is None else replay.observation
     now = time.time() if replay is None or replay.now_s is None else replay.now_s
-    base = run_cfg.planner
-    overrides = None if what_if is None else WhatIf(load_multiplier=what_if.load_multiplier, slo=what_if.slo(base.slo))
-    cfg = effective_config(base, overrides)
+    cfg = effective_config(run_cfg.planner, what_if)
     applying = not dry_run and what_if is None
 
     profile = load_profiling_data(cfg.profile)
@@ -69,7 +71,7 @@ def planner_flow(
     fleet = read_fleet(connector, now_s=now)
     # Fitted predictor state is reused only for the live series of this model;
     # a what-if's scaled load or a given observation never touches it.
-    cache_namespace = f"{cfg.namespace}/{cfg.model_id}" if observation is None and overrides is None else None
+    cache_namespace = f"{cfg.namespace}/{cfg.model_id}" if observation is None and what_if is None else None
     if observation is None:
         observation = collect_metrics(
             run_cfg.metrics,
@@ -78,65 +80,70 @@ def planner_flow(
             history_intervals=cfg.predictor.history_intervals,
             fleet=fleet,
         )
-    obs = apply_what_if(observation, overrides)
-
-    def size_and_decide(fleet, corrections):
-        sizing = interpolate_replicas(forecast, corrections=corrections, profile=profile, cfg=cfg)
-        saturation = analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now)
-        decision = decide_targets(
-            sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=decision_config(cfg), now_s=now,
-            fast_path=cfg.fast_path if fast_path else None,
-        )
-        return sizing, saturation, decision
-
-    corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
+    obs = apply_what_if(observation, what_if)
     warmup = (load_warmup_history(cfg.predictor.warmup_trace_path, interval_s=cfg.adjustment_interval_s)
               if needs_warmup(obs, cfg.predictor) else None)
-    forecast = predict_load(obs, cfg=cfg.predictor, cache_namespace=cache_namespace, warmup=warmup)
-    sizing, saturation, decision = size_and_decide(fleet, corrections)
+    steps = Steps(
+        correct=correct_latency,
+        predict=functools.partial(predict_load, cache_namespace=cache_namespace, warmup=warmup),
+        interpolate=interpolate_replicas,
+        analyze_saturation=analyze_fleet_saturation,
+        decide=decide_targets,
+    )
+    result = plan_steps(obs, fleet, cfg, profile, now_s=now, steps=steps, fast_path=fast_path)
+    result, record = _apply(result, connector, cfg, profile, steps=steps, now_s=now, applying=applying,
+                            fast_path=fast_path)
+    what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
+    return _publish(run_cfg, result, record, now_s=now, applying=applying, what_if=what_if_text)
+
+
+def _apply(
+    result: PlanResult, connector: Connector, cfg: PlannerConfig, profile: EngineProfile, *,
+    steps: Steps, now_s: float, applying: bool, fast_path: bool,
+) -> tuple[PlanResult, DecisionRecord | None]:
+    """Write the decision unless the run only decides; (the plan carried out, its record or None)."""
+    if not applying:
+        return result, None
     try:
-        record = apply_decision(connector, decision, now_s=now) if applying else None
+        return result, apply_decision(connector, result.decision, now_s=now_s)
     except FleetChangedError as exc:
         # Another writer moved the replicas after our read: decide again from the fleet as it is
         # now (the old decision is never written); a second change within the run fails it.
-        logger.warning("%s; reading the fleet again and deciding from it", exc)
-        fleet = read_fleet(connector, now_s=now)
-        corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
-        sizing, saturation, decision = size_and_decide(fleet, corrections)
-        record = apply_decision(connector, decision, now_s=now)
+        get_run_logger().warning("%s; reading the fleet again and deciding from it", exc)
+        fleet = read_fleet(connector, now_s=now_s)
+        result = plan_steps(result.observation, fleet, cfg, profile, now_s=now_s, steps=steps,
+                            fast_path=fast_path, previous=result)
+        return result, apply_decision(connector, result.decision, now_s=now_s)
 
-    result = PlanResult(
-        observation=obs,
-        fleet=fleet,
-        corrections=corrections,
-        forecast=forecast,
-        sizing=sizing,
-        saturation=saturation,
-        decision=decision,
-    )
-    what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
-    summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if_text)
-    name = run_name(result, now_s=now, applying=applying, what_if=what_if is not None)
-    message = run_message(result, record=record, applying=applying, what_if=what_if is not None)
+
+def _publish(
+    run_cfg: PlannerRunConfig, result: PlanResult, record: DecisionRecord | None, *,
+    now_s: float, applying: bool, what_if: str,
+) -> State:
+    """Rename the run, publish its artifacts, gauges and log line; the Completed state saying why."""
+    namespace, fleet, decision, forecast = run_cfg.planner.namespace, result.fleet, result.decision, result.forecast
+    summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if)
+    name = run_name(result, now_s=now_s, applying=applying, what_if=bool(what_if))
+    message = run_message(result, record=record, applying=applying, what_if=bool(what_if))
     _rename_run(name)
     # Runs that apply nothing keep their own keys: a live key's history is the applied decisions only.
     create_table_artifact(
-        key=artifact_key("decision", cfg.namespace, what_if=not applying),
+        key=artifact_key("decision", namespace, what_if=not applying),
         table=decision_table(result, record=record, dry_run=not applying),
-        description=f"planner decision for {cfg.namespace}: inputs, forecast, factors, targets, reasons",
+        description=f"planner decision for {namespace}: inputs, forecast, factors, targets, reasons",
     )
     create_markdown_artifact(
-        key=artifact_key("summary", cfg.namespace, what_if=not applying), markdown=summary,
+        key=artifact_key("summary", namespace, what_if=not applying), markdown=summary,
         description="planner decision summary",
     )
     create_image_artifact(
-        image_url=png_data_url(planner_chart_png(result, now_s=now, record=record, title=f"{cfg.namespace}: {name}")),
-        key=artifact_key("chart", cfg.namespace, what_if=not applying),
-        description=f"{cfg.namespace}: observed and forecast load, recommended and applied replicas ({message})",
+        image_url=png_data_url(planner_chart_png(result, now_s=now_s, record=record, title=f"{namespace}: {name}")),
+        key=artifact_key("chart", namespace, what_if=not applying),
+        description=f"{namespace}: observed and forecast load, recommended and applied replicas ({message})",
     )
     if run_cfg.planner_metrics.enabled:
         _publish_planner_metrics(run_cfg, result, record)
-    logger.info(
+    get_run_logger().info(
         "prefill %d -> %d, decode %d -> %d (%s); reasons: %s",
         fleet.prefill.current_replicas,
         decision.prefill_replicas,
@@ -159,7 +166,7 @@ def planner_flow(
             "avg_osl_tokens": forecast.avg_osl_tokens,
             "predictor": forecast.predictor,
         },
-        "corrections": {"prefill": corrections.prefill, "decode": corrections.decode},
+        "corrections": {"prefill": result.corrections.prefill, "decode": result.corrections.decode},
         "current": {"prefill": fleet.prefill.current_replicas, "decode": fleet.decode.current_replicas},
     })
 

@@ -1,19 +1,21 @@
-"""One planner interval end to end, without I/O: correct, predict, size, saturation, decide.
+"""One planner interval without I/O: its steps and the order they run in.
 
-The Prefect flow runs these same step functions as separate tasks; the
-simulator and the benchmarks call `plan_interval`, which chains them in the
-same order, so all three share one decision path.
+correct → predict → interpolate → analyze saturation → decide, on inputs
+already collected. `plan_steps` holds the order; the Prefect flow gives it each
+step as a task (`Steps`), the simulator and the benchmarks call `plan_interval`,
+which runs the plain functions, so all three share one decision path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from planner.burst import expected_peak_ratio, recent_peaks
-from planner.config import DecisionConfig, PlannerConfig, PredictorConfig, SloTarget
+from planner.config import DecisionConfig, PlannerConfig, PredictorConfig
 from planner.correct import correction_factors
 from planner.decide import decide
 from planner.predict import forecast_next, prime_history
@@ -30,22 +32,7 @@ from planner.types import (
     Pool,
     PoolSizing,
 )
-
-
-@dataclass(frozen=True)
-class WhatIf:
-    """Overrides for a manual "what would the planner do if..." run.
-
-    load_multiplier: scales observed and historical request counts (1.0 = as observed).
-    slo: replaces the configured SLA targets when set.
-    """
-
-    load_multiplier: float = 1.0
-    slo: SloTarget | None = None
-
-    def __post_init__(self) -> None:
-        if not self.load_multiplier > 0:
-            raise ValueError(f"what-if: load_multiplier must be > 0, got {self.load_multiplier}")
+from planner.whatif import WhatIf, apply_what_if, effective_config
 
 
 @dataclass(frozen=True)
@@ -59,34 +46,6 @@ class PlanResult:
     sizing: Mapping[Pool, PoolSizing]
     saturation: Mapping[Pool, PoolSaturation] | None
     decision: Decision
-
-
-def apply_what_if(obs: Observation, what_if: WhatIf | None) -> Observation:
-    """Scale the observed load by the what-if multiplier (latencies stay as observed)."""
-    if what_if is None or what_if.load_multiplier == 1.0:
-        return obs
-    k = what_if.load_multiplier
-    history = obs.history
-    if history is not None:
-        history = dataclasses.replace(
-            history,
-            num_requests=tuple(n * k for n in history.num_requests),
-            # peaks scale with the load, so the burst ratio stays as observed
-            peak_rps=None if history.peak_rps is None else tuple(p * k for p in history.peak_rps),
-        )
-    return dataclasses.replace(
-        obs,
-        num_requests=None if obs.num_requests is None else obs.num_requests * k,
-        peak_rps=None if obs.peak_rps is None else obs.peak_rps * k,
-        history=history,
-    )
-
-
-def effective_config(cfg: PlannerConfig, what_if: WhatIf | None) -> PlannerConfig:
-    """The configuration a run uses after what-if overrides."""
-    if what_if is None or what_if.slo is None:
-        return cfg
-    return cfg.model_copy(update={"slo": what_if.slo})
 
 
 def decision_config(cfg: PlannerConfig) -> DecisionConfig:
@@ -142,7 +101,7 @@ def needs_warmup(obs: Observation, cfg: PredictorConfig) -> bool:
     return cfg.warmup_trace_path is not None and len(history_for_prediction(obs)) < cfg.history_intervals
 
 
-def predict_next(
+def predict_load(
     obs: Observation,
     cfg: PredictorConfig,
     *,
@@ -179,14 +138,14 @@ def predict_next(
     )
 
 
-def size_pools(
+def interpolate_replicas(
     forecast: Forecast | None,
     *,
     corrections: Corrections,
     profile: EngineProfile,
     cfg: PlannerConfig,
 ) -> dict[Pool, PoolSizing]:
-    """Replicas each pool needs for the SLA at the forecast load (the interpolate step).
+    """Replicas each pool needs for the SLA at the forecast load, from the profile's interpolation.
 
     Empty without a forecast: `decide` then holds both pools.
     """
@@ -207,10 +166,10 @@ def size_pools(
     }
 
 
-def analyze_saturation(
-    obs: Observation, fleet: FleetState, cfg: PlannerConfig, *, now_s: float
+def analyze_fleet_saturation(
+    obs: Observation, *, fleet: FleetState, cfg: PlannerConfig, now_s: float
 ) -> dict[Pool, PoolSaturation] | None:
-    """The saturation guardrail per pool, or None when it is switched off."""
+    """The saturation guardrail per pool, or None when it is switched off (planner.saturation analyzes one pool)."""
     return analyze_fleet(
         obs=obs,
         fleet=fleet,
@@ -219,6 +178,76 @@ def analyze_saturation(
         model_id=cfg.model_id,
         namespace=cfg.namespace,
         now_s=now_s,
+    )
+
+
+def decide_targets(
+    *,
+    sizing: Mapping[Pool, PoolSizing],
+    saturation: Mapping[Pool, PoolSaturation] | None,
+    fleet: FleetState,
+    obs: Observation,
+    cfg: PlannerConfig,
+    now_s: float,
+    fast_path: bool = False,
+) -> Decision:
+    """Targets per pool: bounds, GPU budget, stabilization and transitions (planner.decide).
+
+    fast_path: a run the saturation trigger started between intervals: the
+    decision is scale-up only, after cfg.fast_path.cooldown_s.
+    """
+    return decide(
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=decision_config(cfg), now_s=now_s,
+        fast_path=cfg.fast_path if fast_path else None,
+    )
+
+
+@dataclass(frozen=True)
+class Steps:
+    """How each step runs: the plain functions by default; the flow gives each as its Prefect task.
+
+    Each takes the arguments of the function it defaults to (predict: obs and cfg;
+    the caller binds the predictor's cache and warm-up history).
+    """
+
+    correct: Callable[..., Corrections] = correct_latency
+    predict: Callable[..., Forecast | None] = predict_load
+    interpolate: Callable[..., dict[Pool, PoolSizing]] = interpolate_replicas
+    analyze_saturation: Callable[..., dict[Pool, PoolSaturation] | None] = analyze_fleet_saturation
+    decide: Callable[..., Decision] = decide_targets
+
+
+def plan_steps(
+    obs: Observation,
+    fleet: FleetState,
+    cfg: PlannerConfig,
+    profile: EngineProfile,
+    *,
+    now_s: float,
+    steps: Steps = Steps(),
+    fast_path: bool = False,
+    previous: PlanResult | None = None,
+) -> PlanResult:
+    """Run the interval's steps in order on already-collected inputs (what-if already applied).
+
+    previous: a plan of this same interval whose forecast is kept (the flow plans
+    again when the fleet changed under it: the replicas moved, the load did not).
+    """
+    corrections = steps.correct(obs, fleet=fleet, profile=profile, cfg=cfg)
+    forecast = steps.predict(obs, cfg=cfg.predictor) if previous is None else previous.forecast
+    sizing = steps.interpolate(forecast, corrections=corrections, profile=profile, cfg=cfg)
+    saturation = steps.analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now_s)
+    decision = steps.decide(
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, fast_path=fast_path,
+    )
+    return PlanResult(
+        observation=obs,
+        fleet=fleet,
+        corrections=corrections,
+        forecast=forecast,
+        sizing=sizing,
+        saturation=saturation,
+        decision=decision,
     )
 
 
@@ -233,29 +262,15 @@ def plan_interval(
     predictor_cache: MutableMapping | None = None,
     fast_path: bool = False,
 ) -> PlanResult:
-    """Run every step of one planner interval on already-collected inputs.
+    """Every step of one planner interval as plain calls (the simulator, the benchmarks).
 
     predictor_cache: speed-only store of fitted predictor state; losing it never
     changes a decision beyond noise.
     fast_path: a run the saturation trigger started between intervals: the
     decision is scale-up only, after cfg.fast_path.cooldown_s.
     """
-    cfg = effective_config(cfg, what_if)
-    obs = apply_what_if(obs, what_if)
-    corrections = correct_latency(obs, fleet=fleet, profile=profile, cfg=cfg)
-    forecast = predict_next(obs, cfg.predictor, cache=predictor_cache)
-    sizing = size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
-    saturation = analyze_saturation(obs, fleet, cfg, now_s=now_s)
-    decision = decide(
-        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=decision_config(cfg), now_s=now_s,
-        fast_path=cfg.fast_path if fast_path else None,
-    )
-    return PlanResult(
-        observation=obs,
-        fleet=fleet,
-        corrections=corrections,
-        forecast=forecast,
-        sizing=sizing,
-        saturation=saturation,
-        decision=decision,
+    steps = Steps(predict=functools.partial(predict_load, cache=predictor_cache))
+    return plan_steps(
+        apply_what_if(obs, what_if), fleet, effective_config(cfg, what_if), profile,
+        now_s=now_s, steps=steps, fast_path=fast_path,
     )

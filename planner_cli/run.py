@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     prefect_env(verbose=args.verbose)
     from connectors.profiles import load_profile
-    from flows.config import WhatIfParams, load_run_config
+    from flows.config import load_run_config
+    from planner.whatif import WhatIf
 
     try:
         cfg = load_run_config(args.config)
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.config}: planner.profile: {exc}") from None
         options = {"load_multiplier": args.load_multiplier, "ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms}
         given = {k: v for k, v in options.items() if v is not None}
-        what_if = WhatIfParams(**given) if given else None
+        what_if = WhatIf(**given) if given else None
     except ValueError as exc:  # pydantic's ValidationError included
         print(f"sla-planner run: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

@@ -1,18 +1,10 @@
-"""The correct step: observed / expected latency factors."""
+"""The correct step as its Prefect task: observed / expected latency factors."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from planner.config import PlannerConfig
-from planner.pipeline import correct_latency as correct_step
-from planner.profile import EngineProfile
-from planner.types import Corrections, FleetState, Observation
+from planner import pipeline
 
-
-@task(cache_policy=NO_CACHE)
-def correct_latency(
-    obs: Observation, *, fleet: FleetState, profile: EngineProfile, cfg: PlannerConfig
-) -> Corrections:
-    return correct_step(obs, fleet=fleet, profile=profile, cfg=cfg)
+correct_latency = task(pipeline.correct_latency, cache_policy=NO_CACHE)

@@ -1,4 +1,4 @@
-"""The interpolate step: profiling data turns the forecast into replicas per pool."""
+"""The interpolate step as its Prefect task: profiling data turns the forecast into replicas per pool."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from connectors.profiles import load_profile
-from planner.config import PlannerConfig, ProfileConfig
-from planner.pipeline import size_pools
+from planner import pipeline
+from planner.config import ProfileConfig
 from planner.profile import EngineProfile
-from planner.types import Corrections, Forecast, Pool, PoolSizing
 
 
 @task(cache_policy=NO_CACHE)
@@ -18,8 +17,4 @@ def load_profiling_data(cfg: ProfileConfig) -> EngineProfile:
     return load_profile(cfg)
 
 
-@task(cache_policy=NO_CACHE)
-def interpolate_replicas(
-    forecast: Forecast, *, corrections: Corrections, profile: EngineProfile, cfg: PlannerConfig
-) -> dict[Pool, PoolSizing]:
-    return size_pools(forecast, corrections=corrections, profile=profile, cfg=cfg)
+interpolate_replicas = task(pipeline.interpolate_replicas, cache_policy=NO_CACHE)

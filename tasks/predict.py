@@ -1,4 +1,4 @@
-"""The predict step: next-interval load from the collected history."""
+"""The predict step as its Prefect task: next-interval load from the collected history."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.predictor_cache import open_predictor_cache
 from planner.config import PredictorConfig
-from planner.pipeline import predict_next
+from planner import pipeline
 from planner.types import Forecast, LoadHistory, Observation
 from sim.traces import bin_trace, load_trace
 
@@ -30,15 +30,15 @@ def load_warmup_history(path: str, *, interval_s: float) -> LoadHistory:
     return bin_trace(trace, bin_s=interval_s)
 
 
-@task(cache_policy=NO_CACHE)
-def predict_load(
+def predict_with_cache(
     obs: Observation,
     *,
     cfg: PredictorConfig,
     cache_namespace: str | None = None,
     warmup: LoadHistory | None = None,
 ) -> Forecast | None:
-    """None when the history holds no load data (the decision then holds).
+    """The predict step with the namespace's fitted predictor state; None when the history holds no load data
+    (the decision then holds).
 
     cache_namespace: whose fitted predictor state to reuse and update in
     cfg.cache_dir (e.g. "<namespace>/<model id>"); None runs without a cache
@@ -46,4 +46,7 @@ def predict_load(
     warmup: the warm-up trace's load, put before a short collected history.
     """
     cache = open_predictor_cache(cfg.cache_dir, namespace=cache_namespace)
-    return predict_next(obs, cfg, cache=cache, warmup=warmup)
+    return pipeline.predict_load(obs, cfg, cache=cache, warmup=warmup)
+
+
+predict_load = task(predict_with_cache, name="predict_load", cache_policy=NO_CACHE)

@@ -349,9 +349,10 @@ def _flow_observation(*, requests: float, taken_at_s: float) -> Observation:
 
 
 def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path, h200_profile_dir):
-    from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams
+    from flows.config import PlannerRunConfig, ReplayInputs
     from flows.planner_flow import planner_flow
     from planner.config import CorrectionConfig, PlannerConfig, ProfileConfig
+    from planner.whatif import WhatIf
 
     state = tmp_path / "fleet.json"
     # No latency correction: the same load sizes the same whatever the fleet, so run 2 changes nothing.
@@ -375,7 +376,7 @@ def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path,
 
     written = state.read_text()
     dry = planner_flow(config=cfg, replay=replay(600.0, 1920.0), dry_run=True)
-    what_if = planner_flow(config=cfg, replay=replay(600.0, 1920.0), what_if=WhatIfParams(load_multiplier=4.0))
+    what_if = planner_flow(config=cfg, replay=replay(600.0, 1920.0), what_if=WhatIf(load_multiplier=4.0))
     assert dry["dry_run"] and what_if["dry_run"]
     assert state.read_text() == written  # neither recorded nor applied anything
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from connectors.config import LocalConnectorConfig
-from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams, load_run_config
+from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from flows.report import artifact_key
 from planner.config import PlannerConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, PodMetrics
+from planner.whatif import WhatIf
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 from tests.fixtures_prometheus import prometheus_server  # noqa: F401  (fixture)
 
@@ -99,7 +100,7 @@ def test_dry_run_and_what_if_apply_nothing(prefect_harness, run_config, tmp_path
     out = planner_flow(
         config=run_config,
         replay=ReplayInputs(observation=_observation(requests=600.0), now_s=1800.0),
-        what_if=WhatIfParams(load_multiplier=8.0, ttft_ms=150.0),
+        what_if=WhatIf(load_multiplier=8.0, ttft_ms=150.0),
     )
     assert out["dry_run"] is True and out["applied"] is False
     # x8 load: 80 rps at ISL 1000 (~40 ms of prefill each, 3.2 replicas busy) needs

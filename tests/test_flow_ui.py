@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from connectors.config import LocalConnectorConfig
-from flows.config import PlannerRunConfig, ReplayInputs, WhatIfParams
+from flows.config import PlannerRunConfig, ReplayInputs
 from flows.report import CELL_WIDTH_CHARS
 from planner.config import PlannerConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, PodMetrics
+from planner.whatif import WhatIf
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def test_live_and_what_if_runs_write_their_own_keys(prefect_harness, tmp_path, h
     assert set(live_arts) == {"sla-planner-decision-ui-keys", "sla-planner-summary-ui-keys", "sla-planner-chart-ui-keys"}
     what_if_keys = {"sla-planner-what-if-decision-ui-keys", "sla-planner-what-if-summary-ui-keys",
                     "sla-planner-what-if-chart-ui-keys"}
-    for kwargs in ({"dry_run": True}, {"what_if": WhatIfParams(load_multiplier=4.0)}):
+    for kwargs in ({"dry_run": True}, {"what_if": WhatIf(load_multiplier=4.0)}):
         run, arts = _run_and_artifacts(_plan(cfg, 600.0, **kwargs))
         assert set(arts) == what_if_keys, kwargs
         assert run.name.endswith("(what-if)" if "what_if" in kwargs else "(dry run)")

@@ -23,10 +23,11 @@ from planner.burst import (
 )
 from planner.config import CorrectionConfig, PlannerConfig, ProfileConfig, SizingConfig, SloTarget
 from planner.correct import correction_factors
-from planner.pipeline import WhatIf, apply_what_if, plan_interval, predict_next
+from planner.pipeline import plan_interval, predict_load
 from planner.queueing import mean_wait_s, replicas_for_ttft
 from planner.sizing import size_prefill
 from planner.types import Corrections, FleetState, Forecast, LoadHistory, Observation, PoolState
+from planner.whatif import WhatIf, apply_what_if
 from tests.fixtures_profile import linear_engine, linear_prefill
 
 NAN = float("nan")
@@ -221,14 +222,14 @@ def test_forecast_carries_the_burst_and_a_note():
     o = burst_obs(100.0, history=hist([100, 176], [2.4, 9.6]))
     cfg = PlannerConfig(profile=ProfileConfig(dir="x")).predictor.model_copy(
         update={"name": "constant", "burst_lookback_intervals": 5})
-    f = predict_next(o, cfg)
+    f = predict_load(o, cfg)
     # (100 x 1.2 + 176 x 3.0) / 276 = 2.348
     assert f.peak_ratio == pytest.approx(648 / 276) and f.peak_window_s == 15.0
     assert f.recent_peaks == ((100.0, 2.4), (176.0, 9.6))
     assert any(n.startswith("burst: peak 15 s rate 2.35x") for n in f.notes)
-    last = predict_next(o, cfg.model_copy(update={"burst_lookback_intervals": 1}))  # the default: last interval
+    last = predict_load(o, cfg.model_copy(update={"burst_lookback_intervals": 1}))  # the default: last interval
     assert last.peak_ratio == pytest.approx(3.0) and last.recent_peaks == ((176.0, 9.6),)
-    none = predict_next(dataclasses.replace(o, history=hist([100, 176], None, window_s=None)), cfg)
+    none = predict_load(dataclasses.replace(o, history=hist([100, 176], None, window_s=None)), cfg)
     assert none.peak_ratio is None and none.recent_peaks == ()
     assert any("no peak-rate signal" in n for n in none.notes)
 

@@ -11,7 +11,7 @@ import pytest
 from connectors.config import LocalConnectorConfig
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
-from planner.pipeline import needs_warmup, predict_next
+from planner.pipeline import needs_warmup, predict_load
 from planner.predict import prime_history
 from planner.types import LoadHistory, Observation
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
@@ -69,9 +69,9 @@ def test_a_short_history_forecasts_with_the_model_once_warmed():
     cfg = PredictorConfig(name="kalman", min_history_points=5, burst_lookback_intervals=0,
                           warmup_trace_path="trace.jsonl")
     obs = observation(history([100, 110]))
-    cold = predict_next(obs, cfg)
+    cold = predict_load(obs, cfg)
     assert cold.predictor == "constant"  # 2 points < min_history_points 5
-    warm = predict_next(obs, cfg, warmup=history([100 + 5 * i for i in range(20)], start_s=0.0))
+    warm = predict_load(obs, cfg, warmup=history([100 + 5 * i for i in range(20)], start_s=0.0))
     assert warm.predictor == "kalman"
     assert warm.notes[0] == "warm-up trace: 20 intervals before the 2 collected"
 
@@ -89,7 +89,7 @@ def test_needs_warmup(n_live, history_intervals, trace, expected):
 def test_no_metrics_still_hold_with_a_warmup():
     nan = float("nan")
     obs = observation(history([nan, nan]))
-    assert predict_next(obs, PredictorConfig(), warmup=history([5] * 10, start_s=0.0)) is None
+    assert predict_load(obs, PredictorConfig(), warmup=history([5] * 10, start_s=0.0)) is None
 
 
 def test_relative_trace_path_is_resolved_against_the_config_file(tmp_path, h200_profile_dir):
