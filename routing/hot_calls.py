@@ -23,7 +23,8 @@ from routing.guard import client_source
 from routing.http_answers import EventBatchOut, EventOut, RouteOut, ShedOut
 from routing.http_bodies import EventBatch, RouteBody
 from routing.http_errors import error_answer, error_responses, invalid_answer, json_response
-from routing.picker import MissingSloError, NoEndpointError, PickResult, TopologyError
+from routing.pick_result import PickResult
+from routing.picker import MissingSloError, NoEndpointError, TopologyError
 from routing.registry import DuplicateRequestError, RegistryError, UnknownRequestError
 from routing.service import RoutingService
 

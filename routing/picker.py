@@ -46,16 +46,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass
-from typing import Literal
 
 import numpy as np
 
 from routing.config import PickerConfig
-from routing.features import TTFT_FEATURES, Role, view_feature_matrix, view_raw_features
+from routing.draws import argmax_random, argmax_tiebreak, argmin_random
+from routing.features import TTFT_FEATURES, view_feature_matrix, view_raw_features
+from routing.headroom import margin_ms, per_endpoint, relative_headroom
+from routing.pick_result import Choice, PickResult, Tier
 from routing.registry import EndpointRegistry, EndpointView, InFlight
 from routing.topology import MISSING, cost_table_ms, prefill_has_local_decode, relation_name, shared_depth
 
-Tier = Literal["headroom", "thin_headroom", "idle", "critical_negative", "explore", "lowest_latency", "shed"]
 _N_TTFT = len(TTFT_FEATURES)
 
 
@@ -101,46 +102,6 @@ class RouteRequest:
             object.__setattr__(self, "ttft_ms", ttft_slo_ms)
         if tpot_slo_ms is not None:
             object.__setattr__(self, "itl_ms", tpot_slo_ms)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One chosen endpoint with what was predicted for it (ms)."""
-
-    endpoint_id: str
-    role: Role
-    predicted_ttft_ms: float | None
-    predicted_tpot_ms: float | None
-    headroom_ttft_ms: float | None
-    headroom_tpot_ms: float | None
-    transfer_cost_ms: float
-    shared_level: str | None  # decode stage: narrowest level shared with the prefill endpoint
-    features: dict  # raw feature values at pick time (routing.features.RAW_FIELDS + role)
-
-
-@dataclass(frozen=True)
-class PickResult:
-    """Where a request goes, or why it was shed.
-
-    Disaggregated: `prefill` and `decode`. Aggregated: `decode` holds the
-    aggregated endpoint, `prefill` is None. Shed: both may be None.
-    model_version: the published model used (None: profile estimate).
-    """
-
-    request_id: str
-    outcome: Literal["routed", "shed"]
-    mode: Literal["disaggregated", "aggregated"]
-    prefill: Choice | None
-    decode: Choice | None
-    tier: Tier
-    reason: str
-    topology_fallback: bool
-    model_version: str | None
-    candidates: int
-
-    @property
-    def routed(self) -> bool:
-        return self.outcome == "routed"
 
 
 @dataclass
@@ -350,10 +311,10 @@ class Picker:
             strict_tpot = np.minimum(req_tpot, view.strictest_itl_ms)
             h_tpot = strict_tpot - pred_tpot
         margin = self.config.slo.headroom_margin_frac
-        valid = (h_ttft >= _margin_ms(strict_ttft, margin)) & (h_tpot >= _margin_ms(strict_tpot, margin))
+        valid = (h_ttft >= margin_ms(strict_ttft, margin)) & (h_tpot >= margin_ms(strict_tpot, margin))
         positive = (h_ttft >= 0) & (h_tpot >= 0)
-        r_ttft = _relative(h_ttft, strict_ttft)
-        r_tpot = _relative(h_tpot, strict_tpot)
+        r_ttft = relative_headroom(h_ttft, strict_ttft)
+        r_tpot = relative_headroom(h_tpot, strict_tpot)
         a = self.config.slo.ttft_weight_frac
         osl = request.expected_output_tokens or self.config.slo.expected_output_tokens
         if stage == "prefill":
@@ -364,10 +325,10 @@ class Picker:
             score = pred_ttft + pred_tpot * osl
         return _Stage(
             reg=reg, idx=idx, view=view, hit=hit, pred_ttft=pred_ttft, pred_tpot=pred_tpot, h_ttft=h_ttft, h_tpot=h_tpot,
-            valid=_per_endpoint(valid, n).astype(bool, copy=False),
-            positive=_per_endpoint(positive, n).astype(bool, copy=False),
-            blended=_per_endpoint(a * r_ttft + (1 - a) * r_tpot, n),
-            binding=_per_endpoint(np.minimum(r_ttft, r_tpot), n), cost=cost, depth=depth,
+            valid=per_endpoint(valid, n).astype(bool, copy=False),
+            positive=per_endpoint(positive, n).astype(bool, copy=False),
+            blended=per_endpoint(a * r_ttft + (1 - a) * r_tpot, n),
+            binding=per_endpoint(np.minimum(r_ttft, r_tpot), n), cost=cost, depth=depth,
             score=score,
         )
 
@@ -379,13 +340,13 @@ class Picker:
         if u_explore < slo.exploration_frac and not request.critical and n > 1:
             return min(int(u_pick * n), n - 1), "explore", f"exploration (p={slo.exploration_frac:g}) among {n}"
         if not slo.enabled:
-            pos = _argmin_random(s.score, u_pick)
+            pos = argmin_random(s.score, u_pick)
             return pos, "lowest_latency", f"lowest predicted latency {s.score[pos]:.1f} ms among {n}"
         positive = np.flatnonzero(s.valid)
         if positive.size:
             h = s.blended[positive]
             if slo.strategy == "max":
-                pos = int(positive[_argmax_random(h, u_pick)])
+                pos = int(positive[argmax_random(h, u_pick)])
                 return pos, "headroom", f"{positive.size} of {n} with headroom, strategy max"
             lo, hi = h.min(), h.max()
             norm = (h - lo) / (hi - lo) if hi > lo else np.ones_like(h)
@@ -398,15 +359,15 @@ class Picker:
         if thin.size:
             # Predicted to meet the SLO, but within the margin of estimate error:
             # the safest of them, whatever the strategy.
-            pos = int(thin[_argmax_tiebreak(s.binding[thin], s.blended[thin], u_pick)])
+            pos = int(thin[argmax_tiebreak(s.binding[thin], s.blended[thin], u_pick)])
             return pos, "thin_headroom", (
                 f"no endpoint with headroom above the {slo.headroom_margin_frac:g} margin; most of {thin.size} with less"
             )
         idle = np.flatnonzero(s.view.idle)
         if idle.size:
-            pos = int(idle[_argmax_tiebreak(s.binding[idle], s.blended[idle], u_pick)])
+            pos = int(idle[argmax_tiebreak(s.binding[idle], s.blended[idle], u_pick)])
             return pos, "idle", f"no endpoint with headroom; idle endpoint, least negative of {idle.size}"
-        pos = _argmax_tiebreak(s.binding, s.blended, u_pick)
+        pos = argmax_tiebreak(s.binding, s.blended, u_pick)
         detail = self._deficit(s, pos)
         if request.critical:
             return pos, "critical_negative", f"critical: no endpoint with headroom; least negative ({detail})"
@@ -501,65 +462,6 @@ def dispatch_record(request: RouteRequest, result: PickResult, *, now_s: float) 
         predicted_tpot_ms=result.decode.predicted_tpot_ms if result.decode else None,
         model_version=result.model_version,
     )
-
-
-def _per_endpoint(x, n: int) -> np.ndarray:
-    return np.full(n, float(x)) if np.ndim(x) == 0 else x
-
-
-def _margin_ms(strict, margin_frac: float):
-    """Headroom an endpoint needs, ms: margin_frac of each finite SLO, 0 where none constrains (inf)."""
-    if np.ndim(strict) == 0:  # the request's own SLO (decode TTFT, prefill TPOT): no array needed
-        strict = float(strict)
-        return strict * margin_frac if np.isfinite(strict) else 0.0
-    strict = np.asarray(strict, dtype=float)
-    finite = np.isfinite(strict)
-    return np.where(finite, strict, 0.0) * margin_frac
-
-
-def _relative(h: np.ndarray, strict) -> np.ndarray | float:
-    """Headroom / SLO, clipped to [-1e9, 1]; 1 where no SLO constrains (strict = inf).
-
-    strict: a scalar or an array aligned with h (ms). The 1e-9 ms floor keeps
-    absurd SLOs (1e-300 ms) from overflowing.
-    """
-    if np.ndim(strict) == 0:
-        if not np.isfinite(strict):
-            return 1.0
-        r = h / max(float(strict), 1e-9)
-    else:
-        finite = np.isfinite(strict)
-        if finite.all():
-            r = h / np.maximum(strict, 1e-9)
-        elif not finite.any():
-            return 1.0
-        else:
-            r = np.where(finite, h / np.where(finite, np.maximum(strict, 1e-9), 1.0), 1.0)
-    return np.minimum(np.maximum(r, -1e9), 1.0)
-
-
-def _argmin_random(values: np.ndarray, u: float) -> int:
-    best = np.flatnonzero(values == values.min())
-    return int(best[min(int(u * best.size), best.size - 1)])
-
-
-def _argmax_random(values: np.ndarray, u: float) -> int:
-    best = np.flatnonzero(values == values.max())
-    return int(best[min(int(u * best.size), best.size - 1)])
-
-
-def _argmax_tiebreak(primary: np.ndarray, secondary: np.ndarray, u: float) -> int:
-    """Largest primary; exact ties by the largest secondary, then at random.
-
-    The binding headroom ties whenever one SLO is binding for every candidate
-    with the same value (a decode stage's TTFT budget is the same on every
-    decode endpoint): the other SLO's headroom should then decide, not chance.
-    """
-    best = np.flatnonzero(primary == primary.max())
-    if best.size > 1:
-        sec = secondary[best]
-        best = best[sec == sec.max()]
-    return int(best[min(int(u * best.size), best.size - 1)])
 
 
 def _opt(a: np.ndarray | None, pos: int) -> float | None:

@@ -30,7 +30,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from routing.config import RouterConfig
 from routing.features import ROLES, TTFT_FEATURES, feature_matrix, view_feature_matrix
 from routing.model_store import ModelStore
-from routing.picker import Picker, PickResult, RouteRequest, dispatch_record
+from routing.pick_result import PickResult
+from routing.picker import Picker, RouteRequest, dispatch_record
 from routing.predictor import LatencyPredictor, ProfileEstimator
 from routing.registry import Endpoint, EndpointRegistry, InFlight, Sample
 from routing.samples import SampleStore
