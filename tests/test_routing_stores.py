@@ -31,7 +31,8 @@ from routing.config import RouterConfig
 from routing.features import RAW_FIELDS
 from routing.model_store import ModelStore
 from routing.registry import Endpoint, Sample
-from routing.samples import SEQ_BLOCK, SampleStore
+from routing.sample_format import SEQ_BLOCK
+from routing.samples import SampleStore
 from routing.store_guard import StoreFullError, StoreLockedError
 from tests.fixtures_retrain import TOKEN_ENV, router_process
 from tests.fixtures_routing import PROFILE_DIR, PROJECT_ROOT, TOKEN, RunningServer, h200_profile, linear_document
@@ -203,7 +204,7 @@ def test_a_damaged_page_loses_only_its_rows(tmp_path, caplog):
     with open(path, "r+b") as f:  # a torn or rotten page: its b-tree header is garbage
         f.seek(page * PAGE_SIZE)
         f.write(b"\xff" * 64)
-    with caplog.at_level("WARNING", logger="routing.samples"):
+    with caplog.at_level("WARNING", logger="routing.sample_file"):
         again = SampleStore(capacity=10_000, path=path)
     got = stored(again)
     lost = sorted(set(before) - {s["request_id"] for s in got})
@@ -232,7 +233,7 @@ def test_a_flipped_byte_inside_a_row_is_quarantined_not_served(tmp_path, caplog)
     path.write_bytes(data)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA quick_check").fetchone()[0] == "ok"  # SQLite cannot see this
-    with caplog.at_level("WARNING", logger="routing.samples"):
+    with caplog.at_level("WARNING", logger="routing.sample_file"):
         again = SampleStore(capacity=100, path=path)
     # Before: r7 came back with the altered latency, silently.
     assert [s["request_id"] for s in stored(again)] == [f"r{k}" for k in range(20) if k != 7]
@@ -388,7 +389,7 @@ def test_a_sample_flush_on_a_full_disk_keeps_the_file_and_retries_until_it_fits(
         store.add(sample(f"early{k}"))
     store.flush()
     filler = fill(small_disk)
-    with caplog.at_level("ERROR", logger="routing.samples"):
+    with caplog.at_level("ERROR", logger="routing.sample_file"):
         for k in range(500):  # ~100 KiB of rows: the file system holds them only once the filler goes
             store.add(sample(f"late{k}"))
         store.flush()
