@@ -35,7 +35,7 @@ from scipy.optimize import brentq
 from planner.burst import arrival_classes, peak_ratio, window_mean_wait_s
 from planner.config import CorrectionConfig, SizingConfig
 from planner.profile import EngineProfile
-from planner.sizing import mean_wait_s, variability_factor
+from planner.queueing import mean_wait_s, variability_factor
 from planner.types import Corrections, Observation, is_number
 
 

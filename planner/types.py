@@ -256,6 +256,25 @@ class Reason:
 
 
 @dataclass(frozen=True)
+class SizingLoad:
+    """The load one pool is sized for, as each sizing mode reads it.
+
+    rps: requests/s sized for (the mean or upper forecast at the horizon);
+    basis: which of the two, for messages. isl_tokens / osl_tokens: mean
+    lengths, tokens. correction: the pool's latency correction factor (1: none).
+    gpus_per_engine: GPUs one replica uses. interval_s: the forecast's interval, s.
+    """
+
+    rps: float
+    basis: str
+    isl_tokens: float
+    osl_tokens: float
+    correction: float
+    gpus_per_engine: int
+    interval_s: float
+
+
+@dataclass(frozen=True)
 class PoolSizing:
     """Replicas one pool needs for the SLA at the forecast load, with its numbers."""
 

@@ -10,7 +10,7 @@ import pytest
 from connectors.profiles import load_profile_dir
 from planner.config import CorrectionConfig, SizingConfig
 from planner.correct import correction_factors
-from planner.sizing import mean_wait_s
+from planner.queueing import mean_wait_s
 from planner.types import Observation
 from tests.fixtures_profile import linear_engine
 

@@ -17,17 +17,17 @@ from hypothesis import strategies as st
 
 from connectors.profiles import load_profile_dir
 from planner.config import SizingConfig, SloTarget
-from planner.queueing import decode_itl_quantile, replicas_for_itl_quantile, replicas_for_ttft
-from planner.sizing import (
+from planner.queueing import (
     ceil_replicas,
+    decode_itl_quantile,
     erlang_c,
-    lead_intervals,
     mean_wait_s,
-    size_decode,
-    size_prefill,
+    replicas_for_itl_quantile,
+    replicas_for_ttft,
     variability_factor,
     wait_quantile_s,
 )
+from planner.sizing import lead_intervals, size_decode, size_prefill
 from planner.types import Corrections, Forecast
 from tests.fixtures_profile import linear_decode, linear_prefill
 
