@@ -24,14 +24,12 @@ import re
 import string
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from planner.strict import StrictModel
 
 PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by", "peak_window", "peak_step",
                           "frontend_targets_selector", "targets_lookback"})
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _frontend_avg(metric: str) -> str:
@@ -42,7 +40,7 @@ def _frontend_avg(metric: str) -> str:
     )
 
 
-class QueryTemplates(_Strict):
+class QueryTemplates(StrictModel):
     """PromQL for each signal the collect step reads; override any of them.
 
     Frontend queries must return one series (or none); per-pod queries one
@@ -129,7 +127,7 @@ class QueryTemplates(_Strict):
         return self
 
 
-class PoolMapping(_Strict):
+class PoolMapping(StrictModel):
     """How a worker pod's metrics are attributed to the prefill or decode pool."""
 
     by: Literal["pod_regex", "label"] = Field(
@@ -173,7 +171,7 @@ class PoolMapping(_Strict):
 _MATCHERS_RE = re.compile(r"^\s*$|^[^{}]+$")
 
 
-class MetricsConfig(_Strict):
+class MetricsConfig(StrictModel):
     """Where and how the collect step reads metrics from Prometheus."""
 
     prometheus_url: str = Field(
@@ -240,7 +238,7 @@ class MetricsConfig(_Strict):
         return value.strip()
 
 
-class KubernetesConnectorConfig(_Strict):
+class KubernetesConnectorConfig(StrictModel):
     """Scale a Dynamo DynamoGraphDeployment: scaling adapters (v1beta1), else the DGD itself (v1beta1, v1alpha1)."""
 
     kind: Literal["kubernetes"] = "kubernetes"
@@ -282,7 +280,7 @@ class KubernetesConnectorConfig(_Strict):
     )
 
 
-class VirtualConnectorConfig(_Strict):
+class VirtualConnectorConfig(StrictModel):
     """Dynamo's "virtual" key protocol in etcd: the environment does the scaling."""
 
     kind: Literal["virtual"] = "virtual"
@@ -350,7 +348,7 @@ class VirtualConnectorConfig(_Strict):
         return self
 
 
-class LocalConnectorConfig(_Strict):
+class LocalConnectorConfig(StrictModel):
     """No cluster: replicas live in memory or a JSON file and follow targets after a delay."""
 
     kind: Literal["local"] = "local"
@@ -404,7 +402,7 @@ ConnectorConfig = Annotated[
 ]
 
 
-class PlannerMetricsConfig(_Strict):
+class PlannerMetricsConfig(StrictModel):
     """The planner's own gauges: served for scraping and/or pushed."""
 
     enabled: bool = Field(True, description="publish the planner's gauges")

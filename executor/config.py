@@ -14,16 +14,14 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
+
+from planner.strict import StrictModel
 
 PLACEHOLDERS = ("python", "role", "slot", "system_port")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RoleConfig(_Strict):
+class RoleConfig(StrictModel):
     """How to start, find and count the workers of one role."""
 
     command: list[str] = Field(min_length=1, description="argv with {python} {role} {slot} {system_port}")
@@ -60,7 +58,7 @@ class RoleConfig(_Strict):
         return value
 
 
-class ExecutorConfig(_Strict):
+class ExecutorConfig(StrictModel):
     """One executor scales one Dynamo namespace's prefill and decode workers."""
 
     namespace: str = Field("dynamo", min_length=1, description="Dynamo namespace of the planner's decisions")
