@@ -16,9 +16,10 @@ from pydantic import Field, create_model
 from routing.http_answers import ModelListOut, PublishedOut, RegisteredOut, RemovedOut, RollbackOut, SamplesOut
 from routing.http_bodies import ID_PATTERN, EndpointBody, RollbackBody
 from routing.http_errors import error_response, error_responses
-from routing.model_store import UnknownVersionError, VersionExistsError
 from routing.model_format import ModelDocument
-from routing.registry import Endpoint, RegistryError, UnknownEndpointError
+from routing.model_store import UnknownVersionError, VersionExistsError
+from routing.registry import Endpoint
+from routing.registry_errors import RegistryError, UnknownEndpointError
 from routing.samples import FEATURE_NAMES
 from routing.service import RoutingService
 

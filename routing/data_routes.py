@@ -14,7 +14,7 @@ from routing.http_answers import EndpointOut, EventOut, HealthOut, OkOut, Predic
 from routing.http_bodies import ID_PATTERN, DispatchedBody, MetricsBody, PredictBody
 from routing.http_errors import error_response, error_responses
 from routing.picker import RouteRequest
-from routing.registry import DuplicateRequestError, RegistryError, UnknownEndpointError
+from routing.registry_errors import DuplicateRequestError, RegistryError, UnknownEndpointError
 from routing.service import RoutingService
 
 

@@ -25,7 +25,7 @@ from routing.http_bodies import EventBatch, RouteBody
 from routing.http_errors import error_answer, error_responses, invalid_answer, json_response
 from routing.pick_result import PickResult
 from routing.picker import MissingSloError, NoEndpointError, TopologyError
-from routing.registry import DuplicateRequestError, RegistryError, UnknownRequestError
+from routing.registry_errors import DuplicateRequestError, RegistryError, UnknownRequestError
 from routing.service import RoutingService
 
 # The one path parameter a hot call may have, and its longest value.

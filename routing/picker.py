@@ -53,8 +53,10 @@ from routing.config import PickerConfig
 from routing.draws import argmax_random, argmax_tiebreak, argmin_random
 from routing.features import TTFT_FEATURES, view_feature_matrix, view_raw_features
 from routing.headroom import margin_ms, per_endpoint, relative_headroom
+from routing.lifecycle import InFlight
+from routing.load_matrix import EndpointView
 from routing.pick_result import Choice, PickResult, Tier
-from routing.registry import EndpointRegistry, EndpointView, InFlight
+from routing.registry import EndpointRegistry
 from routing.topology import MISSING, cost_table_ms, prefill_has_local_decode, relation_name, shared_depth
 
 _N_TTFT = len(TTFT_FEATURES)

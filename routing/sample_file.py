@@ -59,7 +59,7 @@ import time
 import numpy as np
 
 from routing.features import RAW_FIELDS, ROLE_CODE, TARGETS
-from routing.registry import Sample
+from routing.lifecycle import Sample
 from routing.sample_format import (
     CURRENT_LAYOUT_CRC,
     SCHEMA_VERSION,

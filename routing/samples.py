@@ -1,7 +1,7 @@
 """Bounded training-sample store that keeps coverage across load levels.
 
 Every completed request leaves a TTFT and usually a TPOT sample (features at
-dispatch + observed latency, see routing.registry.Sample). The store keeps at
+dispatch + observed latency, see routing.lifecycle.Sample). The store keeps at
 most `capacity` of them. Samples fall into load buckets: (target, role, KV-usage
 bucket, waiting-queue bucket). When full, the oldest sample of the currently
 largest bucket goes, so a burst of samples from one common load level cannot
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from routing.features import FEATURES, RAW_FIELDS, ROLE_CODE, ROLES, TARGETS
-from routing.registry import Sample
+from routing.lifecycle import Sample
 from routing.sample_file import SampleFile
 from routing.sample_format import SEQ_BLOCK
 from routing.store_guard import StoreLock, lock_and_load

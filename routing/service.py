@@ -29,11 +29,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from routing.config import RouterConfig
 from routing.features import ROLES, TTFT_FEATURES, feature_matrix, view_feature_matrix
+from routing.lifecycle import InFlight, Sample
 from routing.model_store import ModelStore
 from routing.pick_result import PickResult
 from routing.picker import Picker, RouteRequest, dispatch_record
 from routing.predictor import LatencyPredictor, ProfileEstimator
-from routing.registry import Endpoint, EndpointRegistry, InFlight, Sample
+from routing.registry import Endpoint, EndpointRegistry
 from routing.samples import SampleStore
 from routing.topology import read_domain_labels
 

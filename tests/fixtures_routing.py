@@ -20,11 +20,12 @@ import uvicorn
 from connectors.profiles import load_profile_dir
 from routing.config import PickerConfig
 from routing.features import FEATURES
+from routing.lifecycle import InFlight
 from routing.model_export import model_document
 from routing.model_store import ModelStore
 from routing.picker import Picker
 from routing.predictor import LatencyPredictor, ProfileEstimator
-from routing.registry import Endpoint, EndpointRegistry, InFlight
+from routing.registry import Endpoint, EndpointRegistry
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR = PROJECT_ROOT.parent / "shared" / "data" / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"

@@ -7,10 +7,10 @@ import pytest
 
 from routing.features import feature_matrix, features_from_samples
 from routing.picker import RouteRequest, dispatch_record
-from routing.registry import (
+from routing.lifecycle import InFlight
+from routing.registry import Endpoint
+from routing.registry_errors import (
     DuplicateRequestError,
-    Endpoint,
-    InFlight,
     RegistryError,
     UnknownEndpointError,
     UnknownRequestError,

@@ -16,7 +16,7 @@ from routing.features import (
     feature_matrix,
     features_from_samples,
 )
-from routing.registry import Sample
+from routing.lifecycle import Sample
 from routing.sample_format import SCHEMA_VERSION
 from routing.samples import SampleStore, load_bucket
 

@@ -29,8 +29,9 @@ import pytest
 from routing.app import create_app
 from routing.config import RouterConfig
 from routing.features import RAW_FIELDS
+from routing.lifecycle import Sample
 from routing.model_store import ModelStore
-from routing.registry import Endpoint, Sample
+from routing.registry import Endpoint
 from routing.sample_format import SEQ_BLOCK
 from routing.samples import SampleStore
 from routing.store_guard import StoreFullError, StoreLockedError
