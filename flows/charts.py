@@ -60,7 +60,7 @@ def planner_chart_png(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    obs, fc, fleet, d = result.observation, result.forecast, result.fleet, result.decision
+    obs, fc = result.observation, result.forecast
     interval_s = obs.interval_s
     start_s, end_s = now_s - window_s, now_s + interval_s
 
@@ -93,28 +93,8 @@ def planner_chart_png(
         load_ax.legend(loc="upper left", fontsize=7)
     load_ax.grid(alpha=0.3)
 
-    applied = list(fleet.applied_targets)
-    if record is not None:
-        applied.append((record.decided_at_s, record.prefill_replicas, record.decode_replicas))
-    recommended = list(fleet.recent_targets) + [
-        (now_s, d.recommended_prefill_replicas if d.recommended_prefill_replicas is not None else d.prefill_replicas,
-         d.recommended_decode_replicas if d.recommended_decode_replicas is not None else d.decode_replicas)]
-    for i, (pool, color) in enumerate((("prefill", "tab:blue"), ("decode", "tab:orange"))):
-        ts, vs = _steps([(t, v[i]) for t, *v in applied], start_s=start_s, end_s=end_s)
-        if ts:
-            rep_ax.step(minutes(ts), vs, where="post", color=color, lw=1.6, label=f"{pool} applied")
-        rec = [(t, v[i]) for t, *v in recommended if start_s <= t <= end_s]
-        rep_ax.plot(minutes([t for t, _ in rec]), [v for _, v in rec], ".", color=color, ms=5,
-                    label=f"{pool} recommended")
-        state = getattr(fleet, pool)
-        rep_ax.plot([0.0], [state.current_replicas], "s", mfc="none", color=color, ms=7,
-                    label=f"{pool} set now {state.current_replicas} (ready {state.ready_replicas})")
-    rep_ax.set_ylabel("replicas")
-    rep_ax.set_ylim(bottom=0)
-    rep_ax.yaxis.get_major_locator().set_params(integer=True)
-    rep_ax.set_xlabel("minutes from this run")
-    rep_ax.legend(loc="upper left", fontsize=7, ncol=2)
-    rep_ax.grid(alpha=0.3)
+    applied, recommended = _draw_replicas(rep_ax, result, now_s=now_s, record=record, start_s=start_s, end_s=end_s,
+                                          minutes=minutes)
     # The window shrinks to the data there is (a new deployment has minutes of it, not hours).
     seen = [t for t in (*(hist.t_s if hist is not None else ()), *(a[0] for a in applied),
                         *(r[0] for r in recommended)) if start_s <= t <= now_s]
@@ -130,3 +110,33 @@ def planner_chart_png(
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _draw_replicas(ax, result: PlanResult, *, now_s: float, record: DecisionRecord | None, start_s: float,
+                   end_s: float, minutes) -> tuple[list, list]:
+    """Per pool: applied targets as steps, recent recommendations as dots, the replicas set now;
+    returns (applied, recommended) as (t_s, prefill, decode) rows."""
+    fleet, d = result.fleet, result.decision
+    applied = list(fleet.applied_targets)
+    if record is not None:
+        applied.append((record.decided_at_s, record.prefill_replicas, record.decode_replicas))
+    recommended = list(fleet.recent_targets) + [
+        (now_s, d.recommended_prefill_replicas if d.recommended_prefill_replicas is not None else d.prefill_replicas,
+         d.recommended_decode_replicas if d.recommended_decode_replicas is not None else d.decode_replicas)]
+    for i, (pool, color) in enumerate((("prefill", "tab:blue"), ("decode", "tab:orange"))):
+        ts, vs = _steps([(t, v[i]) for t, *v in applied], start_s=start_s, end_s=end_s)
+        if ts:
+            ax.step(minutes(ts), vs, where="post", color=color, lw=1.6, label=f"{pool} applied")
+        rec = [(t, v[i]) for t, *v in recommended if start_s <= t <= end_s]
+        ax.plot(minutes([t for t, _ in rec]), [v for _, v in rec], ".", color=color, ms=5,
+                label=f"{pool} recommended")
+        state = getattr(fleet, pool)
+        ax.plot([0.0], [state.current_replicas], "s", mfc="none", color=color, ms=7,
+                label=f"{pool} set now {state.current_replicas} (ready {state.ready_replicas})")
+    ax.set_ylabel("replicas")
+    ax.set_ylim(bottom=0)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("minutes from this run")
+    ax.legend(loc="upper left", fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    return applied, recommended

@@ -76,10 +76,7 @@ def retrain_flow(
     logger = get_run_logger()
     now = time.time() if now_s is None else now_s
     if rollback or rollback_to_version is not None:
-        result = rollback_model(router_url, token_env=token_env, to_version=rollback_to_version)
-        logger.info("rollback: active model is now %s", result["active"] or result["estimate"])
-        _card(_rollback_card(router_url, rollback_to_version, result), "rollback")
-        return {"decision": "rollback", "active": result["active"], "estimate": result["estimate"]}
+        return _rollback(router_url, token_env=token_env, to_version=rollback_to_version)
     if profile_dir is None:
         raise ValueError("retrain flow: profile_dir is required (the routing service's profile: the gate's floor)")
     if max_samples < 1:
@@ -128,6 +125,14 @@ def retrain_flow(
             raise
         logger.info("published %s (active: %s)", published["version"], published["active"])
     return _result(decision, version, current_version, prepared, published=published, evaluation=evaluation)
+
+
+def _rollback(router_url: str, *, token_env: str, to_version: str | None) -> dict:
+    """Reactivate to_version (None: the previously active one) and leave a card saying so."""
+    result = rollback_model(router_url, token_env=token_env, to_version=to_version)
+    get_run_logger().info("rollback: active model is now %s", result["active"] or result["estimate"])
+    _card(_rollback_card(router_url, to_version, result), "rollback")
+    return {"decision": "rollback", "active": result["active"], "estimate": result["estimate"]}
 
 
 def _default_version(now_s: float) -> str:
