@@ -284,6 +284,11 @@ class PoolSizing:
     message: str = ""
 
 
+# Per-pool replica targets, and one decision rule's output: new targets and why.
+Targets = dict[Pool, int]
+Step = tuple[Targets, list[Reason]]
+
+
 @dataclass(frozen=True)
 class Decision:
     """Targets for both pools and why. `apply` is False when nothing should be written.

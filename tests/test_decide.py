@@ -11,22 +11,11 @@ import math
 import pytest
 
 from planner.config import DecisionConfig, PoolBounds, SaturationThresholds
-from planner.decide import (
-    apply_guardrail,
-    clamp_to_bounds,
-    decide,
-    finish,
-    fit_gpu_budget,
-    hold_on_partial_metrics,
-    hold_scale_down_in_warmup,
-    limit_step,
-    missing_load_metrics,
-    partial_metrics_gate,
-    previous_decision_gate,
-    sizing_targets,
-    stabilize_scale_down,
-    stale_gate,
-)
+from planner.decide import decide, finish
+from planner.decision_gates import missing_load_metrics, partial_metrics_gate, previous_decision_gate, stale_gate
+from planner.decision_rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
+from planner.gpu_budget import fit_gpu_budget
+from planner.stabilization import hold_scale_down_in_warmup, stabilize_scale_down
 from planner.saturation import analyze_pool
 from planner.types import (
     DecisionRecord,

@@ -1,0 +1,82 @@
+"""Scale-down damping: rules that hold a scale-down the evidence does not yet support.
+
+HPA's stabilization window (down only to the highest recent recommendation)
+and the warm-up hold (no scale-down on too short a load history). Scale-ups
+are never delayed. Each rule returns the new targets and its reasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planner.types import POOLS, Reason, ReasonCode, Step, Targets
+
+
+def stabilize_scale_down(
+    targets: Targets,
+    *,
+    current: Targets,
+    history: Sequence[tuple[float, int, int]],
+    window_s: float,
+    now_s: float,
+) -> Step:
+    """Scale down only to the highest recommendation of the last window_s seconds (never above current).
+
+    history: (decided_at_s, prefill, decode) recommendations of earlier runs;
+    the caller rebuilds it from stored decisions (Decision.recommended_*). An
+    entry stamped after now_s (clock skew) counts as recent. Scale-ups are not
+    delayed.
+    """
+    out = dict(targets)
+    reasons: list[Reason] = []
+    if window_s <= 0:
+        return out, reasons
+    recent = [entry for entry in history if entry[0] > now_s - window_s]
+    for i, pool in enumerate(POOLS):
+        t, c = targets[pool], current[pool]
+        if t >= c or not recent:
+            continue
+        window_max = max(int(entry[1 + i]) for entry in recent)
+        stabilized = min(c, max(t, window_max))
+        if stabilized != t:
+            out[pool] = stabilized
+            reasons.append(
+                Reason(ReasonCode.STABILIZATION_WINDOW, pool,
+                       f"{pool}: scale-down to {t} held at {stabilized}: highest recommendation in the last "
+                       f"{window_s:.0f} s was {window_max}",
+                       {"recommended_replicas": float(t), "window_max_replicas": float(window_max),
+                        "window_s": window_s, "window_entries": float(len(recent))})
+            )
+    return out, reasons
+
+
+def hold_scale_down_in_warmup(
+    targets: Targets, *, current: Targets, history_intervals: int | None, min_intervals: int
+) -> Step:
+    """No scale-down while the load history is shorter than min_intervals (a planner just started).
+
+    history_intervals: intervals of load history the forecast was built on; None
+    when the observation carries no history (the rule does not apply). With one
+    minute of history a forecast can read a rising load as low, and the start
+    fleet is the best estimate there is. Scale-ups are not delayed.
+    """
+    out = dict(targets)
+    reasons: list[Reason] = []
+    if history_intervals is None or history_intervals >= min_intervals:
+        return out, reasons
+    for pool in POOLS:
+        t, c = targets[pool], current[pool]
+        if t < c:
+            out[pool] = c
+            reasons.append(
+                Reason(ReasonCode.WARMUP_NO_SCALE_DOWN, pool,
+                       f"{pool}: scale-down to {t} held at {c}: {history_intervals} of {min_intervals} intervals of "
+                       "load history, no scale-down until the forecast has enough",
+                       {"recommended_replicas": float(t), "history_intervals": float(history_intervals),
+                        "min_history_intervals": float(min_intervals)})
+            )
+    return out, reasons
+
+
+
+__all__ = ["hold_scale_down_in_warmup", "stabilize_scale_down"]
