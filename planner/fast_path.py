@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from planner.config import FastPathConfig, SaturationThresholds
-from planner.saturation import analyze_saturation
+from planner.saturation_analysis import analyze_saturation
 from planner.types import POOLS, PodMetrics, Pool, is_number
 
 

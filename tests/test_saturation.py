@@ -11,16 +11,10 @@ import math
 import pytest
 
 from planner.config import DecisionConfig, SaturationConfig, SaturationThresholds, parse_yaml
-from planner.saturation import (
-    VariantState,
-    analyze_fleet,
-    analyze_model,
-    analyze_pool,
-    analyze_saturation,
-    classify_replica,
-    desired_in_flight,
-    spare_after_removal,
-)
+from planner.saturation import analyze_fleet, analyze_pool, desired_in_flight
+from planner.saturation_analysis import analyze_saturation
+from planner.spare_capacity import classify_replica, spare_after_removal
+from planner.variant_targets import VariantState, analyze_model
 from planner.types import DecisionRecord, FleetState, Observation, PodMetrics, PoolState
 
 WVA = SaturationThresholds()
