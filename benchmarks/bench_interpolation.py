@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from connectors.profiles import read_npz  # noqa: E402
-from planner.profile import DecodeProfile, PrefillProfile, ProfileRangeWarning  # noqa: E402
+from planner.decode_profile import DecodeProfile  # noqa: E402
+from planner.profile import PrefillProfile  # noqa: E402
+from planner.profile_checks import ProfileRangeWarning  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "profiles"
 OUT = ROOT / "benchmarks" / "results" / "interpolation.json"

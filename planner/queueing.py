@@ -34,7 +34,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import gamma as gamma_dist
 
-from planner.profile import DecodeProfile, PrefillProfile
+from planner.decode_profile import DecodeProfile
+from planner.profile import PrefillProfile
 
 # Never search past this many replicas; far beyond any real pool.
 MAX_REPLICAS_SEARCH = 100_000

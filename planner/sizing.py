@@ -20,7 +20,8 @@ import math
 from typing import Literal
 
 from planner.config import SizingConfig, SloTarget
-from planner.profile import DecodeProfile, PrefillProfile
+from planner.decode_profile import DecodeProfile
+from planner.profile import PrefillProfile
 from planner.sizing_dynamo import dynamo_decode, dynamo_prefill
 from planner.sizing_sla import sla_decode, sla_prefill
 from planner.types import Corrections, Forecast, PoolSizing, SizingLoad

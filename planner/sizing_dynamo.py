@@ -11,7 +11,7 @@ TTFT target:
 
 from __future__ import annotations
 
-from planner.profile import DecodeOperatingPoint
+from planner.decode_profile import DecodeOperatingPoint
 from planner.queueing import ceil_replicas
 from planner.types import PoolSizing, SizingLoad
 

@@ -21,7 +21,8 @@ import numpy as np
 
 from planner.burst import arrival_classes, history_classes
 from planner.config import SizingConfig, SloTarget
-from planner.profile import DecodeOperatingPoint, DecodeProfile, PrefillProfile
+from planner.decode_profile import DecodeOperatingPoint, DecodeProfile
+from planner.profile import PrefillProfile
 from planner.queueing import (
     arrival_peakedness,
     ceil_replicas,

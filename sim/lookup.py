@@ -26,7 +26,8 @@ import warnings
 
 import numpy as np
 
-from planner.profile import EngineProfile, ProfileRangeWarning
+from planner.profile import EngineProfile
+from planner.profile_checks import ProfileRangeWarning
 
 _KV_SAMPLES = 512
 

@@ -26,7 +26,8 @@ from planner.config import PlannerConfig, ProfileConfig
 from planner.fast_path import SaturationSignal, saturation_signal
 from planner.pipeline import plan_interval
 from planner.predictors.registry import predictor_names
-from planner.profile import EngineProfile, ProfileRangeWarning
+from planner.profile import EngineProfile
+from planner.profile_checks import ProfileRangeWarning
 from planner.saturation import analyze_fleet
 from planner.types import Observation, PodMetrics
 from sim.replay import PolicyInput, PolicyOutput

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from connectors.profiles import load_profile_dir
 from planner.config import SloTarget
-from planner.profile import EngineProfile, ProfileRangeWarning
+from planner.profile import EngineProfile
+from planner.profile_checks import ProfileRangeWarning
 from sim.config import SimConfig
 from sim.lookup import ProfileTables
 from sim.policies import check_policy_name, default_planner_config, make_policy

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.profile import DecodeProfile, EngineProfile, PrefillProfile
+from planner.decode_profile import DecodeProfile
+from planner.profile import EngineProfile, PrefillProfile
 
 PROFILER_DIRS = {
     "dynamo-H200-measured": ("dynamo", "profiler", "H200_TP1P_TP1D"),

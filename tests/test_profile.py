@@ -9,7 +9,9 @@ import pytest
 
 from connectors.profiles import load_pre_swept, load_profile, load_profile_dir, read_npz
 from planner.config import ProfileConfig, SloTarget
-from planner.profile import DecodeProfile, PrefillProfile, ProfileRangeWarning
+from planner.decode_profile import DecodeProfile
+from planner.profile import PrefillProfile
+from planner.profile_checks import ProfileRangeWarning
 from tests.fixtures_profile import (
     PRE_SWEPT,
     PROFILER_DIRS,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from connectors.profiles import load_profile_dir
-from planner.profile import ProfileRangeWarning
+from planner.profile_checks import ProfileRangeWarning
 from sim.config import SimConfig
 from sim.engine import FleetSim
 from sim.lookup import ProfileTables
