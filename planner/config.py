@@ -216,7 +216,7 @@ class SaturationThresholds(StrictModel):
     never zero (WVA falls back to zeros, which marks every replica saturated).
     """
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     kv_cache_threshold: float = Field(
         0.80,
