@@ -51,7 +51,7 @@ from sim.config import SimConfig  # noqa: E402
 from sim.loadgen import LoadGenConfig, replay as replay_http  # noqa: E402
 from sim.lookup import ProfileTables  # noqa: E402
 from sim.policies import StaticPolicy  # noqa: E402
-from sim.replay import Scenario, replay  # noqa: E402
+from sim.replay import ReplaySettings, replay  # noqa: E402
 from sim.trace_shaping import build_trace  # noqa: E402
 
 PROFILE = ROOT / "data" / "profiles" / "h200_llama8b_fp8_tp1"
@@ -79,7 +79,7 @@ def summarize(ttft_ms: np.ndarray, itl_ms: np.ndarray, osl: np.ndarray, finished
 
 
 def run_sim(trace, tables, prefill: int, decode: int) -> dict:
-    scenario = Scenario(slo=SLO, interval_s=30.0, router="round-robin", sim=SimConfig(startup_s=0.0))
+    scenario = ReplaySettings(slo=SLO, interval_s=30.0, router="round-robin", sim=SimConfig(startup_s=0.0))
     result = replay(trace, tables, StaticPolicy(prefill, decode), scenario=scenario)
     r = result.requests
     itl = np.where(r.osl_tokens > 1, r.itl_ms, np.nan)

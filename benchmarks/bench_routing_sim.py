@@ -47,7 +47,7 @@ from routing.config import PickerConfig  # noqa: E402
 from sim.lookup import ProfileTables  # noqa: E402
 from sim.picker_router import LEVELS, PickerRouter  # noqa: E402
 from sim.policies import make_policy  # noqa: E402
-from sim.replay import Scenario, replay  # noqa: E402
+from sim.replay import ReplaySettings, replay  # noqa: E402
 from sim.routing import make_router  # noqa: E402
 from sim.traces import Trace, load_trace, multiply_load  # noqa: E402
 
@@ -149,7 +149,7 @@ def seed_spread(profile, tables, slo: SloTarget, cfg: PlannerConfig) -> list[dic
         for label in ("least-loaded", "picker"):
             router = PickerRouter(profile, slo=slo, config=_picker_config()) if label == "picker" else make_router(label)
             result = replay(trace, tables, make_policy(f"static:{fleet}", cfg=cfg, profile=profile),
-                            scenario=Scenario(slo=slo, router=label), router=router)
+                            scenario=ReplaySettings(slo=slo, router=label), router=router)
             row[label] = float(result.sla_met().mean())
         row["picker_minus_least_loaded_points"] = round(100 * (row["picker"] - row["least-loaded"]), 3)
         out.append(row)
@@ -193,7 +193,7 @@ def main() -> int:
                 router = make_router(label, profile=profile, slo=slo, seed=0)
             t0 = time.perf_counter()
             result = replay(trace, tables, make_policy(f"static:{fleet}", cfg=cfg, profile=profile),
-                            scenario=Scenario(slo=slo, router=label.split(":")[0]), router=router)
+                            scenario=ReplaySettings(slo=slo, router=label.split(":")[0]), router=router)
             q = result.requests
             rows.append({
                 "trace": label_trace, "fleet": fleet, "router": label,

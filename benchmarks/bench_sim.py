@@ -51,7 +51,7 @@ sys.path.insert(0, {root!r})
 from connectors.profiles import load_profile_dir
 from sim.lookup import ProfileTables
 from sim.policies import default_planner_config, make_policy
-from sim.replay import Scenario, replay
+from sim.replay import ReplaySettings, replay
 from sim.traces import load_trace, multiply_load
 t0 = time.perf_counter()
 profile = load_profile_dir({profile!r})
@@ -61,7 +61,7 @@ if {k!r} != 1:
     trace = multiply_load(trace, {k!r}, seed=0)
 setup_s = time.perf_counter() - t0
 cfg = default_planner_config(profile_dir={profile!r}, ttft_ms=200, itl_ms=10, interval_s=60)
-r = replay(trace, tables, make_policy("planner", cfg=cfg, profile=profile), scenario=Scenario())
+r = replay(trace, tables, make_policy("planner", cfg=cfg, profile=profile), scenario=ReplaySettings())
 print(json.dumps(dict(requests=len(trace), wall_s=r.wall_s, setup_s=setup_s,
     requests_per_wall_s=len(trace) / r.wall_s, intervals=len(r.timeline.t_s),
     planner_wall_s=r.policy_wall_s, simulator_wall_s=r.wall_s - r.policy_wall_s,
@@ -206,12 +206,12 @@ def bench_control(
     from sim.oracle import best_static, oracle_plan
     from sim.whatif import load_model
     from sim.policies import PlannerPolicy, default_planner_config, make_policy
-    from sim.replay import Scenario, replay
+    from sim.replay import ReplaySettings, replay
 
     profile = load_profile_dir(PROFILE)
     tables = ProfileTables(profile)
     cfg = default_planner_config(profile_dir=str(PROFILE), ttft_ms=200, itl_ms=10, interval_s=60)
-    scenario = Scenario()
+    scenario = ReplaySettings()
     out = []
     load_avg = [os.getloadavg()[0]]
     for label, make in _traces(quick, jitter_s):
@@ -335,7 +335,7 @@ def bench_ablation(quick: bool, only: list[str] | None, variants: list[str] | No
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
     from sim.policies import PlannerPolicy, default_planner_config
-    from sim.replay import Scenario, replay
+    from sim.replay import ReplaySettings, replay
 
     profile = load_profile_dir(PROFILE)
     tables = ProfileTables(profile)
@@ -353,7 +353,7 @@ def bench_ablation(quick: bool, only: list[str] | None, variants: list[str] | No
             cfg = base.model_copy(update={
                 section: getattr(base, section).model_copy(update=fields) for section, fields in change.items()
             })
-            r = replay(trace, tables, PlannerPolicy(cfg, profile, name=name), scenario=Scenario())
+            r = replay(trace, tables, PlannerPolicy(cfg, profile, name=name), scenario=ReplaySettings())
             row = _row(name, r, extra={"trace": label, "change": change,
                                        "gpu_hours_prefill": r.gpu_seconds["prefill"] / 3600,
                                        "gpu_hours_decode": r.gpu_seconds["decode"] / 3600})

@@ -40,7 +40,7 @@ import numpy as np
 from sim.engine import FleetSim
 from sim.lookup import ProfileTables
 from sim.policies import ScheduledPolicy, StaticPolicy
-from sim.replay import ReplayResult, Scenario, replay
+from sim.replay import ReplayResult, ReplaySettings, replay
 from sim.results import RequestResults
 from sim.routing import make_router
 from sim.traces import Trace
@@ -73,7 +73,9 @@ def _interval_shares(req: RequestResults, ok: np.ndarray, *, interval_s: float, 
     return n, share
 
 
-def _static_run(trace: Trace, tables: ProfileTables, scenario: Scenario, prefill: int, decode: int) -> RequestResults:
+def _static_run(
+    trace: Trace, tables: ProfileTables, scenario: ReplaySettings, prefill: int, decode: int,
+) -> RequestResults:
     sim = FleetSim(
         trace, tables, config=scenario.sim, router=make_router(scenario.router),
         initial_prefill=prefill, initial_decode=decode,
@@ -142,7 +144,7 @@ def oracle_plan(
     trace: Trace,
     tables: ProfileTables,
     *,
-    scenario: Scenario,
+    scenario: ReplaySettings,
     goal_frac: float = 0.99,
     max_replicas: int = 16,
     refine_rounds: int = 3,
@@ -209,7 +211,8 @@ def oracle_plan(
 
 
 def best_static(
-    trace: Trace, tables: ProfileTables, scenario: Scenario, plan: OraclePlan, target: float, *, max_runs: int = 8,
+    trace: Trace, tables: ProfileTables, scenario: ReplaySettings, plan: OraclePlan, target: float, *,
+    max_runs: int = 8,
 ) -> tuple[ReplayResult | None, list[tuple[int, int, float, float]]]:
     """Cheapest static P x D fleet whose replay reaches `target` SLA attainment (0..1).
 

@@ -41,7 +41,7 @@ from sim.traces import Trace
 
 
 @dataclass(frozen=True)
-class Scenario:
+class ReplaySettings:
     """What a replay holds fixed: SLA, control interval, engine and fleet settings.
 
     history_intervals: intervals of load history handed to the policy each run.
@@ -65,14 +65,14 @@ class Scenario:
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
-            raise ValueError(f"Scenario: interval_s must be > 0, got {self.interval_s}")
+            raise ValueError(f"ReplaySettings: interval_s must be > 0, got {self.interval_s}")
         if self.peak_window_s is not None and not (0 < self.peak_window_s and 0 < self.peak_step_s <= self.interval_s):
             raise ValueError(
-                f"Scenario: need peak_window_s > 0 and 0 < peak_step_s <= interval_s, got "
+                f"ReplaySettings: need peak_window_s > 0 and 0 < peak_step_s <= interval_s, got "
                 f"{self.peak_window_s}, {self.peak_step_s}"
             )
         if self.history_intervals < 1:
-            raise ValueError(f"Scenario: history_intervals must be >= 1, got {self.history_intervals}")
+            raise ValueError(f"ReplaySettings: history_intervals must be >= 1, got {self.history_intervals}")
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class ReplayResult:
 
     trace_name: str
     policy: str
-    scenario: Scenario
+    scenario: ReplaySettings
     requests: RequestResults
     timeline: Timeline
     gpu_seconds: dict[str, float]
@@ -185,7 +185,7 @@ def replay(
     tables: ProfileTables,
     policy,
     *,
-    scenario: Scenario,
+    scenario: ReplaySettings,
     router: Router | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayResult:
@@ -338,7 +338,7 @@ def replay(
     )
 
 
-def peak_rate_rps(arrival_s: np.ndarray, *, end_s: float, scenario: Scenario) -> float | None:
+def peak_rate_rps(arrival_s: np.ndarray, *, end_s: float, scenario: ReplaySettings) -> float | None:
     """Highest arrival rate over a `peak_window_s` window ending in the interval that ends at end_s, requests/s.
 
     arrival_s: sorted arrival times, seconds. Window ends every `peak_step_s` in
@@ -373,7 +373,7 @@ def _record(tl: Timeline, t: float, obs: Observation, sim: FleetSim, reason: str
     tl.reasons.append(reason)
 
 
-def _first_interval_observation(trace: Trace, scenario: Scenario) -> Observation:
+def _first_interval_observation(trace: Trace, scenario: ReplaySettings) -> Observation:
     """The load a policy's initial fleet must carry, for warm-starting it.
 
     No decision can add a serving worker before interval 1 + ceil(startup/interval),

@@ -105,13 +105,13 @@ def simulate_routed(
     from planner.profile_checks import ProfileRangeWarning
     from sim.lookup import ProfileTables
     from sim.policies import default_planner_config, make_policy
-    from sim.replay import Scenario, replay
+    from sim.replay import ReplaySettings, replay
     from sim.routing import make_router
 
     profile = load_profile_dir(profile_dir)
     tables = ProfileTables(profile)
     cfg = default_planner_config(profile_dir=profile_dir, ttft_ms=ttft_ms, itl_ms=itl_ms, interval_s=interval_s)
-    scenario = Scenario(slo=cfg.slo, interval_s=interval_s, sim=sim or SimConfig(), router=router)
+    scenario = ReplaySettings(slo=cfg.slo, interval_s=interval_s, sim=sim or SimConfig(), router=router)
     rec = RecordingRouter(make_router(router), n_requests=len(trace))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)

@@ -1,7 +1,9 @@
 """One what-if scenario, end to end: load the trace, build the fleet, replay a policy.
 
-`WhatIfScenario` is the typed input of the CLI, the what-if flow and each cell of
-a sweep. `run_what_if` returns the JSON summary and the full replay.
+`WhatIfScenario` (the planner's what-if, `planner.whatif.WhatIf`, asked of the
+simulator: with the trace, profile and policy it applies to) is the typed input
+of the CLI, the what-if flows and each cell of a sweep. `run_what_if` returns
+the JSON summary and the full replay.
 """
 
 from __future__ import annotations
@@ -10,16 +12,17 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from connectors.profiles import load_profile_dir
 from planner.config import SloTarget
 from planner.profile import EngineProfile
 from planner.profile_checks import ProfileRangeWarning
+from planner.whatif import WhatIf
 from sim.config import SimConfig
 from sim.lookup import ProfileTables
 from sim.policies import check_policy_name, default_planner_config, make_policy
-from sim.replay import ReplayResult, Scenario, replay
+from sim.replay import ReplayResult, ReplaySettings, replay
 from sim.routing import make_router
 from sim.report import summarize
 from sim.servegen import load_servegen, synthesize_servegen
@@ -38,10 +41,12 @@ def load_model(load_multiplier: float, jitter_s: float) -> str:
     return f"{load_multiplier:g} copies shifted by up to +-{jitter_s:g} s: {kind}"
 
 
-class WhatIfScenario(BaseModel):
-    """A what-if question: this trace, this much load, these SLA targets, this policy."""
+class WhatIfScenario(WhatIf):
+    """A what-if question: this trace, this much load, these SLA targets, this policy.
 
-    model_config = ConfigDict(extra="forbid")
+    The load and the SLA targets are the planner's what-if fields; the targets
+    are always given here (there is no configured SLA to keep).
+    """
 
     trace: str = Field(description="trace file: Azure CSV(.gz), Mooncake JSONL(.gz) or ServeGen .tar.gz")
     profile_dir: str = Field(description="profiler output folder (selected_*_interpolation/raw_data.npz)")
@@ -87,7 +92,8 @@ class WhatIfScenario(BaseModel):
             raise ValueError(f"router must be least-loaded, round-robin or picker, got {v!r}")
         return v
 
-    def slo(self) -> SloTarget:
+    def slo(self, base: SloTarget | None = None) -> SloTarget:
+        """The scenario's SLA targets (both are always given, so base is never used)."""
         return SloTarget(ttft_ms=self.ttft_ms, itl_ms=self.itl_ms)
 
 
@@ -116,9 +122,9 @@ def load_scenario_trace(sc: WhatIfScenario) -> Trace:
     return trace
 
 
-def build_scenario(sc: WhatIfScenario, profile: EngineProfile | None = None) -> Scenario:
-    """The replay scenario; workers are billed the GPUs per engine the profile names (else 1)."""
-    return Scenario(
+def build_replay_settings(sc: WhatIfScenario, profile: EngineProfile | None = None) -> ReplaySettings:
+    """What the replay holds fixed; workers are billed the GPUs per engine the profile names (else 1)."""
+    return ReplaySettings(
         slo=sc.slo(),
         interval_s=sc.interval_s,
         sim=SimConfig(
@@ -150,7 +156,7 @@ def run_what_if(
     trace = trace if trace is not None else load_scenario_trace(sc)
     profile = load_profile_dir(sc.profile_dir)
     tables = ProfileTables(profile)
-    scenario = build_scenario(sc, profile)
+    scenario = build_replay_settings(sc, profile)
     cfg = default_planner_config(
         profile_dir=sc.profile_dir, ttft_ms=sc.ttft_ms, itl_ms=sc.itl_ms, interval_s=sc.interval_s
     )
@@ -212,7 +218,7 @@ def oracle_and_best_static(
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
     profile = load_profile_dir(sc.profile_dir)
     tables = ProfileTables(profile)
-    scenario = build_scenario(sc, profile)
+    scenario = build_replay_settings(sc, profile)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)
         plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas, progress=progress)

@@ -351,7 +351,7 @@ def test_gpus_per_engine_come_from_the_profile_and_size_and_bill_per_engine(shar
     from planner.config import SizingConfig
     from planner.sizing import engine_gpus, resolve_engine_gpus, size_decode
     from planner.types import Corrections, Forecast
-    from sim.whatif import WhatIfScenario, build_scenario
+    from sim.whatif import WhatIfScenario, build_replay_settings
 
     src = shared_data / "profiles" / "aiconfigurator" / "Qwen3-32B_H100_sglang_TP4P_TP4D"
     profile = load_profile_dir(src)
@@ -375,7 +375,7 @@ def test_gpus_per_engine_come_from_the_profile_and_size_and_bill_per_engine(shar
     assert engine_gpus(resolve_engine_gpus(SizingConfig(gpus_per_decode_engine=2), prefill=4, decode=4),
                        "decode") == 2  # the config wins
 
-    sim = build_scenario(WhatIfScenario(trace="t", profile_dir=str(src)), profile).sim
+    sim = build_replay_settings(WhatIfScenario(trace="t", profile_dir=str(src)), profile).sim
     assert (sim.gpus_per_prefill, sim.gpus_per_decode) == (4, 4)
 
     bad = tmp_path / "bad"

@@ -13,7 +13,7 @@ from planner.profile_checks import ProfileRangeWarning
 from sim.fast_path import ArrivalWindows, Trigger
 from sim.lookup import ProfileTables
 from sim.policies import PlannerPolicy, default_planner_config
-from sim.replay import Scenario, replay
+from sim.replay import ReplaySettings, replay
 from sim.report import markdown_report, summarize
 from sim.traces import Trace
 
@@ -119,7 +119,7 @@ def surge_replays(h200_profile_dir):
     out = {}
     for on in (False, True):
         cfg = base.model_copy(update={"fast_path": base.fast_path.model_copy(update={"enabled": on})})
-        out[on] = replay(_surge(), tables, PlannerPolicy(cfg, profile, initial=(1, 1)), scenario=Scenario())
+        out[on] = replay(_surge(), tables, PlannerPolicy(cfg, profile, initial=(1, 1)), scenario=ReplaySettings())
     return out
 
 

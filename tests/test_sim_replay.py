@@ -20,7 +20,7 @@ from sim.policies import (
     default_planner_config,
     make_policy,
 )
-from sim.replay import PolicyOutput, Scenario, replay
+from sim.replay import PolicyOutput, ReplaySettings, replay
 from sim.routing import make_router
 from sim.traces import Trace, bin_trace, load_trace, multiply_load, time_window
 
@@ -86,7 +86,7 @@ class _Recorder:
 def test_replay_hands_the_policy_what_prometheus_would_show(tables, conv):
     trace = time_window(conv, 0, 600)
     rec = _Recorder()
-    result = replay(trace, tables, rec, scenario=Scenario(interval_s=60))
+    result = replay(trace, tables, rec, scenario=ReplaySettings(interval_s=60))
     counts = bin_trace(trace, bin_s=60, end_s=600).num_requests
     seen = rec.seen
     assert [s.observation.num_requests for s in seen[:10]] == list(counts)
@@ -107,7 +107,7 @@ def test_replay_hands_the_policy_what_prometheus_would_show(tables, conv):
 def test_replay_applies_targets_and_reports_the_decision_back(tables, conv):
     trace = time_window(conv, 0, 400)
     rec = _Recorder(targets={0: (3, 2)})
-    scenario = Scenario(interval_s=60, sim=SimConfig(startup_s=90))
+    scenario = ReplaySettings(interval_s=60, sim=SimConfig(startup_s=90))
     result = replay(trace, tables, rec, scenario=scenario)
     # decided at 60 s; the new workers serve from 60 + 90 = 150 s, so at 120 s they are not ready
     at_120, at_180 = rec.seen[1].fleet, rec.seen[2].fleet
@@ -120,7 +120,7 @@ def test_replay_applies_targets_and_reports_the_decision_back(tables, conv):
 
 def test_static_replay_equals_the_plain_simulator_and_bills_every_worker(tables, conv):
     trace = time_window(conv, 0, 300)
-    result = replay(trace, tables, StaticPolicy(2, 1), scenario=Scenario(interval_s=60))
+    result = replay(trace, tables, StaticPolicy(2, 1), scenario=ReplaySettings(interval_s=60))
     sim = FleetSim(trace, tables, config=SimConfig(), router=make_router("least-loaded"), initial_prefill=2,
                    initial_decode=1)
     sim.run_to_completion()
@@ -133,7 +133,7 @@ def test_static_replay_equals_the_plain_simulator_and_bills_every_worker(tables,
 def test_planner_in_the_loop_follows_a_load_step(tables, cfg, profile):
     # 5 min at 5 rps, then 10 min at 40 rps of 1000-token prompts: prefill must grow
     trace = _poisson([5.0, 40.0, 40.0], seg_s=300, isl=1000, osl=100, seed=3)
-    result = replay(trace, tables, PlannerPolicy(cfg, profile), scenario=Scenario(interval_s=60))
+    result = replay(trace, tables, PlannerPolicy(cfg, profile), scenario=ReplaySettings(interval_s=60))
     tl = result.timeline
     assert tl.prefill_ready[3] <= 2
     assert max(tl.prefill_ready[8:]) >= 2 and max(tl.prefill_ready[8:]) > tl.prefill_ready[3]
@@ -179,7 +179,7 @@ def test_make_policy_errors(cfg, profile, name, message):
 def test_saturation_policy_scales_up_one_at_a_time_on_a_long_queue(tables, cfg, profile):
     trace = _poisson([60.0], seg_s=240, isl=3000, osl=20, seed=1)  # 180k tokens/s: far past one prefill worker
     policy = SaturationPolicy(cfg, profile, initial=(1, 1))
-    result = replay(trace, tables, policy, scenario=Scenario(interval_s=60))
+    result = replay(trace, tables, policy, scenario=ReplaySettings(interval_s=60))
     targets = result.timeline.prefill_target
     # WVA adds at most one replica per decision; a fresh replica (empty queue) counts as
     # spare capacity, so the scale-up pauses for an interval after each step: 2, 2, 3, 3
@@ -204,7 +204,7 @@ def test_oracle_schedule_leads_by_the_startup_delay(need, startup_s, targets, in
 
 def test_oracle_meets_the_goal_with_fewer_gpu_hours_than_static_fleets(tables, conv):
     trace = multiply_load(time_window(conv, 0, 900), 4, seed=2)
-    scenario = Scenario(interval_s=60)
+    scenario = ReplaySettings(interval_s=60)
     plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=6)
     assert plan.result.sla_met().mean() >= 0.99
     # the cheapest static fleet with the same attainment costs more
@@ -227,7 +227,7 @@ def test_seeded_scenario_attainment(tables, cfg, profile, conv):
     trace = multiply_load(time_window(conv, 300, 1500), 4, seed=7)
 
     def run(name):
-        return replay(trace, tables, make_policy(name, cfg=cfg, profile=profile), scenario=Scenario())
+        return replay(trace, tables, make_policy(name, cfg=cfg, profile=profile), scenario=ReplaySettings())
 
     static = run("static:2x2")
     assert static.sla_met().mean() >= 0.99
@@ -249,7 +249,7 @@ def test_dynamo_peer_is_optional(tables, cfg, profile, conv):
         return
     peer = make_policy("dynamo-peer", cfg=cfg, profile=profile)
     trace = multiply_load(time_window(conv, 0, 300), 2, seed=0)
-    result = replay(trace, tables, peer, scenario=Scenario())
+    result = replay(trace, tables, peer, scenario=ReplaySettings())
     assert result.timeline.reasons[1].startswith("dynamo-peer: predicted")
     assert np.isfinite(result.requests.finish_s).all()
 
@@ -265,7 +265,7 @@ def test_dynamo_peer_is_optional(tables, cfg, profile, conv):
 def test_peak_rate_is_the_busiest_window(arrivals, end_s, expected):
     from sim.replay import peak_rate_rps
 
-    got = peak_rate_rps(np.asarray(arrivals, dtype=float), end_s=end_s, scenario=Scenario(interval_s=60))
+    got = peak_rate_rps(np.asarray(arrivals, dtype=float), end_s=end_s, scenario=ReplaySettings(interval_s=60))
     assert got == pytest.approx(expected)
 
 
@@ -274,14 +274,14 @@ def test_replay_observations_carry_the_peak_rate(tables, conv):
 
     trace = time_window(conv, 0, 300)
     rec = _Recorder()
-    replay(trace, tables, rec, scenario=Scenario(interval_s=60))
+    replay(trace, tables, rec, scenario=ReplaySettings(interval_s=60))
     third = rec.seen[2].observation
     assert third.peak_window_s == 15.0
     assert third.peak_rps == pytest.approx(peak_rate_rps(np.asarray(trace.arrival_s), end_s=180.0,
-                                                         scenario=Scenario(interval_s=60)))
+                                                         scenario=ReplaySettings(interval_s=60)))
     assert third.peak_rps >= third.num_requests / 60.0  # the busiest 15 s is at least as busy as the minute
     assert len(third.history.peak_rps) == 3 and third.history.peak_rps[-1] == third.peak_rps
     assert rec.first.peak_rps is not None  # the warm start sees it too
     off = _Recorder()
-    replay(trace, tables, off, scenario=Scenario(interval_s=60, peak_window_s=None))
+    replay(trace, tables, off, scenario=ReplaySettings(interval_s=60, peak_window_s=None))
     assert off.seen[2].observation.peak_rps is None and off.seen[2].observation.history.peak_rps is None
