@@ -6,7 +6,8 @@ import warnings
 
 from planner.config import PlannerConfig
 from planner.pipeline import plan_interval
-from planner.profile import EngineProfile, ProfileRangeWarning
+from planner.profile import EngineProfile
+from planner.profile_checks import ProfileRangeWarning
 from planner.types import FleetState, Observation, PoolState
 
 
