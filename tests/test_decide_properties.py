@@ -143,7 +143,8 @@ def test_decisions_stay_within_bounds_and_budget(data):
         assert gpus(fl, out) <= cfg.max_gpu_budget, (out, cfg.max_gpu_budget, d.codes())
     baseline = (
         {"prefill": fl.last_decision.prefill_replicas, "decode": fl.last_decision.decode_replicas}
-        if "hold_previous_not_done" in d.codes() else {p: getattr(fl, p).current_replicas for p in POOLS}
+        if {"hold_previous_not_done", "scale_up_past_pending"} & set(d.codes())  # what is set: the pending decision
+        else {p: getattr(fl, p).current_replicas for p in POOLS}
     )
     assert d.apply == (out != baseline)
 
