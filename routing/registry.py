@@ -277,6 +277,9 @@ class EndpointRegistry(RequestLifecycle):
                 "strictest_ttft_ms": _finite_or_none(v.strictest_ttft_ms[0]),
                 "strictest_itl_ms": _finite_or_none(v.strictest_itl_ms[0]),
                 "metrics_fresh": fresh,
+                # deprecated spellings of the two above, reported for one release (docs/routing.md)
+                "strictest_ttft_slo_ms": _finite_or_none(v.strictest_ttft_ms[0]),
+                "strictest_tpot_slo_ms": _finite_or_none(v.strictest_itl_ms[0]),
             }
 
     def raw_features(

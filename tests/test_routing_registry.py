@@ -88,6 +88,8 @@ def test_strictest_slo_tracks_requests_in_flight():
     assert load(reg, "p0")["strictest_ttft_ms"] == 200 and load(reg, "d0")["strictest_itl_ms"] == 10
     reg.completed("b", now_s=2, output_tokens=3)
     assert load(reg, "d0")["strictest_itl_ms"] == 20
+    # the deprecated names still carry the same values for a release
+    assert load(reg, "d0")["strictest_tpot_slo_ms"] == 20 and load(reg, "p0")["strictest_ttft_slo_ms"] == 200
     for rid in ("a", "c"):
         reg.completed(rid, now_s=3, output_tokens=3)
     assert load(reg, "p0")["strictest_ttft_ms"] is None and load(reg, "d0")["strictest_itl_ms"] is None
