@@ -176,3 +176,26 @@ def test_no_function_is_long_in_the_layers_read_first():
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     )
     assert long == []
+
+
+def architecture_section() -> str:
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    start = readme.index("\n## Architecture\n")
+    return readme[start: readme.index("\n## ", start + 1)]
+
+
+def test_the_readme_names_every_module_with_its_concept():
+    """Each module appears in its package's table with a non-empty concept; no row names a module that is gone."""
+    rows: dict[str, str] = {}
+    package = None
+    for line in architecture_section().splitlines():
+        if line.startswith("**") and "/**" in line:
+            package = line[2: line.index("/**")]
+        elif line.startswith("| `") and package:
+            name, concept = (cell.strip() for cell in line.strip("|").split("|", 1))
+            rows[f"{package}/{name.strip('`')}"] = concept.strip(" |")
+    modules = {str(p.relative_to(PROJECT_ROOT)) for p in source_files()
+               if p.name != "__init__.py" or p.parent.name in ("training", "executor")}
+    assert sorted(modules - rows.keys()) == [], "modules the README's architecture section does not name"
+    assert sorted(rows.keys() - modules) == [], "rows naming modules that no longer exist"
+    assert [m for m, concept in rows.items() if len(concept) < 10] == []
