@@ -67,7 +67,7 @@ PICKER = {
     "slo": {"strategy": "least", "exploration_frac": 0.01},
     "topology": {"level": "zone", "policy": "fallback", "qos": QOS, "kv_bytes_per_token": 131072},
 }
-SLO = {"ttft_ms": 400.0, "tpot_ms": 30.0}
+SLO = {"ttft_ms": 400.0, "itl_ms": 30.0}
 
 
 def fleet_specs(n: int) -> list[tuple[str, str, dict]]:
@@ -95,8 +95,8 @@ def request_stream(seed: int, *, critical: bool = False):
     k = 0
     while True:
         isl = int(min(rng.lognormal(7.0, 0.8), 16000))
-        yield RouteRequest(request_id=f"r{k}", input_tokens=isl, ttft_slo_ms=SLO["ttft_ms"],
-                           tpot_slo_ms=SLO["tpot_ms"], prefix_cache_hit_frac=float(rng.uniform(0, 0.5)),
+        yield RouteRequest(request_id=f"r{k}", input_tokens=isl, ttft_ms=SLO["ttft_ms"],
+                           itl_ms=SLO["itl_ms"], prefix_cache_hit_frac=float(rng.uniform(0, 0.5)),
                            critical=critical)
         k += 1
 
@@ -367,7 +367,7 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
         due: list[str] = []
         for i in range(first, first + n):
             req = RouteRequest(request_id=f"svc-{i}", input_tokens=int(min(rng.lognormal(7.0, 0.8), 16000)),
-                               ttft_slo_ms=SLO["ttft_ms"], tpot_slo_ms=SLO["tpot_ms"], prefix_cache_hit_frac=0.2,
+                               ttft_ms=SLO["ttft_ms"], itl_ms=SLO["itl_ms"], prefix_cache_hit_frac=0.2,
                                critical=True)
             svc.route(req)
             due.append(req.request_id)
