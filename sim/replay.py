@@ -196,36 +196,94 @@ def replay(
         also `fast_path_signal(pods)` and `decide_fast_path(PolicyInput)`.
     progress: called as progress(requests_arrived, total) after every interval.
     """
-    wall0 = time.perf_counter()
-    interval = scenario.interval_s
-    first = _first_interval_observation(trace, scenario)
-    p0, d0 = policy.initial_fleet(first)
-    sim = FleetSim(
-        trace,
-        tables,
-        config=scenario.sim,
-        router=router or make_router(scenario.router),
-        initial_prefill=p0,
-        initial_decode=d0,
-    )
-    window_s = getattr(policy, "stabilization_window_s", 0.0)
-    log = _DecisionLog(window_s)
-    tl = Timeline()
-    hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": [], "peak": []}
-    arrivals_s = np.asarray(trace.arrival_s, dtype=float)
-    n_total = len(trace)
-    last_arrival = trace.duration_s
-    policy_wall = 0.0
-    fast = getattr(policy, "fast_path", None)
-    trigger = None
-    if fast is not None:
-        trigger = Trigger(poll_s=fast.poll_s, cooldown_s=fast.cooldown_s, dispatch_s=scenario.fast_path_dispatch_s)
-        windows = ArrivalWindows(arrivals_s, trace.isl_tokens, trace.osl_tokens)
-    events: list[tuple[FastPathEvent, list]] = []
-    last_obs: Observation | None = None
+    run = _ReplayRun(trace, tables, policy, scenario=scenario, router=router)
+    k = 0
+    while True:
+        t = (k + 1) * scenario.interval_s
+        finished = run.interval(k, t)
+        if progress is not None:
+            progress(run.sim.next_arrival, len(trace))
+        if finished:
+            break
+        if t > trace.duration_s + scenario.max_drain_s:
+            raise RuntimeError(
+                f"replay {trace.name} with {policy.name}: {len(trace) - run.sim.completed} requests still running "
+                f"{scenario.max_drain_s:g} s after the last arrival"
+            )
+        k += 1
+    return run.result(end_s=t)
 
-    def act(out: PolicyOutput, fleet: FleetState, now_s: float) -> list:
+
+class _ReplayRun:
+    """One replay's state: the simulated fleet, its decision log, the load history and the timeline."""
+
+    def __init__(self, trace: Trace, tables: ProfileTables, policy, *, scenario: ReplaySettings,
+                 router: Router | None):
+        self.wall0 = time.perf_counter()
+        self.trace, self.policy, self.scenario = trace, policy, scenario
+        p0, d0 = policy.initial_fleet(_first_interval_observation(trace, scenario))
+        self.sim = FleetSim(trace, tables, config=scenario.sim, router=router or make_router(scenario.router),
+                            initial_prefill=p0, initial_decode=d0)
+        self.log = _DecisionLog(getattr(policy, "stabilization_window_s", 0.0))
+        self.tl = Timeline()
+        self.hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": [], "peak": []}
+        self.arrivals_s = np.asarray(trace.arrival_s, dtype=float)
+        self.policy_wall = 0.0
+        self.trigger = None
+        fast = getattr(policy, "fast_path", None)
+        if fast is not None:
+            self.trigger = Trigger(poll_s=fast.poll_s, cooldown_s=fast.cooldown_s,
+                                   dispatch_s=scenario.fast_path_dispatch_s)
+            self.windows = ArrivalWindows(self.arrivals_s, trace.isl_tokens, trace.osl_tokens)
+        self.events: list[tuple[FastPathEvent, list]] = []
+        self.last_obs: Observation | None = None
+
+    def interval(self, k: int, t: float) -> bool:
+        """Interval k, ending at t: fast-path runs inside it, then the scheduled run; True once all finished."""
+        if self.trigger is not None:
+            self.fast_path_until(t, k)
+        self.sim.run_until(t)
+        obs = self.observe(t)
+        finished = self.sim.done
+        reason = ""
+        if not finished:
+            fleet = self.log.fleet_state(self.sim, t)
+            w0 = time.perf_counter()
+            out = self.policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
+            self.policy_wall += time.perf_counter() - w0
+            reason = out.reason
+            self.act(out, fleet, t)
+        self.last_obs = obs
+        _record(self.tl, t, obs, self.sim, reason)
+        return finished
+
+    def observe(self, t: float) -> Observation:
+        """The interval's observation as the collect step would build it, with the load history."""
+        scenario, hist = self.scenario, self.hist
+        stats = self.sim.take_interval_stats()
+        pods = self.sim.pod_metrics(t)
+        hist["t"].append(t)
+        hist["n"].append(float(stats.arrivals))
+        hist["isl"].append(stats.isl_sum / stats.arrivals if stats.arrivals else math.nan)
+        hist["osl"].append(stats.osl_sum / stats.completions if stats.completions else math.nan)
+        peak = peak_rate_rps(self.arrivals_s, end_s=t, scenario=scenario)
+        hist["peak"].append(math.nan if peak is None else peak)
+        h0 = max(0, len(hist["t"]) - scenario.history_intervals)
+        history = LoadHistory(
+            t_s=tuple(hist["t"][h0:]),
+            num_requests=tuple(hist["n"][h0:]),
+            avg_isl_tokens=tuple(hist["isl"][h0:]),
+            avg_osl_tokens=tuple(hist["osl"][h0:]),
+            interval_s=scenario.interval_s,
+            peak_rps=None if scenario.peak_window_s is None else tuple(hist["peak"][h0:]),
+            peak_window_s=scenario.peak_window_s,
+        )
+        obs = interval_observation(stats, taken_at_s=t, interval_s=scenario.interval_s, history=history, pods=pods)
+        return dataclasses.replace(obs, peak_rps=peak, peak_window_s=scenario.peak_window_s)
+
+    def act(self, out: PolicyOutput, fleet: FleetState, now_s: float) -> list:
         """Apply a policy's output as the connector would; the workers it added."""
+        sim, log = self.sim, self.log
         if out.recommended_prefill is not None and out.recommended_decode is not None:
             log.recommend(now_s, out.recommended_prefill, out.recommended_decode)
         if out.prefill_replicas is None and out.decode_replicas is None:
@@ -233,7 +291,7 @@ def replay(
         p = out.prefill_replicas if out.prefill_replicas is not None else fleet.prefill.current_replicas
         d = out.decode_replicas if out.decode_replicas is not None else fleet.decode.current_replicas
         if p < 1 or d < 1:
-            raise ValueError(f"policy {policy.name}: targets must keep >= 1 worker per pool, got {p}x{d}")
+            raise ValueError(f"policy {self.policy.name}: targets must keep >= 1 worker per pool, got {p}x{d}")
         if (p, d) == (fleet.prefill.current_replicas, fleet.decode.current_replicas):
             return []
         before = len(sim.prefill_workers), len(sim.decode_workers)
@@ -242,100 +300,59 @@ def replay(
         log.add(now_s, p, d)
         return sim.prefill_workers[before[0]:] + sim.decode_workers[before[1]:]
 
-    def fast_path_until(end_s: float) -> None:
+    def fast_path_until(self, end_s: float, k: int) -> None:
         """Polls and fast-path runs strictly before end_s (the next scheduled run)."""
-        nonlocal policy_wall
+        sim, trigger, scenario = self.sim, self.trigger, self.scenario
         while not sim.done and trigger.next_time_s() < end_s:
             now = trigger.next_time_s()
             sim.run_until(now)
             due = trigger.take_due(now)
             if due is not None:
-                onset, fired, message = due
-                pods = sim.pod_metrics(now, reset_peaks=False)
-                o = windows.observation(
-                    now_s=now, interval_s=interval, history_intervals=scenario.history_intervals,
-                    peak_window_s=scenario.peak_window_s, peak_step_s=scenario.peak_step_s, pods=pods,
-                    avg_ttft_ms=None if last_obs is None else last_obs.avg_ttft_ms,
-                    avg_itl_ms=None if last_obs is None else last_obs.avg_itl_ms,
-                )
-                fleet = log.fleet_state(sim, now)
-                w0 = time.perf_counter()
-                out = policy.decide_fast_path(PolicyInput(now_s=now, observation=o, fleet=fleet, interval_index=k))
-                policy_wall += time.perf_counter() - w0
-                added = act(out, fleet, now)
-                base = (fleet.prefill.current_replicas, fleet.decode.current_replicas)
-                to = (out.prefill_replicas or base[0], out.decode_replicas or base[1])
-                events.append((FastPathEvent(onset, fired, now, out.details.get("code", ""), base, to,
-                                             to != base, None, message), added))
+                self.fast_path_run(now, k, due)
             if now >= trigger.next_poll_s:
-                signal = policy.fast_path_signal(sim.pod_metrics(now, reset_peaks=False))
+                signal = self.policy.fast_path_signal(sim.pod_metrics(now, reset_peaks=False))
                 trigger.poll(now, fire=signal.fire, message=signal.message)
 
-    k = 0
-    while True:
-        t = (k + 1) * interval
-        if trigger is not None:
-            fast_path_until(t)
-        sim.run_until(t)
-        stats = sim.take_interval_stats()
-        pods = sim.pod_metrics(t)
-        hist["t"].append(t)
-        hist["n"].append(float(stats.arrivals))
-        hist["isl"].append(stats.isl_sum / stats.arrivals if stats.arrivals else math.nan)
-        hist["osl"].append(stats.osl_sum / stats.completions if stats.completions else math.nan)
-        peak = peak_rate_rps(arrivals_s, end_s=t, scenario=scenario)
-        hist["peak"].append(math.nan if peak is None else peak)
-        h0 = max(0, len(hist["t"]) - scenario.history_intervals)
-        history = LoadHistory(
-            t_s=tuple(hist["t"][h0:]),
-            num_requests=tuple(hist["n"][h0:]),
-            avg_isl_tokens=tuple(hist["isl"][h0:]),
-            avg_osl_tokens=tuple(hist["osl"][h0:]),
-            interval_s=interval,
-            peak_rps=None if scenario.peak_window_s is None else tuple(hist["peak"][h0:]),
-            peak_window_s=scenario.peak_window_s,
+    def fast_path_run(self, now: float, k: int, due: tuple[float, float, str]) -> None:
+        """A fired trigger's scale-up-only run, recorded as a fast-path event."""
+        onset, fired, message = due
+        scenario, last_obs = self.scenario, self.last_obs
+        pods = self.sim.pod_metrics(now, reset_peaks=False)
+        o = self.windows.observation(
+            now_s=now, interval_s=scenario.interval_s, history_intervals=scenario.history_intervals,
+            peak_window_s=scenario.peak_window_s, peak_step_s=scenario.peak_step_s, pods=pods,
+            avg_ttft_ms=None if last_obs is None else last_obs.avg_ttft_ms,
+            avg_itl_ms=None if last_obs is None else last_obs.avg_itl_ms,
         )
-        obs = interval_observation(stats, taken_at_s=t, interval_s=interval, history=history, pods=pods)
-        obs = dataclasses.replace(obs, peak_rps=peak, peak_window_s=scenario.peak_window_s)
-        finished = sim.done
-        reason = ""
-        if not finished:
-            fleet = log.fleet_state(sim, t)
-            p0 = time.perf_counter()
-            out = policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
-            policy_wall += time.perf_counter() - p0
-            reason = out.reason
-            act(out, fleet, t)
-        last_obs = obs
-        _record(tl, t, obs, sim, reason)
-        if progress is not None:
-            progress(sim.next_arrival, n_total)
-        if finished:
-            break
-        if t > last_arrival + scenario.max_drain_s:
-            raise RuntimeError(
-                f"replay {trace.name} with {policy.name}: {n_total - sim.completed} requests still running "
-                f"{scenario.max_drain_s:g} s after the last arrival"
-            )
-        k += 1
-    end_s = t
-    return ReplayResult(
-        trace_name=trace.name,
-        policy=policy.name,
-        scenario=scenario,
-        requests=sim.results(),
-        timeline=tl,
-        gpu_seconds=sim.gpu_seconds(end_s),
-        scale_log=tuple(sim.scale_log),
-        end_s=end_s,
-        wall_s=time.perf_counter() - wall0,
-        policy_wall_s=policy_wall,
-        fast_path_events=tuple(
-            dataclasses.replace(e, ready_s=max(w.ready_at_s for w in added))
-            if added and all(w.ready for w in added) else e
-            for e, added in events
-        ),
-    )
+        fleet = self.log.fleet_state(self.sim, now)
+        w0 = time.perf_counter()
+        out = self.policy.decide_fast_path(PolicyInput(now_s=now, observation=o, fleet=fleet, interval_index=k))
+        self.policy_wall += time.perf_counter() - w0
+        added = self.act(out, fleet, now)
+        base = (fleet.prefill.current_replicas, fleet.decode.current_replicas)
+        to = (out.prefill_replicas or base[0], out.decode_replicas or base[1])
+        self.events.append((FastPathEvent(onset, fired, now, out.details.get("code", ""), base, to,
+                                          to != base, None, message), added))
+
+    def result(self, *, end_s: float) -> ReplayResult:
+        sim = self.sim
+        return ReplayResult(
+            trace_name=self.trace.name,
+            policy=self.policy.name,
+            scenario=self.scenario,
+            requests=sim.results(),
+            timeline=self.tl,
+            gpu_seconds=sim.gpu_seconds(end_s),
+            scale_log=tuple(sim.scale_log),
+            end_s=end_s,
+            wall_s=time.perf_counter() - self.wall0,
+            policy_wall_s=self.policy_wall,
+            fast_path_events=tuple(
+                dataclasses.replace(e, ready_s=max(w.ready_at_s for w in added))
+                if added and all(w.ready for w in added) else e
+                for e, added in self.events
+            ),
+        )
 
 
 def peak_rate_rps(arrival_s: np.ndarray, *, end_s: float, scenario: ReplaySettings) -> float | None:
