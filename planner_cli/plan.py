@@ -32,6 +32,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--intervals", type=int, default=15, help="planner runs to make (default: %(default)s)")
     p.add_argument("--load-multiplier", type=float, default=8.0,
                    help="superpose this many copies of the trace (default: %(default)s)")
+    p.add_argument("--jitter-s", type=float, default=30.0,
+                   help="shift each copied request by up to +-this many seconds (default: %(default)s: independent "
+                        "tenants; 1: synchronised copies, the stress case)")
     p.add_argument("--startup-s", type=float, default=60.0, help="worker startup delay, s (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for the load multiplier's offsets")
     p.add_argument("--state-dir", default=None, help="where the local fleet state goes (default: a temp dir)")
@@ -54,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.lookup import ProfileTables
     from sim.observation import interval_observation
     from sim.traces import load_trace, multiply_load
+    from sim.whatif import load_model
 
     # Every input is read before Prefect starts: a bad one is one line at once.
     try:
@@ -63,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as exc:
             raise ValueError(f"{args.config}: planner.profile: {exc}") from None
         trace = load_trace(args.trace)
+        if args.load_multiplier != 1.0:
+            trace = multiply_load(trace, args.load_multiplier, seed=args.seed, jitter_s=args.jitter_s)
     except (ValueError, OSError) as exc:
         print(f"sla-planner plan: {exc}", file=sys.stderr)
         return 2
-    if args.load_multiplier != 1.0:
-        trace = multiply_load(trace, args.load_multiplier, seed=args.seed)
 
     state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="sla-planner-plan-"))
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -90,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     history = _History(interval_s=interval_s)
 
     print(
-        f"replaying {trace.name} x{args.load_multiplier:g} ({len(trace.arrival_s)} requests) "
+        f"replaying {trace.name} x{args.load_multiplier:g} ({load_model(args.load_multiplier, args.jitter_s)}; "
+        f"{len(trace.arrival_s)} requests) "
         f"through {profile.name}; SLA TTFT {cfg.planner.slo.ttft_ms:g} ms, ITL {cfg.planner.slo.itl_ms:g} ms; "
         f"interval {interval_s:g} s; state in {state_dir}",
         flush=True,

@@ -18,6 +18,7 @@ def test_plan_prints_each_interval_decision(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "8 copies shifted by up to +-30 s: independent tenants" in proc.stdout  # the default load model, stated
     rows = [l for l in proc.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s+", l)]
     assert len(rows) == 3, proc.stdout
     # x8 the Azure conversation trace is ~25 requests/s: more than one prefill replica.
@@ -37,3 +38,12 @@ def test_plan_rejects_bad_config(tmp_path):
     )
     assert proc.returncode == 2
     assert "sloo" in proc.stderr and str(bad) in proc.stderr
+
+
+def test_plan_rejects_a_negative_jitter_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner_cli.main", "plan", "--jitter-s", "-1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "jitter_s must be >= 0" in proc.stderr
