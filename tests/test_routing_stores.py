@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -151,6 +152,13 @@ def test_a_second_router_on_the_same_stores_refuses_to_start_naming_the_path_and
 # -- sequence numbers across a crash ------------------------------------------------
 
 
+def wait_for(predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
 def test_sequence_numbers_never_repeat_after_a_sigkill_mid_writing(tmp_path):
     path = tmp_path / "samples.sqlite3"
     # Samples arrive faster than the 1 s flush: most of the handed-out numbers exist only in memory when the kill comes.
@@ -163,14 +171,18 @@ def test_sequence_numbers_never_repeat_after_a_sigkill_mid_writing(tmp_path):
             k += 1
             print(store.add(sample(f"r{{k}}")))
     """) as writer:
-        seen = []
-        while len(seen) < 3000:
-            seen.append(int(writer.stdout.readline()))
+        # Read its output all the time, so it never blocks on a full pipe while the 1 s flush catches up.
+        seen: list[int] = []
+        reader = threading.Thread(target=lambda: seen.extend(int(line) for line in writer.stdout), daemon=True)
+        reader.start()
+        wait_for(lambda: len(seen) >= 3000)
         with pytest.raises(StoreLockedError, match=rf"sample store {path} is in use by another router \(pid {writer.pid},"):
             SampleStore(capacity=10, path=path)
+        busy_from = len(seen)
+        wait_for(lambda: len(seen) >= busy_from + 500)  # still handing out numbers when the kill comes
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=10)
-        seen += [int(line) for line in writer.stdout.read().split()]
+        reader.join(timeout=10)
     assert seen == list(range(1, len(seen) + 1))
     in_file = len(file_ids(path))
     assert in_file < len(seen), "the kill should come before every handed-out number reached the file"
