@@ -267,6 +267,8 @@ class EndpointRegistry(RequestLifecycle):
             i = self._require(endpoint_id)
             v = self.view(np.array([i]), now_s=now_s)
             fresh = self._fresh(i, now_s)
+            strictest_ttft_ms = _finite_or_none(v.strictest_ttft_ms[0])
+            strictest_itl_ms = _finite_or_none(v.strictest_itl_ms[0])
             return {
                 "kv_usage_frac": float(v.kv_usage_frac[0]),
                 "waiting_requests": float(v.waiting_requests[0]),
@@ -274,12 +276,12 @@ class EndpointRegistry(RequestLifecycle):
                 "prefill_tokens_in_flight": float(v.prefill_tokens_in_flight[0]),
                 "decode_tokens_in_flight": float(v.decode_tokens_in_flight[0]),
                 "requests_in_flight": int(self._f[i, LC_RUN]),
-                "strictest_ttft_ms": _finite_or_none(v.strictest_ttft_ms[0]),
-                "strictest_itl_ms": _finite_or_none(v.strictest_itl_ms[0]),
+                "strictest_ttft_ms": strictest_ttft_ms,
+                "strictest_itl_ms": strictest_itl_ms,
                 "metrics_fresh": fresh,
                 # deprecated spellings of the two above, reported for one release (docs/routing.md)
-                "strictest_ttft_slo_ms": _finite_or_none(v.strictest_ttft_ms[0]),
-                "strictest_tpot_slo_ms": _finite_or_none(v.strictest_itl_ms[0]),
+                "strictest_ttft_slo_ms": strictest_ttft_ms,
+                "strictest_tpot_slo_ms": strictest_itl_ms,
             }
 
     def raw_features(
