@@ -1,8 +1,11 @@
 """Fleet simulator benchmarks: replay speed, and control quality of the scaling policies.
 
 Replay speed: simulated requests per wall second with the default planner in the
-loop on azure2023_conv (x1 and x8), each in a fresh process so its peak memory
-(ru_maxrss) is its own. Target: >= 20,000 requests/s, <= 500 MB.
+loop on the control table's traces at its load model (azure2023_conv x1 and x8,
+azure2023_code x8, mooncake x2; copies shifted by up to +-jitter_s), each in a fresh
+process so its peak memory (ru_maxrss) is its own; the process replays twice, and
+the first replay (which also imports the planner's model libraries) is reported
+beside the second. Target: >= 20,000 requests/s, <= 500 MB.
 
 Control quality: policies x traces on the H200 Llama-3.1-8B profile, SLA TTFT
 200 ms and ITL 10 ms (per request: TTFT and mean ITL), 60 s startup delay, 60 s
@@ -45,7 +48,7 @@ TRACES = DATA / "traces"
 RESULTS = ROOT / "benchmarks" / "results"
 
 SPEED_CHILD = r"""
-import json, resource, sys, time, warnings
+import json, os, resource, sys, time, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {root!r})
 from connectors.profiles import load_profile_dir
@@ -58,44 +61,75 @@ profile = load_profile_dir({profile!r})
 tables = ProfileTables(profile)
 trace = load_trace({trace!r})
 if {k!r} != 1:
-    trace = multiply_load(trace, {k!r}, seed=0)
+    trace = multiply_load(trace, {k!r}, seed=0, jitter_s={jitter_s!r})
 setup_s = time.perf_counter() - t0
 cfg = default_planner_config(profile_dir={profile!r}, ttft_ms=200, itl_ms=10, interval_s=60)
-r = replay(trace, tables, make_policy("planner", cfg=cfg, profile=profile), scenario=ReplaySettings())
-print(json.dumps(dict(requests=len(trace), wall_s=r.wall_s, setup_s=setup_s,
-    requests_per_wall_s=len(trace) / r.wall_s, intervals=len(r.timeline.t_s),
+
+def run():
+    return replay(trace, tables, make_policy("planner", cfg=cfg, profile=profile), scenario=ReplaySettings())
+
+# The first replay in a fresh process also loads the planner's model libraries (statsmodels,
+# pandas: lazy imports); the second, with a new policy, is the replay alone.
+cold = run()
+cold_met, cold_gpu_h = cold.sla_met(), cold.gpu_hours
+cold_wall_s, cold_planner_wall_s = cold.wall_s, cold.policy_wall_s
+del cold
+r = run()
+if not (r.gpu_hours == cold_gpu_h and (r.sla_met() == cold_met).all()):
+    raise SystemExit("the second replay's outcome differs from the first's: not deterministic")
+n = len(trace)
+print(json.dumps(dict(requests=n, wall_s=r.wall_s, setup_s=setup_s,
+    requests_per_wall_s=n / r.wall_s, intervals=len(r.timeline.t_s),
     planner_wall_s=r.policy_wall_s, simulator_wall_s=r.wall_s - r.policy_wall_s,
-    simulator_requests_per_wall_s=len(trace) / (r.wall_s - r.policy_wall_s),
-    load_avg_1min=__import__("os").getloadavg()[0],
+    simulator_requests_per_wall_s=n / (r.wall_s - r.policy_wall_s),
+    cold_wall_s=cold_wall_s, cold_planner_wall_s=cold_planner_wall_s, cold_requests_per_wall_s=n / cold_wall_s,
+    load_avg_1min=os.getloadavg()[0],
     peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    slo_attainment=float(r.sla_met().mean()))))
+    slo_attainment=float(r.sla_met().mean()), gpu_hours=r.gpu_hours)))
 """
 
+# The control table's traces at its default load model (independent tenants), and conv as recorded.
+SPEED_TRACES = (
+    ("azure2023_conv", "azure2023_conv.csv.gz", 1),
+    ("azure2023_conv", "azure2023_conv.csv.gz", 8),
+    ("azure2023_code", "azure2023_code.csv.gz", 8),
+    ("mooncake", "mooncake_fast25_synthetic_trace.jsonl.gz", 2),
+)
 
-def bench_speed(repeats: int) -> dict:
+
+def bench_speed(repeats: int, jitter_s: float = 30.0) -> dict:
+    from sim.whatif import load_model
+
     rows = []
-    for k in (1, 8):
+    for name, file, k in SPEED_TRACES:
         runs = []
         for _ in range(repeats):
-            code = SPEED_CHILD.format(root=str(ROOT), profile=str(PROFILE), trace=str(TRACES / "azure2023_conv.csv.gz"), k=k)
+            code = SPEED_CHILD.format(root=str(ROOT), profile=str(PROFILE), trace=str(TRACES / file), k=k,
+                                      jitter_s=jitter_s)
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         best = max(runs, key=lambda r: r["requests_per_wall_s"])
-        rows.append(dict(trace="azure2023_conv", load_multiplier=k, runs=runs, best=best))
-        print(f"speed azure2023_conv x{k}: {best['requests']:,} requests, {best['requests_per_wall_s']:,.0f} req/s "
-              f"(simulator alone {best['simulator_requests_per_wall_s']:,.0f} req/s, planner "
-              f"{1000 * best['planner_wall_s'] / best['intervals']:.0f} ms/interval), peak RSS {best['peak_rss_mb']:.0f} MB, "
-              f"load avg {best['load_avg_1min']:.1f}", flush=True)
-    table = ["| trace | requests | requests / wall s, planner in the loop (best of %d) | simulator alone, req/s | "
-             "planner ms / interval | wall s | peak RSS MB | load avg |" % repeats,
-             "|---|---|---|---|---|---|---|---|"]
+        rows.append(dict(trace=name, load_multiplier=k, jitter_s=jitter_s if k != 1 else None,
+                         load_model=load_model(k, jitter_s), runs=runs, best=best))
+        print(f"speed {name} x{k}: {best['requests']:,} requests, {best['requests_per_wall_s']:,.0f} req/s "
+              f"(first replay in a fresh process {best['cold_requests_per_wall_s']:,.0f}; simulator alone "
+              f"{best['simulator_requests_per_wall_s']:,.0f} req/s, planner "
+              f"{1000 * best['planner_wall_s'] / best['intervals']:.1f} ms/interval), peak RSS "
+              f"{best['peak_rss_mb']:.0f} MB, load avg {best['load_avg_1min']:.1f}", flush=True)
+    table = ["| trace | load | requests | requests / wall s, planner in the loop (best of %d) | first replay in a "
+             "fresh process, req/s | simulator alone, req/s | planner ms / interval | wall s | peak RSS MB | "
+             "load avg |" % repeats,
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r["best"]
-        table.append(f"| azure2023_conv x{r['load_multiplier']} | {b['requests']:,} | {b['requests_per_wall_s']:,.0f} | "
-                     f"{b['simulator_requests_per_wall_s']:,.0f} | {1000 * b['planner_wall_s'] / b['intervals']:.0f} | "
+        table.append(f"| {r['trace']} x{r['load_multiplier']} | {r['load_model']} | {b['requests']:,} | "
+                     f"{b['requests_per_wall_s']:,.0f} | {b['cold_requests_per_wall_s']:,.0f} | "
+                     f"{b['simulator_requests_per_wall_s']:,.0f} | {1000 * b['planner_wall_s'] / b['intervals']:.1f} | "
                      f"{b['wall_s']:.2f} | {b['peak_rss_mb']:.0f} | {b['load_avg_1min']:.1f} |")
     return dict(
-        what="replay speed, default planner in the loop (60 s interval), azure2023_conv, H200 Llama-8B profile",
+        what="replay speed, default planner in the loop (60 s interval), H200 Llama-8B profile; each run a fresh "
+             "process replaying twice: requests_per_wall_s is the second replay (the model libraries loaded), "
+             "cold_requests_per_wall_s the first (it also pays their one-time import)",
         targets=dict(requests_per_wall_s=20_000, peak_rss_mb=500),
         machine=dict(python=platform.python_version(), cpus=_cpus()),
         rows=rows,
@@ -435,7 +469,7 @@ def main() -> int:
         print(doc["markdown"])
         return 0
     if not args.control_only:
-        speed = bench_speed(args.repeats)
+        speed = bench_speed(args.repeats, args.jitter_s)
         (RESULTS / "sim_speed.json").write_text(json.dumps(speed, indent=2) + "\n")
         print(speed["markdown"])
     if not args.speed_only:

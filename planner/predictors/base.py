@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -398,25 +399,36 @@ class PredictorBase:
         return clean_forecast(mean + off * k, fallback=self.last_value_)
 
 
-@functools.lru_cache(maxsize=1)
-def _thread_pools():
-    """The BLAS/OpenMP pools in this process, found once (scanning takes ~10 ms)."""
+@functools.lru_cache(maxsize=2)
+def _thread_pools(with_sklearn: bool):
+    """The BLAS/OpenMP pools in this process, found once per set of runtimes (scanning takes ~10 ms).
+
+    with_sklearn: scikit-learn is in use, so its models (and OpenMP runtime) are
+    loaded before the scan. Of the predictors only gradient boosting needs them:
+    a process that never fits one is spared the import (~0.2 s) and has no
+    OpenMP pool of scikit-learn's to limit.
+    """
     import scipy.linalg  # noqa: F401  (load their runtimes before the scan)
-    import sklearn.ensemble  # noqa: F401
+
+    if with_sklearn:
+        import sklearn.ensemble  # noqa: F401
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
 
 
-def single_threaded():
+def single_threaded(*, with_sklearn: bool = False):
     """Context: BLAS/OpenMP pools limited to one thread while a small model runs.
+
+    with_sklearn: load scikit-learn's models first, so its OpenMP pool is limited
+    too (it is whenever scikit-learn is already imported).
 
     These models work on a few hundred rows, where extra threads only
     contend: on the shared 2-core machine one auto_arima on 30 points took
     130 s with OpenBLAS's default threads and 2.9 s with one, and a boosted
     model's one-row predict 0.4 s instead of milliseconds.
     """
-    return _thread_pools().limit(limits=1)
+    return _thread_pools(with_sklearn or "sklearn" in sys.modules).limit(limits=1)
 
 
 def check_horizon(horizon: int, who: str) -> int:

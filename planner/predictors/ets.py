@@ -74,7 +74,10 @@ class ExponentialSmoothingPredictor(PredictorBase):
             # Convergence chatter on flat or short series; the fit is still usable.
             warnings.simplefilter("ignore")
             if reuse and old_spec == spec and old_params is not None and not due:
-                res = model.fit(optimized=False, **old_params)
+                # A level-only run is a few multiply-adds a point: done here, it skips the
+                # result object statsmodels builds (pandas tables, ~1 ms) on every refit.
+                res = LevelRun(z, model.initial_values()[0], old_params["smoothing_level"]) if spec == (
+                    None, False, None) else model.fit(optimized=False, **old_params)
                 self.optimized_at_s_, self.optimized_points_ = optimized_at, optimized_points
             else:
                 res = model.fit()
@@ -129,3 +132,29 @@ class ExponentialSmoothingPredictor(PredictorBase):
     def _predict(self, h: int) -> np.ndarray:
         f = np.asarray(self.result_.forecast(h), dtype=float)
         return np.expm1(f) if self.log1p else f
+
+
+class LevelRun:
+    """Simple exponential smoothing run with a fixed smoothing level: statsmodels' arithmetic, without its tables.
+
+    z: the series (no gaps). level0: the initial level statsmodels' model starts
+    from (`initial_values()[0]`). alpha: the smoothing level in [0, 1].
+    The levels are l[0] = level0, l[i] = alpha * z[i-1] + (1 - alpha) * l[i-1],
+    computed with the same operations in the same order as
+    `ExponentialSmoothing.fit(optimized=False, smoothing_level=alpha)` of a model
+    without trend or season, so `fittedvalues` (l[0..n-1], one-step forecasts) and
+    `forecast(h)` (l[n], h times) are the same floats.
+    """
+
+    def __init__(self, z: np.ndarray, level0: float, alpha: float):
+        y_alpha = (alpha * np.asarray(z, dtype=float)).tolist()
+        alphac = 1 - alpha
+        levels = [float(level0)]
+        for ya in y_alpha:
+            levels.append(ya + alphac * levels[-1])
+        self.params = {"smoothing_level": alpha}
+        self.fittedvalues = np.array(levels[:-1])
+        self.level = levels[-1]
+
+    def forecast(self, h: int) -> np.ndarray:
+        return np.full(h, self.level)

@@ -97,7 +97,12 @@ class GradientBoostingPredictor(PredictorBase):
         start = self._start_fit(t_s, y, warm=("model_", "fitted_at_s_", "holdout_pred_", "fitted_points_"), model="model_")
         if start is None:
             return self
-        reuse, prev, t, v, n_ok, first = start
+        # The pools `fit` limited may predate loading scikit-learn (its first model in this process).
+        with single_threaded(with_sklearn=True):
+            return self._fit_model(*start)
+
+    def _fit_model(self, reuse, prev, t, v, n_ok, first) -> "GradientBoostingPredictor":
+        """The fit past the minimum-history check: `_start_fit`'s answer in, fitted attributes set."""
         t, v = t[first:], v[first:]
         pad = first
         self.period_ = int(round(DAY_S / self.interval_s_))
