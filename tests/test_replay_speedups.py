@@ -28,7 +28,8 @@ class StatsmodelsRun:
     def __init__(self, z, level0, alpha):
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-        model = ExponentialSmoothing(z, trend=None, damped_trend=False, seasonal=None, initialization_method="estimated")
+        model = ExponentialSmoothing(z, trend=None, damped_trend=False, seasonal=None, initialization_method="known",
+                                     initial_level=level0)
         self.res = model.fit(optimized=False, smoothing_level=alpha)
         self.params = self.res.params
         self.fittedvalues = self.res.fittedvalues
@@ -46,15 +47,31 @@ def test_level_run_is_statsmodels_run_bit_for_bit(n, alpha):
     z = np.random.default_rng(n).gamma(2.0, 40.0, size=n)
     model = ExponentialSmoothing(z, trend=None, damped_trend=False, seasonal=None, initialization_method="estimated")
     ours = ets.LevelRun(z, model.initial_values()[0], alpha)
-    ref = StatsmodelsRun(z, None, alpha)
+    ref = model.fit(optimized=False, smoothing_level=alpha)
     assert np.array_equal(ours.fittedvalues, np.asarray(ref.fittedvalues, dtype=float))
     assert np.array_equal(ours.forecast(3), np.asarray(ref.forecast(3), dtype=float))
     assert ours.params["smoothing_level"] == ref.params["smoothing_level"]
 
 
+@pytest.mark.parametrize("n", [5, 9, 10, 60, 288], ids=lambda n: f"{n} points")
+def test_level_run_from_fitted_parameters_is_the_fit_bit_for_bit(n):
+    # After an optimisation the fitted alpha and initial level give the fit's own fitted values and forecasts.
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    z = np.random.default_rng(n).poisson(30.0, size=n).astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ExponentialSmoothing(z, trend=None, damped_trend=False, seasonal=None,
+                                   initialization_method="estimated").fit()
+    ours = ets.LevelRun(z, res.params["initial_level"], res.params["smoothing_level"])
+    assert np.array_equal(ours.fittedvalues, np.asarray(res.fittedvalues, dtype=float))
+    assert np.array_equal(ours.forecast(4), np.asarray(res.forecast(4), dtype=float))
+
+
 @pytest.mark.parametrize("log1p", [False, True])
 def test_warm_started_ets_fits_and_forecasts_as_before(monkeypatch, log1p):
-    # A rolling warm start: re-optimised every refit_every points, level runs in between.
+    # A rolling warm start: re-optimised every refit_every points, level runs in between; the reference is
+    # statsmodels' own run from the same parameters.
     y = np.random.default_rng(7).poisson(50.0, size=80).astype(float)
     y[30] = np.nan
     t = 60.0 * np.arange(1, y.size + 1)

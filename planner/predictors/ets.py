@@ -16,6 +16,10 @@ import numpy as np
 from planner.predictors.base import Param, PredictorBase, fill_gaps, single_threaded
 
 
+# (trend, damped, seasonal period) of a model with a level only: simple exponential smoothing.
+_LEVEL_ONLY = (None, False, None)
+
+
 class ExponentialSmoothingPredictor(PredictorBase):
     """Holt-Winters exponential smoothing with parameters fitted by least squares.
 
@@ -73,14 +77,16 @@ class ExponentialSmoothingPredictor(PredictorBase):
         with warnings.catch_warnings():
             # Convergence chatter on flat or short series; the fit is still usable.
             warnings.simplefilter("ignore")
+            # A level-only run is a few multiply-adds a point: done here, it skips the result
+            # object statsmodels builds (pandas tables, ~1 ms) on every refit and forecast.
             if reuse and old_spec == spec and old_params is not None and not due:
-                # A level-only run is a few multiply-adds a point: done here, it skips the
-                # result object statsmodels builds (pandas tables, ~1 ms) on every refit.
-                res = LevelRun(z, model.initial_values()[0], old_params["smoothing_level"]) if spec == (
-                    None, False, None) else model.fit(optimized=False, **old_params)
+                res = LevelRun(z, model.initial_values()[0], old_params["smoothing_level"]) if spec == _LEVEL_ONLY \
+                    else model.fit(optimized=False, **old_params)
                 self.optimized_at_s_, self.optimized_points_ = optimized_at, optimized_points
             else:
                 res = model.fit()
+                if spec == _LEVEL_ONLY:
+                    res = LevelRun(z, res.params["initial_level"], res.params["smoothing_level"])
                 self.optimized_at_s_, self.optimized_points_ = t[-1], n_ok
         self.spec_ = spec
         keys = ["smoothing_level"]
@@ -137,13 +143,13 @@ class ExponentialSmoothingPredictor(PredictorBase):
 class LevelRun:
     """Simple exponential smoothing run with a fixed smoothing level: statsmodels' arithmetic, without its tables.
 
-    z: the series (no gaps). level0: the initial level statsmodels' model starts
-    from (`initial_values()[0]`). alpha: the smoothing level in [0, 1].
-    The levels are l[0] = level0, l[i] = alpha * z[i-1] + (1 - alpha) * l[i-1],
-    computed with the same operations in the same order as
-    `ExponentialSmoothing.fit(optimized=False, smoothing_level=alpha)` of a model
-    without trend or season, so `fittedvalues` (l[0..n-1], one-step forecasts) and
-    `forecast(h)` (l[n], h times) are the same floats.
+    z: the series (no gaps). level0: the initial level (statsmodels' model's
+    `initial_values()[0]`, or the fitted `initial_level`). alpha: the smoothing
+    level in [0, 1]. The levels are l[0] = level0,
+    l[i] = alpha * z[i-1] + (1 - alpha) * l[i-1], computed with the same
+    operations in the same order as statsmodels' Holt-Winters recursion for a
+    model without trend or season, so `fittedvalues` (l[0..n-1], one-step
+    forecasts) and `forecast(h)` (l[n], h times) are the floats its results give.
     """
 
     def __init__(self, z: np.ndarray, level0: float, alpha: float):
