@@ -410,3 +410,34 @@ class PlannerMetricsConfig(StrictModel):
     addr: str = Field("0.0.0.0", description="address to serve /metrics on")
     pushgateway_url: str | None = Field(None, description="push to this Pushgateway after each run; None: don't push")
     push_job: str = Field("sla-planner", min_length=1, description="Pushgateway job label")
+
+
+class LatencyModelConfig(StrictModel):
+    """Where the planner's prefill TTFT comes from: the profile, or the routing service's published model.
+
+    With `published`, each run reads the active model from the routing service
+    and uses its TTFT (mean and p90 on an idle prefill engine) when it is fresh;
+    otherwise the run uses the profile and says why in its artifact.
+    """
+
+    source: Literal["profile", "published"] = Field(
+        "profile", description="profile: the pre-deployment profile; published: the model the router routes with"
+    )
+    router_url: str | None = Field(
+        None, description="the routing service's base URL, e.g. http://router:8080 (needed with source published)"
+    )
+    max_age_s: float = Field(
+        10_800.0, gt=0, description="a model published longer ago than this is not used, s (the retrain flow runs hourly)"
+    )
+    token_env: str | None = Field(
+        None, min_length=1, description="environment variable holding the routing service's bearer token; None: none"
+    )
+    timeout_s: float = Field(10.0, gt=0, le=300, description="HTTP timeout of each call to the routing service, s")
+
+    @model_validator(mode="after")
+    def _url_when_published(self) -> "LatencyModelConfig":
+        if self.source == "published" and not self.router_url:
+            raise ValueError("router_url is required when source is 'published'")
+        if self.router_url is not None and not self.router_url.startswith(("http://", "https://")):
+            raise ValueError(f"router_url must start with http:// or https://, got {self.router_url!r}")
+        return self

@@ -1,4 +1,4 @@
-"""The routing service's admin API, as the retrain flow uses it: samples, models, publish, rollback.
+"""The routing service's admin API, as the retrain flow and the planner use it: samples, models, publish, rollback.
 
 Errors are sorted by what a retry can fix. An unreachable service, a timeout,
 a dropped connection or a 5xx answer raise `RouterUnavailableError` (a
@@ -70,6 +70,19 @@ class RouterAdminClient:
     def model(self, version: str) -> dict:
         """A retained model document."""
         return self._call("GET", f"/v1/models/{version}", f"reading model {version}")
+
+    def active_model(self) -> tuple[dict, dict] | None:
+        """(the active version's GET /v1/models entry: version, published_at_s, metrics; its document), or None
+        when no model is active."""
+        listing = self.models()
+        active = listing.get("active")
+        if not active:
+            return None
+        entry = next((v for v in listing.get("versions", []) if v.get("version") == active), None)
+        if entry is None:
+            raise RouterRequestError(f"listing published models: active version {active} is not among the versions",
+                                     status=200)
+        return entry, self.model(active)
 
     def publish(self, document: dict) -> dict:
         """POST /v1/models; returns {"version", "active"}.

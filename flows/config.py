@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from connectors.config import (
     ConnectorConfig,
+    LatencyModelConfig,
     LocalConnectorConfig,
     MetricsConfig,
     PlannerMetricsConfig,
@@ -33,6 +34,10 @@ class PlannerRunConfig(StrictModel):
     planner_metrics: PlannerMetricsConfig = Field(
         default_factory=lambda: PlannerMetricsConfig(enabled=False),
         description="the planner's own gauges",
+    )
+    latency_model: LatencyModelConfig = Field(
+        default_factory=LatencyModelConfig,
+        description="prefill TTFT from the profile or from the routing service's published latency model",
     )
 
     @model_validator(mode="after")

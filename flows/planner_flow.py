@@ -23,13 +23,16 @@ from flows.report import artifact_key, decision_summary, decision_table, run_mes
 from planner.config import PlannerConfig
 from planner.pipeline import PlanResult, Steps, needs_warmup, plan_steps
 from planner.profile import EngineProfile
+from planner.ttft_view import TtftView
 from planner.types import DecisionRecord
+from routing.planner_view import TtftChoice
 from planner.whatif import WhatIf, apply_what_if, effective_config
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.correct import correct_latency
 from tasks.decide import decide_targets
 from tasks.interpolate import interpolate_replicas, load_profiling_data
+from tasks.latency_model import fetch_ttft_view
 from tasks.predict import load_warmup_history, predict_load
 from tasks.saturation import analyze_fleet_saturation
 
@@ -65,6 +68,7 @@ def planner_flow(
     applying = not dry_run and what_if is None
 
     profile = load_profiling_data(cfg.profile)
+    ttft = fetch_ttft_view(run_cfg.latency_model, profile, now_s=now)
     connector = open_connector(run_cfg.connector, namespace=cfg.namespace)
     # Fleet first, then metrics: load that arrives in between is counted against
     # the older replica numbers, so any error leans toward more replicas.
@@ -90,16 +94,16 @@ def planner_flow(
         analyze_saturation=analyze_fleet_saturation,
         decide=decide_targets,
     )
-    result = plan_steps(obs, fleet, cfg, profile, now_s=now, steps=steps, fast_path=fast_path)
+    result = plan_steps(obs, fleet, cfg, profile, now_s=now, steps=steps, fast_path=fast_path, ttft_view=ttft.view)
     result, record = _apply(result, connector, cfg, profile, steps=steps, now_s=now, applying=applying,
-                            fast_path=fast_path)
+                            fast_path=fast_path, ttft_view=ttft.view)
     what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
-    return _publish(run_cfg, result, record, now_s=now, applying=applying, what_if=what_if_text)
+    return _publish(run_cfg, result, record, now_s=now, applying=applying, what_if=what_if_text, ttft=ttft)
 
 
 def _apply(
     result: PlanResult, connector: Connector, cfg: PlannerConfig, profile: EngineProfile, *,
-    steps: Steps, now_s: float, applying: bool, fast_path: bool,
+    steps: Steps, now_s: float, applying: bool, fast_path: bool, ttft_view: TtftView | None,
 ) -> tuple[PlanResult, DecisionRecord | None]:
     """Write the decision unless the run only decides; (the plan carried out, its record or None)."""
     if not applying:
@@ -112,24 +116,25 @@ def _apply(
         get_run_logger().warning("%s; reading the fleet again and deciding from it", exc)
         fleet = read_fleet(connector, now_s=now_s)
         result = plan_steps(result.observation, fleet, cfg, profile, now_s=now_s, steps=steps,
-                            fast_path=fast_path, previous=result)
+                            fast_path=fast_path, previous=result, ttft_view=ttft_view)
         return result, apply_decision(connector, result.decision, now_s=now_s)
 
 
 def _publish(
     run_cfg: PlannerRunConfig, result: PlanResult, record: DecisionRecord | None, *,
-    now_s: float, applying: bool, what_if: str,
+    now_s: float, applying: bool, what_if: str, ttft: TtftChoice,
 ) -> State:
     """Rename the run, publish its artifacts, gauges and log line; the Completed state saying why."""
     namespace, fleet, decision, forecast = run_cfg.planner.namespace, result.fleet, result.decision, result.forecast
-    summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if)
+    summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if,
+                               ttft_source=(ttft.source, ttft.reason))
     name = run_name(result, now_s=now_s, applying=applying, what_if=bool(what_if))
     message = run_message(result, record=record, applying=applying, what_if=bool(what_if))
     _rename_run(name)
     # Runs that apply nothing keep their own keys: a live key's history is the applied decisions only.
     create_table_artifact(
         key=artifact_key("decision", namespace, what_if=not applying),
-        table=decision_table(result, record=record, dry_run=not applying),
+        table=decision_table(result, record=record, dry_run=not applying, ttft_source=(ttft.source, ttft.reason)),
         description=f"planner decision for {namespace}: inputs, forecast, factors, targets, reasons",
     )
     create_markdown_artifact(
@@ -167,6 +172,7 @@ def _publish(
             "predictor": forecast.predictor,
         },
         "corrections": {"prefill": result.corrections.prefill, "decode": result.corrections.decode},
+        "ttft_source": {"source": ttft.source, "reason": ttft.reason},
         "current": {"prefill": fleet.prefill.current_replicas, "decode": fleet.decode.current_replicas},
     })
 

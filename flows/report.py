@@ -122,8 +122,13 @@ def _fmt(x: float | int | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run: bool) -> list[dict]:
-    """One row per input, forecast, factor and pool, each with its value and detail."""
+def decision_table(
+    result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, ttft_source: tuple[str, str] | None = None,
+) -> list[dict]:
+    """One row per input, forecast, factor and pool, each with its value and detail.
+
+    ttft_source: (what prefill's TTFT came from, why), when the run chose it (tasks.latency_model).
+    """
     obs, fc, corr, d = result.observation, result.forecast, result.corrections, result.decision
     rows: list[dict] = []
 
@@ -143,6 +148,8 @@ def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run
         peak = "n/a" if obs.peak_rps is None else f"{obs.peak_rps:.2f} req/s"
         window = f"busiest {obs.peak_window_s:.0f} s window" if obs.peak_window_s else "not measured"
         row("collect", "peak arrival rate", peak, "; ".join((window, *obs.notes)))
+    if ttft_source is not None:
+        row("correct", "prefill TTFT source", ttft_source[0], ttft_source[1])
     row("correct", "prefill / decode factor", f"{corr.prefill:.3f} / {corr.decode:.3f}",
         ("enabled" if corr.enabled else "disabled") + ("; " + "; ".join(corr.notes) if corr.notes else ""))
     if fc is None:
@@ -181,8 +188,11 @@ def decision_table(result: PlanResult, *, record: DecisionRecord | None, dry_run
     return rows
 
 
-def decision_summary(result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, what_if: str = "") -> str:
-    """A short markdown paragraph: what changed and why."""
+def decision_summary(
+    result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, what_if: str = "",
+    ttft_source: tuple[str, str] | None = None,
+) -> str:
+    """A short markdown paragraph: what changed and why (ttft_source: as decision_table's)."""
     d, fleet = result.decision, result.fleet
     head = (
         f"**prefill {fleet.prefill.current_replicas} → {d.prefill_replicas}, "
@@ -203,6 +213,8 @@ def decision_summary(result: PlanResult, *, record: DecisionRecord | None, dry_r
             f"Forecast ({fc.predictor}): {_fmt(fc.num_requests, 1)} requests next interval "
             f"(p90 {_fmt(fc.num_requests_p90, 1)}), ISL {_fmt(fc.avg_isl_tokens, 0)}, OSL {_fmt(fc.avg_osl_tokens, 0)}."
         )
+    if ttft_source is not None:
+        lines.append(f"Prefill TTFT from {ttft_source[0]} ({ttft_source[1]}).")
     lines.append("")
     for reason in d.reasons:
         lines.append(f"- `{reason.code.value}`{' (' + reason.pool + ')' if reason.pool else ''}: {reason.message}")

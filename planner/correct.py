@@ -5,7 +5,9 @@ overheads the profiler did not see, prefix-cache misses...); sizing scales its
 latency expectations by it.
 
 * prefill = observed mean TTFT / expected TTFT at the observed ISL. Expected is
-  the profile's single-request TTFT, as in Dynamo. When the caller also passes
+  the profile's single-request TTFT, as in Dynamo, or the mean of the published
+  latency model when sizing uses that instead (planner.ttft_view): the factor
+  always compares with the source sizing multiplies. When the caller also passes
   `prefill_replicas` and the sizing config, the expectation includes the
   queueing delay the sizing model (M/G/c, planner.sizing) predicts at the
   observed load, and the factor is the service-time multiplier k that makes
@@ -36,6 +38,7 @@ from planner.burst import arrival_classes, peak_ratio, window_mean_wait_s
 from planner.config import CorrectionConfig, SizingConfig
 from planner.profile import EngineProfile
 from planner.queueing import mean_wait_s, variability_factor
+from planner.ttft_view import TtftView, ttft_view_of
 from planner.types import Corrections, Observation, is_number
 
 
@@ -71,6 +74,7 @@ def _prefill_factor(
     notes: list[str],
     prefill_replicas: int | None,
     sizing: SizingConfig | None,
+    ttft: TtftView,
 ) -> float:
     why = _positive("avg_ttft_ms", obs.avg_ttft_ms) or _positive("avg_isl_tokens", obs.avg_isl_tokens)
     if why:
@@ -78,10 +82,12 @@ def _prefill_factor(
         return 1.0
     lo, hi = profile.prefill.isl_range_tokens
     isl = obs.avg_isl_tokens
-    if not lo <= isl <= hi:
+    if not ttft.published and not lo <= isl <= hi:
         notes.append(f"prefill: ISL {isl:g} tokens outside profiled {lo:g}..{hi:g}; expected TTFT at the nearer end")
         isl = _clamp_quiet(isl, lo, hi)
-    service_ms = profile.prefill.ttft_ms_at(isl)
+    # The factor says how far observation is from the source sizing will use, so it
+    # compares with that source's mean: the profile, or the published model.
+    service_ms = ttft.ttft_ms_at(isl)
     observed = obs.avg_ttft_ms
     if prefill_replicas is None or sizing is None or prefill_replicas < 1:
         raw = observed / service_ms
@@ -194,12 +200,14 @@ def correction_factors(
     cfg: CorrectionConfig,
     prefill_replicas: int | None = None,
     sizing: SizingConfig | None = None,
+    ttft_view: TtftView | None = None,
 ) -> Corrections:
     """Bounded observed/expected latency factors for both pools (see the module docstring).
 
     decode_replicas: decode replicas serving during the observed interval.
     prefill_replicas, sizing: optional; with both, the prefill factor separates
         queueing delay from service time using the sizing queue model.
+    ttft_view: the expected single-request TTFT (planner.ttft_view); None: the profile's.
     """
     if not cfg.enabled:
         return Corrections(1.0, 1.0, enabled=False, notes=("corrections disabled",))
@@ -214,6 +222,7 @@ def correction_factors(
             notes=(f"cold start: {obs.num_requests:g} requests < min_requests {cfg.min_requests:g}: factors 1",),
         )
     notes: list[str] = []
-    prefill = _prefill_factor(obs, profile, cfg, notes, prefill_replicas, sizing)
+    prefill = _prefill_factor(obs, profile, cfg, notes, prefill_replicas, sizing,
+                              ttft_view_of(profile.prefill, ttft_view))
     decode = _decode_factor(obs, profile, cfg, notes, decode_replicas)
     return Corrections(prefill=float(prefill), decode=float(decode), notes=tuple(notes))

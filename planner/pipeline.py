@@ -22,6 +22,7 @@ from planner.predict import forecast_next, prime_history
 from planner.profile import EngineProfile
 from planner.saturation import PoolSaturation, analyze_fleet
 from planner.sizing import resolve_engine_gpus, size_decode, size_prefill
+from planner.ttft_view import TtftView
 from planner.types import (
     Corrections,
     Decision,
@@ -77,9 +78,13 @@ def history_for_prediction(obs: Observation) -> LoadHistory:
 
 
 def correct_latency(
-    obs: Observation, *, fleet: FleetState, profile: EngineProfile, cfg: PlannerConfig
+    obs: Observation, *, fleet: FleetState, profile: EngineProfile, cfg: PlannerConfig,
+    ttft_view: TtftView | None = None,
 ) -> Corrections:
-    """Observed/expected latency factors, given the replicas that served the interval."""
+    """Observed/expected latency factors, given the replicas that served the interval.
+
+    ttft_view: the single-request TTFT sizing uses (planner.ttft_view); None: the profile's.
+    """
     return correction_factors(
         obs,
         profile=profile,
@@ -88,6 +93,7 @@ def correct_latency(
         # with these two the prefill factor leaves queueing delay out (planner.correct)
         prefill_replicas=fleet.prefill.current_replicas,
         sizing=cfg.sizing,
+        ttft_view=ttft_view,
     )
 
 
@@ -144,10 +150,12 @@ def interpolate_replicas(
     corrections: Corrections,
     profile: EngineProfile,
     cfg: PlannerConfig,
+    ttft_view: TtftView | None = None,
 ) -> dict[Pool, PoolSizing]:
     """Replicas each pool needs for the SLA at the forecast load, from the profile's interpolation.
 
     Empty without a forecast: `decide` then holds both pools.
+    ttft_view: prefill's single-request TTFT (planner.ttft_view); None: the profile's.
     """
     if forecast is None:
         return {}
@@ -161,7 +169,7 @@ def interpolate_replicas(
         size_on=cfg.predictor.size_on,
     )
     return {
-        "prefill": size_prefill(forecast, profile=profile.prefill, **common),
+        "prefill": size_prefill(forecast, profile=profile.prefill, ttft_view=ttft_view, **common),
         "decode": size_decode(forecast, profile=profile.decode, **common),
     }
 
@@ -227,15 +235,18 @@ def plan_steps(
     steps: Steps = Steps(),
     fast_path: bool = False,
     previous: PlanResult | None = None,
+    ttft_view: TtftView | None = None,
 ) -> PlanResult:
     """Run the interval's steps in order on already-collected inputs (what-if already applied).
 
     previous: a plan of this same interval whose forecast is kept (the flow plans
     again when the fleet changed under it: the replicas moved, the load did not).
+    ttft_view: prefill's single-request TTFT for correct and interpolate alike
+        (planner.ttft_view: a published latency model); None: the profile's.
     """
-    corrections = steps.correct(obs, fleet=fleet, profile=profile, cfg=cfg)
+    corrections = steps.correct(obs, fleet=fleet, profile=profile, cfg=cfg, ttft_view=ttft_view)
     forecast = steps.predict(obs, cfg=cfg.predictor) if previous is None else previous.forecast
-    sizing = steps.interpolate(forecast, corrections=corrections, profile=profile, cfg=cfg)
+    sizing = steps.interpolate(forecast, corrections=corrections, profile=profile, cfg=cfg, ttft_view=ttft_view)
     saturation = steps.analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now_s)
     decision = steps.decide(
         sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, fast_path=fast_path,
@@ -261,6 +272,7 @@ def plan_interval(
     what_if: WhatIf | None = None,
     predictor_cache: MutableMapping | None = None,
     fast_path: bool = False,
+    ttft_view: TtftView | None = None,
 ) -> PlanResult:
     """Every step of one planner interval as plain calls (the simulator, the benchmarks).
 
@@ -268,9 +280,10 @@ def plan_interval(
     changes a decision beyond noise.
     fast_path: a run the saturation trigger started between intervals: the
     decision is scale-up only, after cfg.fast_path.cooldown_s.
+    ttft_view: prefill's single-request TTFT (planner.ttft_view); None: the profile's.
     """
     steps = Steps(predict=functools.partial(predict_load, cache=predictor_cache))
     return plan_steps(
         apply_what_if(obs, what_if), fleet, effective_config(cfg, what_if), profile,
-        now_s=now_s, steps=steps, fast_path=fast_path,
+        now_s=now_s, steps=steps, fast_path=fast_path, ttft_view=ttft_view,
     )

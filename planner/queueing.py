@@ -36,6 +36,7 @@ from scipy.stats import gamma as gamma_dist
 
 from planner.decode_profile import DecodeProfile
 from planner.profile import PrefillProfile
+from planner.ttft_view import extrapolated_ttft_ms
 
 # Never search past this many replicas; far beyond any real pool.
 MAX_REPLICAS_SEARCH = 100_000
@@ -170,23 +171,26 @@ def replicas_for_ttft(
     )
 
 
-def prefill_service_points_ms(profile: PrefillProfile, *, isl_tokens: float, isl_cv: float, points: int = 64) -> np.ndarray:
-    """Single-request TTFTs (ms) of `points` equally likely prompt lengths around a mean ISL.
+def prompt_length_points(*, isl_tokens: float, isl_cv: float, points: int = 64) -> np.ndarray:
+    """`points` equally likely prompt lengths (tokens) around a mean ISL.
 
     Prompt lengths are Gamma-distributed with mean `isl_tokens` and coefficient of
-    variation `isl_cv` (0: every prompt has the mean length; one point). Shorter than
-    the profiled range: the shortest measured TTFT. Longer: the longest measured
-    TTFT scaled linearly with length (prefill is compute-bound there), which is
-    how the simulator extrapolates too.
+    variation `isl_cv` (0: every prompt has the mean length; one point).
     """
     if isl_cv <= 0:
-        isl = np.array([isl_tokens])
-    else:
-        shape = 1.0 / isl_cv**2
-        isl = gamma_dist.ppf((np.arange(points) + 0.5) / points, shape, scale=isl_tokens / shape)
-    lo, hi = profile.isl_range_tokens
-    ttft = profile.ttft_ms_many(np.clip(isl, lo, hi))
-    return np.where(isl > hi, ttft * isl / hi, ttft)
+        return np.array([isl_tokens])
+    shape = 1.0 / isl_cv**2
+    return gamma_dist.ppf((np.arange(points) + 0.5) / points, shape, scale=isl_tokens / shape)
+
+
+def prefill_service_points_ms(profile: PrefillProfile, *, isl_tokens: float, isl_cv: float, points: int = 64) -> np.ndarray:
+    """The profile's single-request TTFTs (ms) of `prompt_length_points` around a mean ISL.
+
+    Shorter than the profiled range: the shortest measured TTFT. Longer: the
+    longest measured TTFT scaled linearly with length (prefill is compute-bound
+    there), which is how the simulator extrapolates too (planner.ttft_view).
+    """
+    return extrapolated_ttft_ms(profile, prompt_length_points(isl_tokens=isl_tokens, isl_cv=isl_cv, points=points))
 
 
 # -- decode ITL quantile ---------------------------------------------------------

@@ -24,6 +24,7 @@ from planner.decode_profile import DecodeProfile
 from planner.profile import PrefillProfile
 from planner.sizing_dynamo import dynamo_decode, dynamo_prefill
 from planner.sizing_sla import sla_decode, sla_prefill
+from planner.ttft_view import TtftView, ttft_view_of
 from planner.types import Corrections, Forecast, PoolSizing, SizingLoad
 
 __all__ = ["engine_gpus", "lead_intervals", "resolve_engine_gpus", "size_decode", "size_prefill"]
@@ -130,12 +131,16 @@ def size_prefill(
     cfg: SizingConfig,
     interval_s: float,
     size_on: SizeOn = "p90",
+    ttft_view: TtftView | None = None,
 ) -> PoolSizing:
     """Prefill replicas for the forecast load, in the configured mode (planner.sizing_sla or sizing_dynamo).
 
     interval_s: the forecast's interval, seconds (requests / interval_s = rps).
     size_on: size on the mean forecast or its p90.
+    ttft_view: single-request TTFT to size with (planner.ttft_view); None: the
+        profile's. Throughput per GPU (the dynamo mode) always comes from the profile.
     """
+    ttft = ttft_view_of(profile, ttft_view)
     corr = _factor(corrections.prefill, corrections.enabled)
     requests, load = _sizing_load(forecast, correction=corr, cfg=cfg, pool="prefill", interval_s=interval_s,
                                   size_on=size_on)
@@ -154,12 +159,12 @@ def size_prefill(
     isl_eval, clamped = _within(isl, *profile.isl_range_tokens)
     thpt = profile.throughput_per_gpu_at(isl_eval)
     numbers["throughput_per_gpu"] = thpt
-    numbers["single_request_ttft_ms"] = profile.ttft_ms_at(isl_eval)
+    numbers["single_request_ttft_ms"] = ttft.ttft_ms_at(isl_eval)
     numbers["isl_clamped"] = float(clamped)
     numbers["prefill_tokens_per_s"] = rps * isl
     if cfg.mode == "dynamo":
         return dynamo_prefill(load, throughput_per_gpu=thpt, numbers=numbers)
-    return sla_prefill(load, forecast, profile=profile, slo=slo, cfg=cfg, numbers=numbers)
+    return sla_prefill(load, forecast, ttft=ttft, slo=slo, cfg=cfg, numbers=numbers)
 
 
 # -- decode --------------------------------------------------------------------

@@ -13,6 +13,11 @@ do for every request (single-request TTFT for prefill, ITL at one running
 request for decode), no replica count meets it. We then size for that best
 latency plus `unreachable_slack_frac`, report target_reachable = 0 in the
 numbers and say so in the message, instead of returning an unbounded count.
+
+Prefill's single-request TTFT comes from a `planner.ttft_view.TtftView`: the
+profile, or the published latency model the router uses (its mean is the
+service time, its p90 the reachability check); the message names the source and
+the numbers carry ttft_from_published_model (0/1).
 """
 
 from __future__ import annotations
@@ -22,16 +27,16 @@ import numpy as np
 from planner.burst import arrival_classes, history_classes
 from planner.config import SizingConfig, SloTarget
 from planner.decode_profile import DecodeOperatingPoint, DecodeProfile
-from planner.profile import PrefillProfile
 from planner.queueing import (
     arrival_peakedness,
     ceil_replicas,
     decode_itl_quantile,
-    prefill_service_points_ms,
+    prompt_length_points,
     replicas_for_itl_quantile,
     replicas_for_ttft,
     variability_factor,
 )
+from planner.ttft_view import TtftView
 from planner.types import Forecast, PoolSizing, SizingLoad
 
 # -- prefill -------------------------------------------------------------------
@@ -41,13 +46,16 @@ def sla_prefill(
     load: SizingLoad,
     forecast: Forecast,
     *,
-    profile: PrefillProfile,
+    ttft: TtftView,
     slo: SloTarget,
     cfg: SizingConfig,
     numbers: dict[str, float],
 ) -> PoolSizing:
     """Prefill replicas so cfg.ttft_quantile of the requests that can meet slo.ttft_ms do (M/G/c wait).
 
+    ttft: single-request TTFT by prompt length (planner.ttft_view: the profile or a
+        published model): its mean is the service time, its p90 decides which
+        requests can meet the target and how long each may wait.
     forecast: its burst figures (peak ratio and window, recent peaks) size
         for sub-interval bursts too (cfg.burst_basis).
     numbers: the dispatcher's figures; this mode's are added to them.
@@ -56,17 +64,22 @@ def sla_prefill(
     target_s = slo.ttft_ms / 1000.0
     # Prompt lengths vary, so service times do: the requests that can meet the target
     # at all are those whose own prefill fits in it, and each may wait only the rest.
-    service_points_s = prefill_service_points_ms(profile, isl_tokens=isl, isl_cv=cfg.isl_cv) * corr / 1000.0
+    lengths = prompt_length_points(isl_tokens=isl, isl_cv=cfg.isl_cv)
+    service_points_s = ttft.ttft_ms_many(lengths, quantile="mean") * corr / 1000.0
+    # A model's p90 keeps requests that only make the target on a good day out of the
+    # reachable set (the profile has one figure per length: its p90 is its mean).
+    own_points_s = ttft.ttft_ms_many(lengths, quantile="p90") * corr / 1000.0
     service_s = float(np.mean(service_points_s))
-    fits = service_points_s < target_s
+    own_s = float(np.mean(own_points_s))
+    fits = own_points_s < target_s
     reachable_frac = float(np.mean(fits))
     reachable = reachable_frac > 0
     if reachable:
         effective_target_s = target_s
-        slack_s = target_s - service_points_s[fits]
+        slack_s = target_s - own_points_s[fits]
     else:
-        effective_target_s = service_s * (1.0 + cfg.unreachable_slack_frac)
-        slack_s = np.array([effective_target_s - service_s])
+        effective_target_s = own_s * (1.0 + cfg.unreachable_slack_frac)
+        slack_s = np.array([effective_target_s - own_s])
     g = variability_factor(cfg.prefill_arrival_cv, cfg.prefill_service_cv)
     queue_kw = dict(
         service_s=service_s,
@@ -84,6 +97,8 @@ def sla_prefill(
     numbers.update(
         correction_used=corr,
         service_ms=service_s * 1000.0,
+        service_p90_ms=own_s * 1000.0,
+        ttft_from_published_model=float(ttft.published),
         offered_load_erlangs=rps * service_s,
         variability_factor=g,
         ttft_quantile=cfg.ttft_quantile,
@@ -93,10 +108,10 @@ def sla_prefill(
         effective_ttft_target_ms=effective_target_s * 1000.0,
         max_utilization_frac=cfg.prefill_max_utilization_frac,
     )
-    msg = _prefill_message(load, slo=slo, cfg=cfg, replicas=replicas, queue=queue, service_s=service_s,
+    msg = _prefill_message(load, slo=slo, cfg=cfg, replicas=replicas, queue=queue, service_s=own_s,
                            reachable_frac=reachable_frac, effective_target_s=effective_target_s,
                            slack_points=len(slack_s))
-    return PoolSizing("prefill", replicas, numbers, msg + burst)
+    return PoolSizing("prefill", replicas, numbers, f"{msg}{burst}; TTFT from {ttft.source}")
 
 
 def _size_for_burst(

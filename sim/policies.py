@@ -29,6 +29,7 @@ from planner.predictors.registry import predictor_names
 from planner.profile import EngineProfile
 from planner.profile_checks import ProfileRangeWarning
 from planner.saturation import analyze_fleet
+from planner.ttft_view import TtftView
 from planner.types import Observation, PodMetrics
 from sim.replay import PolicyInput, PolicyOutput
 from sim.warm_start import clamp, warm_start_fleet
@@ -40,12 +41,15 @@ class PlannerPolicy:
     """The planner core, exactly as the planner flow runs it, one interval at a time."""
 
     def __init__(
-        self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "planner", initial: tuple[int, int] | None = None
+        self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "planner", initial: tuple[int, int] | None = None,
+        ttft_view: TtftView | None = None,
     ):
+        """ttft_view: prefill's single-request TTFT for sizing and correction (planner.ttft_view); None: the profile's."""
         self.name = name
         self.cfg = cfg
         self.profile = profile
         self.initial = initial
+        self.ttft_view = ttft_view
         self.stabilization_window_s = cfg.decision.scale_down_stabilization_s
         # The replay polls the fast path's trigger between intervals when it is on.
         self.fast_path = cfg.fast_path if cfg.fast_path.enabled else None
@@ -54,7 +58,7 @@ class PlannerPolicy:
         self.last_plan = None
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
-        return self.initial or warm_start_fleet(self.cfg, self.profile, first)
+        return self.initial or warm_start_fleet(self.cfg, self.profile, first, ttft_view=self.ttft_view)
 
     def decide(self, step: PolicyInput) -> PolicyOutput:
         return self._plan(step, fast_path=False)
@@ -76,6 +80,7 @@ class PlannerPolicy:
             plan = plan_interval(
                 step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s,
                 predictor_cache=self._fast_cache if fast_path else self._cache, fast_path=fast_path,
+                ttft_view=self.ttft_view,
             )
         self.last_plan = plan
         d = plan.decision
@@ -212,19 +217,22 @@ def check_policy_name(name: str) -> str:
     raise ValueError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}")
 
 
-def make_policy(name: str, *, cfg: PlannerConfig, profile: EngineProfile):
-    """A policy by name (all but `oracle`, which needs the trace: see sim.oracle)."""
+def make_policy(name: str, *, cfg: PlannerConfig, profile: EngineProfile, ttft_view: TtftView | None = None):
+    """A policy by name (all but `oracle`, which needs the trace: see sim.oracle).
+
+    ttft_view: the planner policies' prefill TTFT (planner.ttft_view); None: the profile's.
+    """
     if name == "planner":
-        return PlannerPolicy(cfg, profile, name="planner")
+        return PlannerPolicy(cfg, profile, name="planner", ttft_view=ttft_view)
     if name.startswith("planner:"):
         predictor = name.split(":", 1)[1]
         if predictor not in predictor_names():
             raise ValueError(f"policy {name!r}: unknown predictor {predictor!r}; valid: {', '.join(predictor_names())}")
         pcfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"name": predictor})})
-        return PlannerPolicy(pcfg, profile, name=name)
+        return PlannerPolicy(pcfg, profile, name=name, ttft_view=ttft_view)
     if name == "dynamo":
         dcfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"mode": "dynamo"})})
-        return PlannerPolicy(dcfg, profile, name="dynamo")
+        return PlannerPolicy(dcfg, profile, name="dynamo", ttft_view=ttft_view)
     if name == "saturation":
         return SaturationPolicy(cfg, profile)
     m = _STATIC.match(name)

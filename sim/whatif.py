@@ -22,6 +22,7 @@ from planner.whatif import WhatIf
 from sim.config import SimConfig
 from sim.lookup import ProfileTables
 from sim.policies import check_policy_name, default_planner_config, make_policy
+from sim.published_ttft import load_ttft_view
 from sim.replay import ReplayResult, ReplaySettings, replay
 from sim.routing import make_router
 from sim.report import summarize
@@ -78,6 +79,10 @@ class WhatIfScenario(WhatIf):
     fast_path: bool | None = Field(
         None, description="planner policies: poll the saturation signal between intervals and scale up at once "
         "(planner.fast_path.enabled); None: the planner's default"
+    )
+    latency_model_path: str | None = Field(
+        None, description="a published latency-model document (JSON): planner policies take prefill TTFT from it "
+        "(mean and p90 on an idle engine, as the routing service serves it) instead of the profile; None: the profile"
     )
 
     @field_validator("policy")
@@ -176,6 +181,7 @@ def run_what_if(
     if sc.router == "picker" and (sc.policy == "oracle" or sc.with_oracle):
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
     oracle_gpu_hours = None
+    ttft_view = load_ttft_view(sc.latency_model_path, profile) if sc.latency_model_path else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)
         if sc.policy == "oracle":
@@ -183,7 +189,7 @@ def run_what_if(
             result = plan.result
             oracle_gpu_hours = result.gpu_hours
         else:
-            policy = make_policy(sc.policy, cfg=cfg, profile=profile)
+            policy = make_policy(sc.policy, cfg=cfg, profile=profile, ttft_view=ttft_view)
             result = replay(trace, tables, policy, scenario=scenario, router=router, progress=progress)
             if sc.with_oracle:
                 oracle_gpu_hours = oracle_plan(
@@ -197,6 +203,8 @@ def run_what_if(
             "jitter_s": sc.jitter_s,
             "load_model": load_model(sc.load_multiplier, sc.jitter_s),
             "profile": profile.name,
+            # the planner policies' prefill TTFT (the oracle and the static fleets size nothing)
+            "ttft_source": ttft_view.source if ttft_view is not None else "profile",
             "trace_path": str(sc.trace),
             "skipped_lines": trace.skipped_lines,
             # the whole what-if (oracle computation included); the policy's replay alone is replay_wall_s
