@@ -50,6 +50,9 @@ def add_parser(subparsers) -> None:
                    help="ServeGen: duration to synthesise, s (default: %(default)s)")
     p.add_argument("--servegen-rate-scale", type=float, default=0.005,
                    help="ServeGen: multiply every client's rate (default: %(default)s)")
+    p.add_argument("--latency-model", default=None, metavar="FILE",
+                   help="a published latency-model document (JSON): the planner takes prefill TTFT from it "
+                   "instead of the profile")
     p.add_argument("--json", dest="json_out", default=None, help="write the summary JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -75,6 +78,7 @@ def _scenario(args: argparse.Namespace):
         servegen_duration_s=args.servegen_duration_s,
         servegen_rate_scale=args.servegen_rate_scale,
         max_replicas=args.max_replicas,
+        latency_model_path=args.latency_model,
     )
 
 
@@ -84,7 +88,7 @@ def _print_summary(s: dict) -> None:
 
     print(f"trace            {s['trace']} ({s['requests']:,} requests)")
     print(f"load             {s.get('load_model') or 'the trace as recorded'}")
-    print(f"policy           {s['policy']}")
+    print(f"policy           {s['policy']} (prefill TTFT from {s['ttft_source']})")
     print(f"SLA attainment   {100 * s['slo_attainment']:.2f}% "
           f"(TTFT {100 * s['ttft_attainment']:.2f}%, ITL {100 * s['itl_attainment']:.2f}%)")
     print(f"TTFT ms          p50/p90/p99 {p(s['ttft_ms'])}")

@@ -205,3 +205,21 @@ def test_a_what_if_sizes_prefill_with_the_document(shared_data, tmp_path):
     planned = [r for r in r_model.timeline.reasons if "TTFT from" in r]
     assert planned and all("TTFT from published model slow" in r for r in planned)
     assert not any("published model" in r for r in r_profile.timeline.reasons)
+
+
+def test_what_if_command_takes_a_latency_model(shared_data, tmp_path, capsys):
+    """`sla-planner what-if --latency-model FILE` names the source in its summary; a bad file is one line, exit 2."""
+    from planner_cli.main import main
+    from tests.test_sim_whatif import _cli, _small_azure
+
+    trace = _small_azure(shared_data, tmp_path, minutes=3)
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(document("lin-cli")))
+    assert main(_cli(trace, PROFILE_DIR, "--latency-model", str(path))) == 0
+    assert "(prefill TTFT from published model lin-cli)" in capsys.readouterr().out
+    assert main(_cli(trace, PROFILE_DIR)) == 0
+    assert "(prefill TTFT from profile)" in capsys.readouterr().out
+    path.write_text("{not json")
+    assert main(_cli(trace, PROFILE_DIR, "--latency-model", str(path))) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"sla-planner what-if: {path}: not JSON") and "\n" not in err
