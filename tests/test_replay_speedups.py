@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -136,3 +137,30 @@ def test_fitting_ets_does_not_load_scikit_learn():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_first_gradient_boosting_fit_limits_scikit_learn_threads():
+    # scikit-learn is loaded by the first boosted model, after `fit` set its thread limit: the model's
+    # OpenMP pool must still run one thread while it fits.
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+        "import json\n"
+        "import numpy as np\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from planner.predictors.gbm import GradientBoostingPredictor\n"
+        "def openmp(): return [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'openmp']\n"
+        "seen, new_model = [], GradientBoostingPredictor._new_model\n"
+        "def spy(self):\n"
+        "    model = new_model(self)  # scikit-learn is loaded from here on\n"
+        "    seen.append(openmp())\n"
+        "    return model\n"
+        "GradientBoostingPredictor._new_model = spy\n"
+        "assert 'sklearn' not in sys.modules\n"
+        "y = 50 + 10 * np.sin(np.arange(300) / 20) + np.random.default_rng(0).normal(0, 2, 300)\n"
+        "p = GradientBoostingPredictor().fit(60.0 * np.arange(1, 301), y)\n"
+        "assert p.fallback_reason_ is None\n"
+        "print(json.dumps(seen))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    during = json.loads(out.stdout)
+    assert during and all(threads == [1] for threads in during)
