@@ -82,6 +82,8 @@ def _prefill_factor(
         return 1.0
     lo, hi = profile.prefill.isl_range_tokens
     isl = obs.avg_isl_tokens
+    # The profiled range is where the profile was measured; a published model's view
+    # covers any length itself (planner.ttft_view), so only the profile is clamped.
     if not ttft.published and not lo <= isl <= hi:
         notes.append(f"prefill: ISL {isl:g} tokens outside profiled {lo:g}..{hi:g}; expected TTFT at the nearer end")
         isl = _clamp_quiet(isl, lo, hi)
