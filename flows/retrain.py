@@ -268,13 +268,14 @@ def _metrics_section(ev: Evaluation) -> list[str]:
 
 def _strata_section(ev: Evaluation, cfg: TrainingConfig) -> list[str]:
     lines = _comparison_head(ev, "## Per stratum (held out)",
-                             ["stratum", "target", "samples", "MAPE", "p90 coverage", "p90 loss"],
+                             ["stratum", "target", "samples", "MAPE", "p90 coverage", "p90 coverage as served",
+                              "p90 loss"],
                              ["current MAPE", "current p90 loss"])
     for stratum in STRATA:
         for t in TARGETS:
             c = _stratum(ev.candidate[t], stratum.name)
             row = (f"| {stratum.name} | {t} | {c['n']} | {_pct(c['mape'])} | {_pct(c['p90_coverage'], 1)} "
-                   f"| {_pct(c['p90_loss'])} |")
+                   f"| {_pct((c.get('served') or {}).get('p90_coverage'), 1)} | {_pct(c['p90_loss'])} |")
             if ev.current is not None:
                 k = _stratum(ev.current[t], stratum.name)
                 row += f" {_pct(k['mape'])} | {_pct(k['p90_loss'])} |"
@@ -282,7 +283,9 @@ def _strata_section(ev: Evaluation, cfg: TrainingConfig) -> list[str]:
     lines += ["", f"Strata: queue depth (`waiting_requests`), KV-cache use (`kv_usage_frac`) and prompt length "
               f"(`input_tokens`) of the endpoint at dispatch. The gate refuses a candidate whose MAPE or p90 loss "
               f"in a stratum with at least {cfg.stratum_min_samples} held-out rows is more than "
-              f"{cfg.stratum_max_regression_frac:.0%} above the current model's."]
+              f"{cfg.stratum_max_regression_frac:.0%} above the current model's. As served: the p90 the router "
+              f"serves with its online calibration (routing.online_calibration), the held-out rows replayed in "
+              f"time order from a fresh start."]
     return lines
 
 

@@ -9,6 +9,7 @@ one named by `auth.data_token_env`.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -243,6 +244,39 @@ class ScrapeConfig(StrictModel):
     timeout_s: float = Field(1.0, gt=0, description="per-scrape timeout, s")
 
 
+class OnlineCalibrationConfig(StrictModel):
+    """Online p90 calibration of the active published model (routing.online_calibration)."""
+
+    enabled: bool = Field(
+        True, description="adjust the served p90 with every recorded sample so 90% of requests fall below it "
+        "per queue-depth x prompt-length cell (only when picker.slo.prediction is p90)"
+    )
+    step: float = Field(
+        0.01, gt=0, le=0.2,
+        description="log-shift step per sample (adaptive conformal inference): larger follows drift faster and "
+        "wobbles more; 0.01 measured best on the retrain benchmark",
+    )
+    max_shift: float = Field(
+        2.0, gt=0, le=5,
+        description="largest shift either way, log (2.0: a factor 7.4); the retrain benchmark's loaded fleet, "
+        "whose queues build and drain, needed more than 1.0",
+    )
+    queue_edges: list[float] = Field(
+        default_factory=lambda: [1.0, 4.0], description="cell edges on the endpoint's waiting requests"
+    )
+    prompt_edges: list[float] = Field(
+        default_factory=lambda: [1024.0, 4096.0], description="cell edges on the prompt's tokens"
+    )
+
+    @model_validator(mode="after")
+    def _check_edges(self) -> "OnlineCalibrationConfig":
+        for name in ("queue_edges", "prompt_edges"):
+            edges = getattr(self, name)
+            if edges != sorted(set(edges)) or any(not math.isfinite(e) or e < 0 for e in edges):
+                raise ValueError(f"online_calibration.{name} must be increasing non-negative numbers, got {edges}")
+        return self
+
+
 class RouterConfig(StrictModel):
     """The routing service's whole configuration."""
 
@@ -265,6 +299,7 @@ class RouterConfig(StrictModel):
     rate_limits: RateLimitConfig = Field(default_factory=RateLimitConfig)
     sample_validation: SampleValidationConfig = Field(default_factory=SampleValidationConfig)
     scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
+    online_calibration: OnlineCalibrationConfig = Field(default_factory=OnlineCalibrationConfig)
     seed: int | None = Field(None, description="picker RNG seed; unset: fresh entropy")
 
     @model_validator(mode="after")

@@ -51,6 +51,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from routing.features import TPOT_FEATURES, TTFT_FEATURES, Target
+from routing.online_calibration import OnlineCalibration, served_factor
 
 _COL = {name: j for j, name in enumerate(TPOT_FEATURES)}
 # Running-batch features (tokens, elapsed time, tokens queued behind it), when
@@ -154,28 +155,52 @@ class ProfileEstimator:
 
 @dataclass(frozen=True)
 class PinnedModel:
-    """The model one pick uses: `version` None means the profile estimate."""
+    """The model one pick uses: `version` None means the profile estimate.
+
+    online / shifts: the online p90 calibration and its shifts when the pick began (None: none).
+    """
 
     model: LatencyModelLike
     version: str | None
     quantile: Literal["mean", "p90"]
     base: ProfileEstimator | None = None
+    online: OnlineCalibration | None = None
+    shifts: dict | None = None
 
     def predict(self, target: Target, x: np.ndarray) -> np.ndarray:
         pred = self.model.predict(target, x, quantile=self.quantile)
-        if self.base is None or target not in self.model.relative:
-            return pred
-        return pred * self.base.predict(target, x)
+        if self.base is not None and target in self.model.relative:
+            pred = pred * self.base.predict(target, x)
+        if self.shifts is not None:
+            pred = pred * served_factor(self.shifts, self.online, target, x)
+        return pred
 
 
 class LatencyPredictor:
     """Serves the active published model (from a ModelStore), else the profile estimate."""
 
-    def __init__(self, *, estimate: ProfileEstimator, models=None, quantile: Literal["mean", "p90"] = "p90"):
-        """models: routing.model_store.ModelStore or None (estimate only)."""
+    def __init__(self, *, estimate: ProfileEstimator, models=None, quantile: Literal["mean", "p90"] = "p90",
+                 online: OnlineCalibration | None = None):
+        """models: routing.model_store.ModelStore or None (estimate only); online: the online p90
+        calibration of published models (used only with quantile p90)."""
         self.estimate = estimate
         self.models = models
         self.quantile = quantile
+        self.online = online if quantile == "p90" else None
+
+    def observe(self, sample) -> bool:
+        """Feed a recorded sample (routing.lifecycle.Sample) to the online calibration; whether it counted."""
+        if self.online is None or sample.model_version is None or sample.predicted_ms is None:
+            return False
+        return self.online.observe(sample.target, self.online.cell_of(sample.features),
+                                   observed_ms=sample.observed_ms, served_ms=sample.predicted_ms,
+                                   version=sample.model_version)
+
+    def _pinned(self, active, base: ProfileEstimator | None) -> PinnedModel:
+        if self.online is None:
+            return PinnedModel(active, active.version, self.quantile, base)
+        return PinnedModel(active, active.version, self.quantile, base, self.online,
+                           self.online.shifts(active.version))
 
     def snapshot(self) -> PinnedModel:
         active = self.models.active if self.models is not None else None
@@ -183,12 +208,12 @@ class LatencyPredictor:
             return PinnedModel(self.estimate, None, self.quantile)
         base = getattr(active, "base", None)
         if base is None:
-            return PinnedModel(active, active.version, self.quantile)
+            return self._pinned(active, None)
         # The service refuses on publish a relative model of another estimate; one retained from before a
         # restart on another profile cannot be served (its ratios mean nothing here): the estimate serves.
         if base != f"profile:{self.estimate.name}":
             return PinnedModel(self.estimate, None, self.quantile)
-        return PinnedModel(active, active.version, self.quantile, self.estimate)
+        return self._pinned(active, self.estimate)
 
 
 # The column lists are re-exported for callers building rows by hand.

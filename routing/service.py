@@ -33,6 +33,7 @@ from routing.lifecycle import InFlight, Sample
 from routing.model_store import ModelStore
 from routing.pick_result import PickResult
 from routing.picker import Picker, RouteRequest, dispatch_record
+from routing.online_calibration import online_calibration
 from routing.predictor import LatencyPredictor, ProfileEstimator
 from routing.registry import Endpoint, EndpointRegistry
 from routing.samples import SampleStore
@@ -146,7 +147,8 @@ class RoutingService:
             max_nodes=config.models.max_nodes,
         )
         self.predictor = LatencyPredictor(
-            estimate=ProfileEstimator(profile), models=self.models, quantile=config.picker.slo.prediction
+            estimate=ProfileEstimator(profile), models=self.models, quantile=config.picker.slo.prediction,
+            online=online_calibration(config.online_calibration),
         )
         self.picker = Picker(config.picker, self.predictor, rng=config.seed)
         self.samples = SampleStore(capacity=config.samples.capacity, kv_buckets=config.samples.kv_buckets,
@@ -375,6 +377,7 @@ class RoutingService:
             "active": active.version if active else None,
             "estimate": self.estimate_name,
             "prediction": self.predictor.quantile,
+            "online_calibration": self.predictor.online.state() if self.predictor.online else None,
             "versions": self.models.list(),
         }
 
@@ -433,6 +436,7 @@ class RoutingService:
             if source is not None and not self._admit(s, source):
                 continue
             self.samples.add(s)
+            self.predictor.observe(s)
             kept += 1
             if s.predicted_ms and s.predicted_ms > 0:
                 self.metrics.observe_ratio(s.target, s.observed_ms / s.predicted_ms)

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from planner.strict import StrictModel
+from routing.config import OnlineCalibrationConfig
 from routing.features import FEATURE_SET_VERSION, FEATURE_SETS, TARGETS, Target
 
 
@@ -72,6 +73,11 @@ class TrainingConfig(StrictModel):
         "calibration slice, they have a lower p90 loss on its newer half than the estimate times a calibrated "
         "factor (flat p90); else publish the flat one. Trees fitted on older load can be confidently wrong on "
         "newer load, the estimate's shape holds",
+    )
+    served_calibration: OnlineCalibrationConfig = Field(
+        default_factory=OnlineCalibrationConfig,
+        description="the routing service's online p90 calibration (its online_calibration setting): the held-out "
+        "p90 is also scored as served through it (p90 coverage as served)",
     )
     calibration_min_bucket_samples: int = Field(
         200, ge=10, description="fewest calibration rows for a load bucket to get its own p90 shift"

@@ -24,6 +24,8 @@ class TargetData:
     source: each sample's endpoint id (None: unknown, every row one source).
     estimate_ms: the profile estimate of each row, ms (None: not computed; models are then absolute).
     estimate_name: that estimate's name ("profile:<name>").
+    dispatched_s: when each request was dispatched (its prediction served), s: a TTFT sample's
+    recorded time less its TTFT; a TPOT sample's request's TTFT sample's (NaN: not among the samples).
     """
 
     target: Target
@@ -35,6 +37,7 @@ class TargetData:
     source: np.ndarray | None = None
     estimate_ms: np.ndarray | None = None
     estimate_name: str | None = None
+    dispatched_s: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -67,7 +70,7 @@ def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig, *, estimate
     features (a field missing, not finite, negative, or an unknown role).
     Kept samples are ordered by recorded_at_s, then seq.
     """
-    rows: dict[Target, list[tuple[float, int, dict, float, str]]] = {t: [] for t in TARGETS}
+    rows: dict[Target, list[tuple[float, int, dict, float, str, str]]] = {t: [] for t in TARGETS}
     dropped = {t: dict.fromkeys(DROP_REASONS[1:], 0) for t in TARGETS}
     unknown = 0
     for i, s in enumerate(samples):
@@ -94,7 +97,9 @@ def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig, *, estimate
         endpoint = s.get("endpoint_id")
         rows[target].append((t_s if t_s is not None and math.isfinite(t_s) else math.inf,
                              int(seq) if seq is not None and math.isfinite(seq) else i, feats, y,
-                             endpoint if isinstance(endpoint, str) else ""))
+                             endpoint if isinstance(endpoint, str) else "", str(s.get("request_id", ""))))
+    # A TTFT is observed at first token: the request was dispatched (and predicted) that long before.
+    dispatched = {r[5]: r[0] - r[3] / 1000.0 for r in rows["ttft"] if r[5]}
     by_target = {}
     for target in TARGETS:
         kept = sorted(rows[target], key=lambda r: (r[0], r[1]))
@@ -109,6 +114,7 @@ def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig, *, estimate
             source=np.array([r[4] for r in kept], dtype=object),
             estimate_ms=None if estimate is None else np.asarray(estimate.predict(target, x), dtype=float),
             estimate_name=None if estimate is None else f"profile:{estimate.name}",
+            dispatched_s=np.array([dispatched.get(r[5], np.nan) for r in kept], dtype=float),
         )
     return PreparedSamples(fetched=len(samples), by_target=by_target, dropped_unknown_target=unknown)
 

@@ -11,6 +11,7 @@ from routing.models import document_predictions
 from routing.training.buckets import bucket_labels, bucket_of
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples
+from routing.training.online import served_p90
 from routing.training.probe import ProbeReport
 from routing.training.scores import latency_metrics
 from routing.training.split import holdout_rows, splits_for
@@ -49,10 +50,17 @@ STRATA: tuple[Stratum, ...] = (
 )
 
 
-def evaluate(target: Target, x: np.ndarray, y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray) -> dict:
-    """Overall metrics plus one entry per load bucket (see BUCKET_EDGES) and one per stratum (STRATA)."""
+def evaluate(target: Target, x: np.ndarray, y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray,
+             p90_served_ms: np.ndarray | None = None) -> dict:
+    """Overall metrics plus one entry per load bucket (see BUCKET_EDGES) and one per stratum (STRATA).
+
+    p90_served_ms: the p90 as the router serves it (online calibration, routing.training.online); its
+    coverage and loss are added as "served" {"p90_coverage", "p90_loss"}, overall and per stratum.
+    """
     mean_ms, p90_ms = np.asarray(mean_ms), np.asarray(p90_ms)
     out = latency_metrics(y_ms, mean_ms, p90_ms)
+    if p90_served_ms is not None:
+        out["served"] = _served(y_ms, mean_ms, p90_served_ms)
     b = bucket_of(target, x)
     out["buckets"] = []
     for k, label in enumerate(bucket_labels(target)):
@@ -62,7 +70,14 @@ def evaluate(target: Target, x: np.ndarray, y_ms: np.ndarray, mean_ms: np.ndarra
     for stratum in STRATA:
         sel = stratum.select(target, x)
         out["strata"].append({"name": stratum.name, **latency_metrics(y_ms[sel], mean_ms[sel], p90_ms[sel])})
+        if p90_served_ms is not None:
+            out["strata"][-1]["served"] = _served(y_ms[sel], mean_ms[sel], np.asarray(p90_served_ms)[sel])
     return out
+
+
+def _served(y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray) -> dict:
+    m = latency_metrics(y_ms, mean_ms, p90_ms)
+    return {"p90_coverage": m["p90_coverage"], "p90_loss": m["p90_loss"]}
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,7 @@ class Evaluation:
     """
 
     holdout: dict[Target, dict]
-    candidate: dict[Target, dict]
+    candidate: dict[Target, dict]  # with "served": the p90 as served with online calibration
     estimate: dict[Target, dict]
     current: dict[Target, dict] | None
     points: dict[Target, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -93,6 +108,9 @@ class Evaluation:
                     v = block[t].get(key)
                     if v is not None:
                         out[f"{t}_{name}{key}"] = float(v)
+            served = self.candidate[t].get("served") or {}
+            if served.get("p90_coverage") is not None:
+                out[f"{t}_served_p90_coverage"] = float(served["p90_coverage"])
         return out
 
 
@@ -121,7 +139,9 @@ def evaluate_all(
                       "sources": int(np.unique(d.source[h].astype(str)).size) if d.source is not None else None,
                       "left_out_by_source_cap": splits[t].sizes()[2] - int(y.size)}
         c_mean, c_p90 = document_predictions(candidate_document, t, x, estimate)
-        cand[t] = evaluate(t, x, y, c_mean, c_p90)
+        served = served_p90(t, x, c_p90, y, recorded_s=d.recorded_at_s[h], config=cfg.served_calibration,
+                            dispatched_s=d.dispatched_s[h] if d.dispatched_s is not None else np.full(y.size, np.nan))
+        cand[t] = evaluate(t, x, y, c_mean, c_p90, served)
         e_mean = np.asarray(estimate.predict(t, x), dtype=float)
         # The router answers p90 with the estimate's one value when no model is published.
         est[t] = evaluate(t, x, y, e_mean, e_mean)

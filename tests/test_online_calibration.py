@@ -1,0 +1,242 @@
+"""Online p90 calibration: the served p90 follows drift so ~90% of outcomes fall below it, per cell."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from routing.config import OnlineCalibrationConfig, RouterConfig
+from routing.features import feature_matrix
+from routing.online_calibration import OnlineCalibration, online_calibration
+from routing.picker import RouteRequest
+from routing.registry import Endpoint
+from routing.service import RoutingService
+from tests.fixtures_routing import PROFILE_DIR, h200_profile, linear, linear_document
+
+
+def calib(**kw) -> OnlineCalibration:
+    args = dict(step=0.01, max_shift=1.0, queue_edges=(1.0, 4.0), prompt_edges=(1024.0, 4096.0)) | kw
+    return OnlineCalibration(**args)
+
+
+def rows(waiting, input_tokens) -> np.ndarray:
+    return feature_matrix("ttft", role="prefill", input_tokens=np.asarray(input_tokens, dtype=float),
+                          prefix_cache_hit_frac=0.0, kv_usage_frac=0.0, waiting_requests=np.asarray(waiting, dtype=float),
+                          running_requests=0.0, prefill_tokens_in_flight=0.0, decode_tokens_in_flight=0.0,
+                          prefill_batch_tokens=0.0, prefill_batch_elapsed_ms=0.0, prefill_queued_tokens=0.0)
+
+
+@pytest.mark.parametrize("waiting, tokens, cell", [
+    (0, 100, 0), (0, 1024, 1), (0, 5000, 2), (1, 100, 3), (3, 4096, 5), (4, 0, 6), (40, 100_000, 8),
+])
+def test_cells_are_queue_depth_by_prompt_length(waiting, tokens, cell):
+    c = calib()
+    assert c.n_cells == 9
+    assert c.cells(rows([waiting], [tokens]))[0] == cell
+    assert c.cell_of({"waiting_requests": waiting, "input_tokens": tokens}) == cell
+
+
+def test_a_miss_raises_the_shift_nine_times_as_much_as_a_hit_lowers_it():
+    c = calib()
+    assert c.shifts("v1") is None  # a new model starts at 0
+    assert c.observe("ttft", 4, observed_ms=120.0, served_ms=100.0, version="v1")
+    assert c.shifts("v1")["ttft"][4] == pytest.approx(0.009)
+    assert c.observe("ttft", 4, observed_ms=80.0, served_ms=100.0, version="v1")
+    assert c.shifts("v1")["ttft"][4] == pytest.approx(0.008)
+    # Other cells and the other target are untouched.
+    assert np.count_nonzero(c.shifts("v1")["ttft"]) == 1 and not c.shifts("v1")["tpot"].any()
+
+
+def test_another_models_samples_do_not_count_and_a_new_model_starts_again():
+    c = calib()
+    c.shifts("v1")
+    for _ in range(10):
+        c.observe("tpot", 0, observed_ms=9.0, served_ms=5.0, version="v1")
+    assert not c.observe("tpot", 0, observed_ms=9.0, served_ms=5.0, version="v0")
+    assert c.shifts("v1")["tpot"][0] == pytest.approx(0.09)
+    assert c.shifts("v2") is None
+    assert not c.shifts("v2")["tpot"].any()
+    assert not c.observe("tpot", 0, observed_ms=9.0, served_ms=5.0, version="v1")
+
+
+@pytest.mark.parametrize("served", [0.0, -1.0, math.inf, math.nan])
+def test_a_prediction_that_is_not_finite_and_positive_does_not_count(served):
+    c = calib()
+    c.shifts("v1")
+    assert not c.observe("ttft", 0, observed_ms=10.0, served_ms=served, version="v1")
+    assert not c.shifts("v1")["ttft"].any()
+
+
+def test_the_shift_stays_within_max_shift():
+    c = calib(step=0.2, max_shift=0.5)
+    c.shifts("v1")
+    for _ in range(100):
+        c.observe("ttft", 0, observed_ms=1e6, served_ms=1.0, version="v1")
+    assert c.shifts("v1")["ttft"][0] == pytest.approx(0.5)
+    for _ in range(100):
+        c.observe("ttft", 0, observed_ms=0.1, served_ms=1.0, version="v1")
+    assert c.shifts("v1")["ttft"][0] == pytest.approx(-0.5)
+
+
+@pytest.mark.parametrize("bias", [0.6, 1.0, 1.8])
+def test_coverage_converges_to_90_percent_whatever_the_models_bias(bias):
+    """Latencies lognormal around 100 ms; the model's p90 is `bias` x the true p90: served coverage ~90%."""
+    rng = np.random.default_rng(0)
+    c = calib()
+    c.shifts("v1")
+    true_p90 = 100.0 * math.exp(0.3 * 1.2816)
+    served_hits = []
+    for i in range(20_000):
+        served = bias * true_p90 * math.exp(c.shifts("v1")["ttft"][0])
+        y = 100.0 * math.exp(0.3 * rng.standard_normal())
+        c.observe("ttft", 0, observed_ms=y, served_ms=served, version="v1")
+        if i >= 5000:
+            served_hits.append(y <= served)
+    assert 0.88 <= np.mean(served_hits) <= 0.92
+    # The fixed p90 alone covers far from 90% at these biases (except bias 1).
+    if bias != 1.0:
+        fixed = 100.0 * np.exp(0.3 * rng.standard_normal(20_000)) <= bias * true_p90
+        assert not 0.88 <= fixed.mean() <= 0.92
+    assert c.shifts("v1")["ttft"][0] == pytest.approx(-math.log(bias), abs=0.15)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"step": 0}, "step"),
+    ({"queue_edges": [4, 1]}, "queue_edges must be increasing"),
+    ({"prompt_edges": [1024, 1024]}, "prompt_edges must be increasing"),
+    ({"queue_edges": [-1]}, "queue_edges must be increasing non-negative"),
+])
+def test_bad_config_is_one_line_naming_the_field(bad, message):
+    with pytest.raises(ValidationError, match=message):
+        OnlineCalibrationConfig.model_validate(bad)
+    assert online_calibration(OnlineCalibrationConfig(enabled=False)) is None
+
+
+def test_bad_edges_given_directly_are_refused():
+    with pytest.raises(ValueError, match="queue_edges must be increasing"):
+        calib(queue_edges=(4.0, 1.0))
+
+
+# -- in the routing service ------------------------------------------------------
+
+
+def service(**online) -> tuple[RoutingService, list[float]]:
+    now = [0.0]
+    cfg = RouterConfig(profile_dir=str(PROFILE_DIR), online_calibration=online)
+    svc = RoutingService(cfg, profile=h200_profile(), clock=lambda: now[0])
+    svc.register(Endpoint(id="p0", role="prefill"))
+    svc.register(Endpoint(id="d0", role="decode"))
+    # TTFT 50 ms flat, no p90 model: the p90 served is the mean model's (times the online factor).
+    svc.publish(linear_document("m1", ttft=linear("ttft", 50.0), tpot=linear("tpot", 5.0)))
+    return svc, now
+
+
+def served_ttft(svc: RoutingService, input_tokens: int = 500) -> float:
+    pred = svc.predict(RouteRequest(request_id="q", input_tokens=input_tokens), ["p0"])
+    return pred["predictions"][0]["predicted_ttft_ms"]
+
+
+def run_requests(svc: RoutingService, now: list[float], n: int, *, ttft_ms: float, input_tokens: int = 500) -> None:
+    for i in range(n):
+        rid = f"r{now[0]:.3f}-{i}"
+        svc.dispatched(RouteRequest(request_id=rid, input_tokens=input_tokens), prefill_id="p0", decode_id="d0")
+        now[0] += ttft_ms / 1000.0
+        svc.first_token(rid, observed_ttft_ms=ttft_ms)
+        svc.completed(rid, output_tokens=10, observed_tpot_ms=5.0)
+        now[0] += 1.0
+
+
+def test_service_serves_a_p90_that_catches_up_with_slower_engines():
+    svc, now = service()
+    assert served_ttft(svc) == pytest.approx(50.0)
+    run_requests(svc, now, 200, ttft_ms=80.0)
+    # Every request was slower than its p90 until the served p90 reached ~80 ms; then ~90% below it.
+    assert 75.0 <= served_ttft(svc) <= 90.0
+    # The cell of long prompts saw nothing: still the model's 50 ms.
+    assert served_ttft(svc, input_tokens=5000) == pytest.approx(50.0)
+    state = svc.model_list()["online_calibration"]
+    assert state["version"] == "m1"
+    assert sum(state["targets"]["ttft"]["samples"]) == 200
+    assert state["targets"]["ttft"]["factor"][0] == pytest.approx(served_ttft(svc) / 50.0, rel=1e-3)
+
+
+def test_service_starts_again_at_the_models_own_p90_when_another_model_is_published():
+    svc, now = service()
+    run_requests(svc, now, 100, ttft_ms=80.0)
+    assert served_ttft(svc) > 60.0
+    svc.publish(linear_document("m2", ttft=linear("ttft", 40.0), tpot=linear("tpot", 5.0)))
+    assert served_ttft(svc) == pytest.approx(40.0)
+
+
+def test_disabled_or_mean_prediction_serves_the_model_unchanged():
+    svc, now = service(enabled=False)
+    run_requests(svc, now, 50, ttft_ms=80.0)
+    assert served_ttft(svc) == pytest.approx(50.0)
+    assert svc.model_list()["online_calibration"] is None
+    cfg = RouterConfig(profile_dir=str(PROFILE_DIR), picker={"slo": {"prediction": "mean"}})
+    assert RoutingService(cfg, profile=h200_profile()).predictor.online is None
+
+
+# -- the held-out p90 as served (retrain evaluation) ---------------------------------------
+
+
+def test_served_p90_counts_an_outcome_only_once_it_is_recorded():
+    from routing.training.online import served_p90
+
+    cfg = OnlineCalibrationConfig(step=0.1)
+    x = rows([0, 0, 0], [100, 100, 100])
+    p90 = np.array([10.0, 10.0, 10.0])
+    y = np.array([20.0, 20.0, 20.0])  # every one a miss: +0.09 each once counted
+    # Row 0 dispatched at 0, recorded at 10; row 1 dispatched at 5 (row 0 still in flight); row 2 at 11.
+    served = served_p90("ttft", x, p90, y, dispatched_s=np.array([0.0, 5.0, 11.0]),
+                        recorded_s=np.array([10.0, 10.5, 12.0]), config=cfg)
+    assert served[0] == pytest.approx(10.0) and served[1] == pytest.approx(10.0)
+    assert served[2] == pytest.approx(10.0 * math.exp(0.18))
+    # Without a dispatch time a row is served at its record, after everything recorded before it.
+    late = served_p90("ttft", x, p90, y, dispatched_s=np.array([0.0, np.nan, np.nan]),
+                      recorded_s=np.array([10.0, 10.5, 12.0]), config=cfg)
+    assert late[1] == pytest.approx(10.0 * math.exp(0.09)) and late[2] == pytest.approx(10.0 * math.exp(0.18))
+    assert served_p90("ttft", x, p90, y, dispatched_s=np.zeros(3), recorded_s=np.ones(3),
+                      config=OnlineCalibrationConfig(enabled=False)) is None
+    with pytest.raises(ValueError, match="row counts differ"):
+        served_p90("ttft", x, p90[:2], y, dispatched_s=np.zeros(3), recorded_s=np.ones(3), config=cfg)
+
+
+def test_prepared_samples_carry_each_requests_dispatch_time():
+    from routing.training.config import TrainingConfig
+    from routing.training.data import prepare_samples
+    from tests.test_retrain_core import sample
+
+    samples = [
+        sample("ttft", 200.0, seq=1, recorded_at_s=10.2) | {"request_id": "a"},
+        sample("tpot", 5.0, role="decode", seq=2, recorded_at_s=13.0) | {"request_id": "a"},
+        sample("tpot", 5.0, role="decode", seq=3, recorded_at_s=14.0) | {"request_id": "orphan"},
+    ]
+    prepared = prepare_samples(samples, TrainingConfig())
+    assert prepared.by_target["ttft"].dispatched_s.tolist() == pytest.approx([10.0])
+    tpot = prepared.by_target["tpot"].dispatched_s
+    assert tpot[0] == pytest.approx(10.0) and math.isnan(tpot[1])
+
+
+def test_the_retrain_evaluation_and_model_card_report_coverage_as_served():
+    from flows.retrain import model_card
+    from routing.training.evaluation import evaluate_all
+    from routing.training.gate import decide_publish
+    from tests.test_retrain_core import SMALL, ConstantEstimate, _log_linear_ttft_document
+
+    doc, prepared = _log_linear_ttft_document()
+    ev = evaluate_all(prepared, SMALL, candidate_document=doc, current_document=None, estimate=ConstantEstimate())
+    for t in ("ttft", "tpot"):
+        served = ev.candidate[t]["served"]
+        assert 0.0 <= served["p90_coverage"] <= 1.0
+        assert all("served" in s for s in ev.candidate[t]["strata"])
+    assert ev.metrics()["ttft_served_p90_coverage"] == ev.candidate["ttft"]["served"]["p90_coverage"]
+    decision, probed = decide_publish(doc, ev, prepared, SMALL, current_version=None, force=False)
+    card = model_card({"router_url": "http://r", "version": "log-linear", "current_version": None,
+                       "estimate": "profile:x"}, prepared, SMALL, decision, evaluation=probed)
+    assert "| p90 coverage as served |" in card
+    queue0 = next(s for s in ev.candidate["ttft"]["strata"] if s["name"] == "queue 0")
+    assert f"| {queue0['served']['p90_coverage'] * 100:.1f}% |" in card
