@@ -120,10 +120,26 @@ class ModelVersionOut(BaseModel):
     active: bool
 
 
+class OnlineTargetOut(BaseModel):
+    factor: list[float]  # per cell: what the active model's p90 is multiplied by now
+    samples: list[int]  # per cell: outcomes counted since the model became active
+    misses: list[int]  # per cell: of those, slower than the p90 served
+
+
+class OnlineCalibrationOut(BaseModel):
+    version: str | None  # the model being calibrated
+    step: float
+    max_shift: float
+    queue_edges: list[float]
+    prompt_edges: list[float]  # cell = queue cell x (len(prompt_edges) + 1) + prompt cell
+    targets: dict[str, OnlineTargetOut]
+
+
 class ModelListOut(BaseModel):
     active: str | None
     estimate: str
     prediction: str
+    online_calibration: OnlineCalibrationOut | None = None  # None: off, or mean predictions
     versions: list[ModelVersionOut]
 
 

@@ -240,3 +240,31 @@ def test_the_retrain_evaluation_and_model_card_report_coverage_as_served():
     assert "| p90 coverage as served |" in card
     queue0 = next(s for s in ev.candidate["ttft"]["strata"] if s["name"] == "queue 0")
     assert f"| {queue0['served']['p90_coverage'] * 100:.1f}% |" in card
+
+
+def test_the_model_list_over_http_reports_the_online_calibration():
+    import httpx
+
+    from routing.app import create_app
+    from tests.fixtures_routing import TOKEN, RunningServer
+
+    cfg = RouterConfig(profile_dir=str(PROFILE_DIR), seed=1)
+    app = create_app(cfg, token=TOKEN, profile=h200_profile())
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with RunningServer(app) as server, httpx.Client(base_url=server.url, timeout=10, headers=auth) as client:
+        svc = app.state.service
+        svc.register(Endpoint(id="p0", role="prefill"))
+        svc.register(Endpoint(id="d0", role="decode"))
+        assert client.post("/v1/models", json=linear_document("m1", ttft=linear("ttft", 50.0),
+                                                                 tpot=linear("tpot", 5.0))).status_code == 201
+        for k in range(5):
+            routed = client.post("/v1/route", json={"request_id": f"h{k}", "input_tokens": 500,
+                                                    "slo": {"ttft_ms": 500.0, "itl_ms": 50.0}})
+            assert routed.status_code == 200, routed.text
+            assert client.post(f"/v1/requests/h{k}/first_token", json={"observed_ttft_ms": 90.0}).status_code == 200
+        state = client.get("/v1/models").json()["online_calibration"]
+    assert state["version"] == "m1" and state["queue_edges"] == [1.0, 4.0]
+    ttft = state["targets"]["ttft"]
+    # Five misses in the queue-0, prompt-<1k cell (cell 0): factor e^(5 x 0.009).
+    assert ttft["samples"][0] == 5 and ttft["misses"][0] == 5
+    assert ttft["factor"][0] == pytest.approx(math.exp(0.045), abs=1e-4)
