@@ -248,19 +248,19 @@ class OnlineCalibrationConfig(StrictModel):
     """Online p90 calibration of the active published model (routing.online_calibration)."""
 
     enabled: bool = Field(
-        True, description="adjust the served p90 with every recorded sample so 90% of requests fall below it "
-        "per queue-depth x prompt-length cell (only when picker.slo.prediction is p90)"
+        True, description="re-calibrate the served p90 on recent outcomes so 90% of requests fall below it, per "
+        "queue-depth x prompt-length cell (only when picker.slo.prediction is p90)"
     )
-    step: float = Field(
-        0.01, gt=0, le=0.2,
-        description="log-shift step per sample (adaptive conformal inference): larger follows drift faster and "
-        "wobbles more; 0.01 measured best on the retrain benchmark",
+    window: int = Field(
+        300, ge=10, le=100_000,
+        description="recent outcomes per cell the p90's shift is calibrated on (rolling-window conformal): "
+        "smaller follows drift faster and is noisier; 300 measured best on the retrain benchmark",
     )
-    max_shift: float = Field(
-        2.0, gt=0, le=5,
-        description="largest shift either way, log (2.0: a factor 7.4); the retrain benchmark's loaded fleet, "
-        "whose queues build and drain, needed more than 1.0",
+    min_samples: int = Field(50, ge=1, description="outcomes a cell needs before its shift moves from 0")
+    batch: int = Field(
+        32, ge=1, le=10_000, description="outcomes scored against the model's p90 together (one prediction call)"
     )
+    max_shift: float = Field(1.0, gt=0, le=5, description="largest shift either way, log (1.0: a factor e)")
     queue_edges: list[float] = Field(
         default_factory=lambda: [1.0, 4.0], description="cell edges on the endpoint's waiting requests"
     )
@@ -270,6 +270,8 @@ class OnlineCalibrationConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_edges(self) -> "OnlineCalibrationConfig":
+        if self.min_samples > self.window:
+            raise ValueError(f"online_calibration.min_samples ({self.min_samples}) must be <= window ({self.window})")
         for name in ("queue_edges", "prompt_edges"):
             edges = getattr(self, name)
             if edges != sorted(set(edges)) or any(not math.isfinite(e) or e < 0 for e in edges):

@@ -123,12 +123,13 @@ class ModelVersionOut(BaseModel):
 class OnlineTargetOut(BaseModel):
     factor: list[float]  # per cell: what the active model's p90 is multiplied by now
     samples: list[int]  # per cell: outcomes counted since the model became active
-    misses: list[int]  # per cell: of those, slower than the p90 served
 
 
 class OnlineCalibrationOut(BaseModel):
     version: str | None  # the model being calibrated
-    step: float
+    window: int
+    min_samples: int
+    batch: int
     max_shift: float
     queue_edges: list[float]
     prompt_edges: list[float]  # cell = queue cell x (len(prompt_edges) + 1) + prompt cell

@@ -44,13 +44,14 @@ estimate on the same rows.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
 
-from routing.features import TPOT_FEATURES, TTFT_FEATURES, Target
+from routing.features import TPOT_FEATURES, TTFT_FEATURES, Target, features_from_samples
 from routing.online_calibration import OnlineCalibration, served_factor
 
 _COL = {name: j for j, name in enumerate(TPOT_FEATURES)}
@@ -187,14 +188,41 @@ class LatencyPredictor:
         self.models = models
         self.quantile = quantile
         self.online = online if quantile == "p90" else None
+        self._pending: list = []  # samples waiting to be scored for the online calibration
+        self._pending_lock = threading.Lock()
 
-    def observe(self, sample) -> bool:
-        """Feed a recorded sample (routing.lifecycle.Sample) to the online calibration; whether it counted."""
+    def observe(self, sample) -> int:
+        """Feed a recorded sample (routing.lifecycle.Sample) to the online calibration: samples predicted by
+        a published model wait until `batch` of them are scored together against the active model's p90.
+        Returns how many outcomes were counted by this call (0 while they wait)."""
         if self.online is None or sample.model_version is None or sample.predicted_ms is None:
-            return False
-        return self.online.observe(sample.target, self.online.cell_of(sample.features),
-                                   observed_ms=sample.observed_ms, served_ms=sample.predicted_ms,
-                                   version=sample.model_version)
+            return 0
+        with self._pending_lock:
+            self._pending.append(sample)
+            if len(self._pending) < self.online.batch:
+                return 0
+            batch, self._pending = self._pending, []
+        return self._count(batch)
+
+    def _count(self, samples: list) -> int:
+        """Score samples against the active model's p90 (no shift) and hand the log ratios to the calibration."""
+        active = self.models.active if self.models is not None else None
+        if active is None:
+            return 0
+        base = self.estimate if getattr(active, "base", None) == f"profile:{self.estimate.name}" else None
+        if getattr(active, "base", None) is not None and base is None:
+            return 0
+        model = PinnedModel(active, active.version, "p90", base)
+        counted = 0
+        for target in ("ttft", "tpot"):
+            mine = [s for s in samples if s.target == target and s.model_version == active.version]
+            if mine:
+                x = features_from_samples(target, [{**s.features, "role": s.role} for s in mine])
+                observed = np.array([s.observed_ms for s in mine], dtype=float)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratios = np.log(observed / model.predict(target, x))
+                counted += self.online.add(target, self.online.cells(x), ratios, version=active.version)
+        return counted
 
     def _pinned(self, active, base: ProfileEstimator | None) -> PinnedModel:
         if self.online is None:

@@ -17,9 +17,9 @@ def served_p90(target: Target, x: np.ndarray, p90_ms: np.ndarray, y_ms: np.ndarr
     the first row (None: calibration disabled).
 
     Every row is served at its dispatch (the model's p90 times the cell's factor then) and counted
-    at its recorded time, as the service counts a sample when it arrives: outcomes still in flight
-    at a dispatch do not move its shift. A row without a dispatch time (NaN, or after its record)
-    is served at its record time, just before it is counted.
+    at its recorded time, in batches of the calibration's `batch` as the service counts samples:
+    outcomes still in flight, or waiting for their batch, at a dispatch do not move its shift. A
+    row without a dispatch time (NaN, or after its record) is served at its record time.
     """
     calibration = online_calibration(config)
     if calibration is None:
@@ -39,11 +39,16 @@ def _replay(calibration: OnlineCalibration, target: Target, events: list, cells:
             y_ms: np.ndarray) -> np.ndarray:
     served = p90_ms.copy()
     calibration.shifts("holdout")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_ratio = np.log(y_ms / p90_ms)
+    pending: list[int] = []
     while events:
         _, kind, i = heapq.heappop(events)
         if kind == 0:
             served[i] = p90_ms[i] * np.exp(calibration.shifts("holdout")[target][cells[i]])
-        else:
-            calibration.observe(target, int(cells[i]), observed_ms=float(y_ms[i]), served_ms=float(served[i]),
-                                version="holdout")
+            continue
+        pending.append(i)
+        if len(pending) >= calibration.batch:
+            calibration.add(target, cells[pending], log_ratio[pending], version="holdout")
+            pending = []
     return served
