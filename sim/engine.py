@@ -21,6 +21,8 @@ arriving mid-segment joins at the next step boundary.
 
 Nothing is ever dropped: with no ready worker, arrivals and finished prefills wait
 at the frontend until one is ready.
+SimConfig.engine_model "dynamo_mocker" runs engines as Dynamo's mocker (sim.mocker_timing):
+chunked prefill steps; all osl tokens come from decode steps, TTFT ends with the first.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from planner.types import PodMetrics, Pool
 from sim.config import SimConfig
 from sim.fleet import DecodeWorker, PrefillWorker
 from sim.lookup import ProfileTables
+from sim.mocker_timing import chunked_prefill_step, mocker_tables
 from sim.observation import IntervalStats
 from sim.results import RequestResults
 from sim.routing import LeastLoadedRouter, Router
@@ -69,7 +72,8 @@ class FleetSim:
         initial_decode: int = 1,
     ):
         self.cfg = config or SimConfig()
-        self.tables = tables
+        self._mocker = self.cfg.engine_model == "dynamo_mocker"  # as 0/1: decode steps before the first token
+        self.tables = tables = mocker_tables(tables) if self._mocker else tables
         self._itl_ms = tables.itl_ms
         self._inv_max_kv = 1.0 / tables.max_kv_tokens
         self.router = router or LeastLoadedRouter()
@@ -226,13 +230,16 @@ class FleetSim:
         q = w.queue
         isl = self.isl
         budget = self.cfg.prefill_token_budget
-        rid = q.popleft()
-        batch = [rid]
-        tokens = isl[rid]
-        while q and tokens + isl[q[0]] <= budget:
+        if self._mocker:
+            batch, tokens, w.head_done_tokens = chunked_prefill_step(q, isl, w.head_done_tokens, budget)
+        else:
             rid = q.popleft()
-            batch.append(rid)
-            tokens += isl[rid]
+            batch = [rid]
+            tokens = isl[rid]
+            while q and tokens + isl[q[0]] <= budget:
+                rid = q.popleft()
+                batch.append(rid)
+                tokens += isl[rid]
         w.busy = True
         w.batch = batch
         w.batch_tokens = tokens
@@ -243,7 +250,7 @@ class FleetSim:
         osl = self.osl
         for rid in w.batch:
             self.prefill_done_s[rid] = t
-            if osl[rid] <= 1:
+            if osl[rid] <= 1 and not self._mocker:
                 self._first_token(rid, t)
                 self._finish(rid, t)
             else:
@@ -300,8 +307,11 @@ class FleetSim:
         d.kv_base += isl + 1 - d.steps
         d.reserved_tokens += isl + self.osl[rid]
         self._join_step[rid] = d.steps
-        heapq.heappush(d.heap, (d.steps + self.osl[rid] - 1, rid))
-        self._first_token(rid, t)
+        heapq.heappush(d.heap, (d.steps + self.osl[rid] - 1 + self._mocker, rid))
+        if self._mocker:
+            d.first_due.append(rid)
+        else:
+            self._first_token(rid, t)
 
     def _advance(self, d: DecodeWorker, t: float) -> None:
         """Bring a decode worker's step counter to the first step boundary at or after t."""
@@ -311,6 +321,8 @@ class FleetSim:
             return
         if t <= d.seg_t:
             return
+        if d.first_due:
+            self._first_tokens_due(d)
         k = math.ceil((t - d.seg_t) / d.step_s - 1e-9)
         n_min = d.heap[0][0] - d.steps
         if k > n_min:
@@ -331,6 +343,12 @@ class FleetSim:
         while d.pending and self._fits(d, d.pending[0]):
             self._admit(d, d.pending.popleft(), t)
 
+    def _first_tokens_due(self, d: DecodeWorker) -> None:
+        """The mocker's first tokens: the end of the step the requests joined, now that it is fixed."""
+        for rid in d.first_due:
+            self._first_token(rid, d.seg_t + d.step_s)
+        d.first_due.clear()
+
     def _reschedule(self, d: DecodeWorker) -> None:
         d.version += 1
         n = d.n
@@ -340,8 +358,11 @@ class FleetSim:
         kv_now = d.kv_base + n * d.steps
         if kv_now > d.kv_peak_tokens:
             d.kv_peak_tokens = kv_now
-        kv_mid = kv_now + n * n_min * 0.5
-        step = self._itl_ms(kv_mid * self._inv_max_kv, kv_mid / n) * 1e-3
+        if self._mocker:  # its steps count the prompt and the tokens so far, not the next one
+            step = self.tables.segment_step_ms(kv_now - n, n, n_min) * 1e-3
+        else:
+            kv_mid = kv_now + n * n_min * 0.5
+            step = self._itl_ms(kv_mid * self._inv_max_kv, kv_mid / n) * 1e-3
         d.step_s = step
         self._seq += 1
         heapq.heappush(self._events, (d.seg_t + n_min * step, self._seq, _DECODE_SEG, d, d.version))
@@ -355,7 +376,9 @@ class FleetSim:
             self._advance(d, t)
         elif d.seg_t < t:
             d.seg_t = t
-        if not d.pending and self._fits(d, rid):
+        if self._mocker and not d.pending and self._fits(d, rid):
+            self._admit(d, rid, t)
+        elif not d.pending and self._fits(d, rid):
             # admit (inlined _admit: the hottest path)
             steps = d.steps
             d.n += 1
@@ -374,6 +397,8 @@ class FleetSim:
     def _on_decode_segment(self, d: DecodeWorker, version: int, t: float) -> None:
         if version != d.version or d.n == 0:
             return
+        if d.first_due:
+            self._first_tokens_due(d)
         d.steps = d.heap[0][0]
         d.seg_t = t
         self._complete_due(d, t)

@@ -73,7 +73,7 @@ class PrefillWorker:
 
     __slots__ = (
         "wid", "name", "domain", "gpus", "ready", "draining", "retired", "ready_at_s",
-        "queue", "queued_tokens", "busy", "batch", "batch_tokens", "busy_until_s",
+        "queue", "queued_tokens", "busy", "batch", "batch_tokens", "busy_until_s", "head_done_tokens",
     )
 
     def __init__(self, wid: int, name: str, domain: str, gpus: int, ready_at_s: float):
@@ -91,6 +91,7 @@ class PrefillWorker:
         self.batch: list[int] = []
         self.batch_tokens = 0
         self.busy_until_s = 0.0
+        self.head_done_tokens = 0  # chunked prefill: prompt tokens of queue[0] already computed
 
     @property
     def idle(self) -> bool:
@@ -111,7 +112,7 @@ class DecodeWorker:
     __slots__ = (
         "wid", "name", "domain", "gpus", "ready", "draining", "retired", "ready_at_s",
         "n", "steps", "kv_base", "reserved_tokens", "incoming", "incoming_tokens",
-        "heap", "pending", "seg_t", "step_s", "version", "kv_peak_tokens",
+        "heap", "pending", "seg_t", "step_s", "version", "kv_peak_tokens", "first_due",
     )
 
     def __init__(self, wid: int, name: str, domain: str, gpus: int, ready_at_s: float):
@@ -135,6 +136,7 @@ class DecodeWorker:
         self.step_s = 0.0  # step time of the current segment
         self.version = 0  # invalidates scheduled segment ends
         self.kv_peak_tokens = 0.0
+        self.first_due: list[int] = []  # engine_model "dynamo_mocker": admitted, first token at this step's end
 
     @property
     def idle(self) -> bool:

@@ -37,6 +37,7 @@ class ProfileTables:
 
     def __init__(self, profile: EngineProfile):
         self.name = profile.name
+        self.profile = profile
         pre, dec = profile.prefill, profile.decode
         lo, hi = pre.isl_range_tokens
         self.isl_min_tokens = int(np.ceil(lo))
