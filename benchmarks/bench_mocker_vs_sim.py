@@ -1,10 +1,17 @@
 """Our simulator against Dynamo 1.6.1's mocker: the same trace segment on the same fixed fleet.
 
 For each fixed fleet (P prefill x D decode workers) the segment is replayed
-twice:
+four times:
 
-- **simulator**: `sim.replay` with a static policy, the frontend's round-robin
-  routing, workers ready from the start, engines from the H200 Llama-8B profile;
+- **simulator, profile model**: `sim.replay` with a static policy, the frontend's
+  round-robin routing, workers ready from the start, engines timed by the H200
+  Llama-8B profile (SimConfig's default engine_model "profile", default KV transfer);
+- **simulator, mocker model**: the same with engine_model "dynamo_mocker" (chunked
+  prefill, the first token after the first decode step, the mocker's regression
+  grids), no KV transfer time and at most 256 running requests, as the mocker runs;
+- **mocker, virtual time**: Dynamo 1.6.1's own mocker engines replaying the same
+  requests offline (`dynamo.replay.api.run_trace_replay`, round-robin, no HTTP,
+  no real clock): the mocker's model without the live overheads;
 - **live**: real processes on this machine: etcd, Dynamo's frontend, the fleet
   executor holding P + D mocker workers (timed from the same profile,
   `--speedup-ratio 1`), and the load generator sending every request as a
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -48,6 +56,7 @@ from connectors.profiles import load_profile_dir  # noqa: E402
 from executor.localfleet import LocalFleet, _port_free  # noqa: E402
 from planner.config import SloTarget  # noqa: E402
 from sim.config import SimConfig  # noqa: E402
+from sim.fleet import FREE_TRANSFER  # noqa: E402
 from sim.loadgen import LoadGenConfig, replay as replay_http  # noqa: E402
 from sim.lookup import ProfileTables  # noqa: E402
 from sim.policies import StaticPolicy  # noqa: E402
@@ -78,12 +87,61 @@ def summarize(ttft_ms: np.ndarray, itl_ms: np.ndarray, osl: np.ndarray, finished
     }
 
 
-def run_sim(trace, tables, prefill: int, decode: int) -> dict:
-    scenario = ReplaySettings(slo=SLO, interval_s=30.0, router="round-robin", sim=SimConfig(startup_s=0.0))
+SIM_MODELS = {
+    "profile": SimConfig(startup_s=0.0),
+    # the mocker as the executor starts it: no --kv-transfer-bandwidth (no transfer delay), --max-num-seqs 256
+    "dynamo_mocker": SimConfig(startup_s=0.0, engine_model="dynamo_mocker", transfer=FREE_TRANSFER,
+                               decode_max_batch=256),
+}
+
+# Run in the Dynamo environment: the mocker's engines in virtual time on the same requests.
+OFFLINE_REPLAY = """
+import json, math, sys
+from dynamo.replay.api import run_trace_replay
+trace_path, profile, prefill, decode, out = sys.argv[1:6]
+eng = lambda role: {"engine": {"worker_type": role, "timing_model": {
+    "type": "external", "provider": "dynamo_profile", "config": {"path": profile}}}}
+rep = run_trace_replay(trace_path, prefill_engine_args=eng("prefill"), decode_engine_args=eng("decode"),
+                       num_prefill_workers=int(prefill), num_decode_workers=int(decode),
+                       router_mode="round_robin", capture_per_request=True, trace_block_size=64)
+rows = [{"arrival_ms": r["arrival_time_ms"], "ttft_ms": r["ttft_ms"], "e2e_ms": r["e2e_latency_ms"],
+         "osl": r["output_length"], "isl": r["input_length"]} for r in rep.per_request]
+json.dump(rows, open(out, "w"))
+"""
+
+
+def run_sim(trace, tables, prefill: int, decode: int, engine_model: str = "profile") -> dict:
+    scenario = ReplaySettings(slo=SLO, interval_s=30.0, router="round-robin", sim=SIM_MODELS[engine_model])
     result = replay(trace, tables, StaticPolicy(prefill, decode), scenario=scenario)
     r = result.requests
     itl = np.where(r.osl_tokens > 1, r.itl_ms, np.nan)
     return summarize(r.ttft_ms, itl, r.osl_tokens, ~np.isnan(r.finish_s))
+
+
+def run_offline_mocker(python: str, trace, base: Path, prefill: int, decode: int) -> dict:
+    """Dynamo's mocker engines in virtual time (its own replay), prompts sharing no prefix."""
+    base.mkdir(parents=True, exist_ok=True)
+    npz = base / "perf_data.npz"
+    subprocess.run([python, "-m", "dynamo.mocker.utils.planner_profiler_perf_data_converter",
+                    "--profile_results_dir", str(PROFILE), "--output_dir", str(base)],
+                   check=True, capture_output=True)
+    lines, next_block = [], 0
+    for t, isl, osl in zip(trace.arrival_s, trace.isl_tokens, trace.osl_tokens):
+        blocks = -(-int(isl) // 64)
+        lines.append(json.dumps({"timestamp": round(float(t) * 1e3, 3), "input_length": int(isl),
+                                 "output_length": int(osl), "hash_ids": list(range(next_block, next_block + blocks))}))
+        next_block += blocks
+    (base / "trace.jsonl").write_text("\n".join(lines) + "\n")
+    out = base / "offline.json"
+    subprocess.run([python, "-c", OFFLINE_REPLAY, str(base / "trace.jsonl"), str(npz), str(prefill), str(decode),
+                    str(out)], check=True, capture_output=True)
+    rows = sorted(json.loads(out.read_text()), key=lambda r: r["arrival_ms"])
+    ttft = np.array([r["ttft_ms"] if r["ttft_ms"] is not None else np.nan for r in rows])
+    osl = np.array([r["osl"] for r in rows])
+    e2e = np.array([r["e2e_ms"] for r in rows])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        itl = np.where(osl > 1, (e2e - ttft) / np.maximum(osl - 1, 1), np.nan)
+    return summarize(ttft, itl, osl, ~np.isnan(e2e))
 
 
 def frontend_means(url: str) -> dict:
@@ -162,9 +220,19 @@ def main() -> int:
         for prefill, decode in fleets:
             t0 = time.time()
             sim = run_sim(trace, tables, prefill, decode)
+            sim_mocker = run_sim(trace, tables, prefill, decode, "dynamo_mocker")
+            offline = run_offline_mocker(python, trace, tmp / f"{prefill}x{decode}-offline", prefill, decode)
+            load_before = os.getloadavg()
             live = run_live(python, etcd_url, tmp / f"{prefill}x{decode}", cfg_data, prefill, decode, len(trace))
-            rows.append({"fleet": f"{prefill}x{decode}", "simulator": sim, "mocker": live,
-                         "attainment_gap_points": round(sim["sla_attainment_pct"] - live["sla_attainment_pct"], 2),
+            load_after = os.getloadavg()
+            gap = {name: round(r["sla_attainment_pct"] - live["sla_attainment_pct"], 2)
+                   for name, r in (("simulator", sim), ("simulator_mocker_model", sim_mocker),
+                                   ("mocker_virtual_time", offline))}
+            rows.append({"fleet": f"{prefill}x{decode}", "simulator": sim, "simulator_mocker_model": sim_mocker,
+                         "mocker_virtual_time": offline, "mocker": live,
+                         "attainment_gap_points": gap["simulator"], "attainment_gap_vs_live_points": gap,
+                         "load_average_1_5_15": {"before_live": [round(x, 2) for x in load_before],
+                                                 "after_live": [round(x, 2) for x in load_after]},
                          "wall_s": round(time.time() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -172,8 +240,9 @@ def main() -> int:
         etcd.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
     result = {
-        "what": "the same trace segment on the same fixed fleets: our simulator vs Dynamo 1.6.1 mocker workers "
-                "behind a real Dynamo frontend (load over HTTP, streaming chat completions)",
+        "what": "the same trace segment on the same fixed fleets: our simulator (engine_model profile and "
+                "dynamo_mocker), Dynamo 1.6.1's mocker engines in virtual time (its offline replay), and live "
+                "mocker workers behind a real Dynamo frontend (load over HTTP, streaming chat completions)",
         "trace": trace.name, "requests": len(trace),
         "load": "independent tenants: the x5 window superposes five copies shifted by up to ±30 s (seed 0)",
         "profile": str(PROFILE.relative_to(ROOT)), "slo": {"ttft_ms": SLO.ttft_ms, "itl_ms": SLO.itl_ms},
@@ -183,16 +252,19 @@ def main() -> int:
         "fleets": rows,
     }
     OUT.write_text(json.dumps(result, indent=1) + "\n")
-    print("\n| fleet | TTFT p50/p90/p99 ms sim / mocker | ITL p50/p90/p99 ms sim / mocker | SLA sim / mocker |")
+    print("\n| fleet | TTFT p50/p90/p99 ms: sim profile / sim mocker model / mocker virtual time / live | "
+          "ITL p50/p90/p99 ms: same order | SLA: same order |")
     print("|---|---|---|---|")
+    columns = ("simulator", "simulator_mocker_model", "mocker_virtual_time", "mocker")
+
+    def trio(d):
+        return "/".join(f"{d.get(k, float('nan')):.1f}" for k in ("p50", "p90", "p99"))
+
     for r in rows:
-        s, m = r["simulator"], r["mocker"]
-
-        def trio(d):
-            return "/".join(f"{d.get(k, float('nan')):.1f}" for k in ("p50", "p90", "p99"))
-
-        print(f"| {r['fleet']} | {trio(s['ttft_ms'])} / {trio(m['ttft_ms'])} | {trio(s['itl_ms'])} / "
-              f"{trio(m['itl_ms'])} | {s['sla_attainment_pct']:.1f}% / {m['sla_attainment_pct']:.1f}% |")
+        ttft = " vs ".join(trio(r[c]["ttft_ms"]) for c in columns)
+        itl = " vs ".join(trio(r[c]["itl_ms"]) for c in columns)
+        sla = " / ".join(f"{r[c]['sla_attainment_pct']:.1f}%" for c in columns)
+        print(f"| {r['fleet']} | {ttft} | {itl} | {sla} |")
     return 0
 
 
