@@ -53,6 +53,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--latency-model", default=None, metavar="FILE",
                    help="a published latency-model document (JSON): the planner takes prefill TTFT from it "
                    "instead of the profile")
+    p.add_argument("--engine-model", default="profile", choices=["profile", "dynamo_mocker"],
+                   help="how simulated engines are timed: the profile's curves, or as Dynamo 1.6.1's mocker times "
+                   "them (default: %(default)s)")
     p.add_argument("--json", dest="json_out", default=None, help="write the summary JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -79,6 +82,7 @@ def _scenario(args: argparse.Namespace):
         servegen_rate_scale=args.servegen_rate_scale,
         max_replicas=args.max_replicas,
         latency_model_path=args.latency_model,
+        engine_model=args.engine_model,
     )
 
 
@@ -89,6 +93,7 @@ def _print_summary(s: dict) -> None:
     print(f"trace            {s['trace']} ({s['requests']:,} requests)")
     print(f"load             {s.get('load_model') or 'the trace as recorded'}")
     print(f"policy           {s['policy']} (prefill TTFT from {s['ttft_source']})")
+    print(f"engines          timed as {'the profile' if s['engine_model'] == 'profile' else 'Dynamo 1.6.1 mocker'}")
     print(f"SLA attainment   {100 * s['slo_attainment']:.2f}% "
           f"(TTFT {100 * s['ttft_attainment']:.2f}%, ITL {100 * s['itl_attainment']:.2f}%)")
     print(f"TTFT ms          p50/p90/p99 {p(s['ttft_ms'])}")

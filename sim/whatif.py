@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -80,6 +81,11 @@ class WhatIfScenario(WhatIf):
         None, description="planner policies: poll the saturation signal between intervals and scale up at once "
         "(planner.fast_path.enabled); None: the planner's default"
     )
+    engine_model: Literal["profile", "dynamo_mocker"] = Field(
+        "profile", description="how simulated engines are timed: profile (batched prefill at the profile's TTFT, "
+        "decode steps at its ITL) or dynamo_mocker (as Dynamo 1.6.1's mocker times them from the same profile: "
+        "its fitted lines, chunked prefill, the first token from a decode step; sim.mocker_timing)",
+    )
     latency_model_path: str | None = Field(
         None, description="a published latency-model document (JSON): planner policies take prefill TTFT from it "
         "(mean and p90 on an idle engine, as the routing service serves it) instead of the profile; None: the profile"
@@ -136,6 +142,7 @@ def build_replay_settings(sc: WhatIfScenario, profile: EngineProfile | None = No
             startup_s=sc.startup_s,
             gpus_per_prefill=(profile and profile.gpus_per_prefill_engine) or 1,
             gpus_per_decode=(profile and profile.gpus_per_decode_engine) or 1,
+            engine_model=sc.engine_model,
         ),
         router=sc.router,
     )

@@ -135,3 +135,22 @@ def test_sweep_flow_locally_and_on_dask(prefect_harness, shared_data, h200_profi
         on_dask = run_sweep(grid, dask_address=cluster.scheduler_address)
     assert [s["slo_attainment"] for s in on_dask] == [s["slo_attainment"] for s in local]
     assert [s["gpu_hours"] for s in on_dask] == pytest.approx([s["gpu_hours"] for s in local])
+
+
+def test_cli_times_engines_as_the_profile_or_as_dynamos_mocker(shared_data, h200_profile_dir, tmp_path, capsys):
+    trace = _small_azure(shared_data, tmp_path, minutes=2)
+    out_p, out_m = tmp_path / "profile.json", tmp_path / "mocker.json"
+    assert main(_cli(trace, h200_profile_dir, "--policy", "static:1x1", "--json", str(out_p))) == 0
+    assert "engines          timed as the profile" in capsys.readouterr().out
+    assert main(_cli(trace, h200_profile_dir, "--policy", "static:1x1", "--engine-model", "dynamo_mocker",
+                     "--json", str(out_m))) == 0
+    assert "engines          timed as Dynamo 1.6.1 mocker" in capsys.readouterr().out
+    p, m = json.loads(out_p.read_text()), json.loads(out_m.read_text())
+    assert (p["engine_model"], m["engine_model"]) == ("profile", "dynamo_mocker")
+    assert p["requests"] == m["requests"]
+    # The mocker's fitted prefill line is faster than the profile's curve at these prompt lengths
+    # (a 1,000-token prompt: 20.5 vs 37 ms), even with its first token waiting for a decode step.
+    assert m["ttft_ms"]["p50"] < p["ttft_ms"]["p50"]
+    with pytest.raises(SystemExit):
+        main(_cli(trace, h200_profile_dir, "--engine-model", "vllm"))
+    assert "invalid choice: 'vllm'" in capsys.readouterr().err
