@@ -44,6 +44,7 @@ estimate on the same rows.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from routing.features import TPOT_FEATURES, TTFT_FEATURES, Target, features_from_samples
+from routing.features import TARGETS, TPOT_FEATURES, TTFT_FEATURES, Target, features_from_samples
 from routing.online_calibration import OnlineCalibration, served_factor
 
 _COL = {name: j for j, name in enumerate(TPOT_FEATURES)}
@@ -206,22 +207,20 @@ class LatencyPredictor:
 
     def _count(self, samples: list) -> int:
         """Score samples against the active model's p90 (no shift) and hand the log ratios to the calibration."""
-        active = self.models.active if self.models is not None else None
-        if active is None:
+        # The model picks use now, without its online shifts (online is only set for p90 predictions).
+        pinned = self.snapshot()
+        if pinned.version is None:
             return 0
-        base = self.estimate if getattr(active, "base", None) == f"profile:{self.estimate.name}" else None
-        if getattr(active, "base", None) is not None and base is None:
-            return 0
-        model = PinnedModel(active, active.version, "p90", base)
+        model = dataclasses.replace(pinned, shifts=None)
         counted = 0
-        for target in ("ttft", "tpot"):
-            mine = [s for s in samples if s.target == target and s.model_version == active.version]
+        for target in TARGETS:
+            mine = [s for s in samples if s.target == target and s.model_version == model.version]
             if mine:
                 x = features_from_samples(target, [{**s.features, "role": s.role} for s in mine])
                 observed = np.array([s.observed_ms for s in mine], dtype=float)
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratios = np.log(observed / model.predict(target, x))
-                counted += self.online.add(target, self.online.cells(x), ratios, version=active.version)
+                counted += self.online.add(target, self.online.cells(x), ratios, version=model.version)
         return counted
 
     def _pinned(self, active, base: ProfileEstimator | None) -> PinnedModel:
