@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from connectors.profiles import load_profile_dir
-from planner.predictors import ets
+from planner.predictors import ets, ses
 from planner.predictors.registry import make_predictor
 from planner.profile_checks import ProfileRangeWarning
 from sim.lookup import ProfileTables
@@ -47,7 +47,8 @@ def test_level_run_is_statsmodels_run_bit_for_bit(n, alpha):
 
     z = np.random.default_rng(n).gamma(2.0, 40.0, size=n)
     model = ExponentialSmoothing(z, trend=None, damped_trend=False, seasonal=None, initialization_method="estimated")
-    ours = ets.LevelRun(z, model.initial_values()[0], alpha)
+    assert ses.initial_level(z) == model.initial_values()[0]
+    ours = ets.LevelRun(z, ses.initial_level(z), alpha)
     ref = model.fit(optimized=False, smoothing_level=alpha)
     assert np.array_equal(ours.fittedvalues, np.asarray(ref.fittedvalues, dtype=float))
     assert np.array_equal(ours.forecast(3), np.asarray(ref.forecast(3), dtype=float))
@@ -67,6 +68,43 @@ def test_level_run_from_fitted_parameters_is_the_fit_bit_for_bit(n):
     ours = ets.LevelRun(z, res.params["initial_level"], res.params["smoothing_level"])
     assert np.array_equal(ours.fittedvalues, np.asarray(res.fittedvalues, dtype=float))
     assert np.array_equal(ours.forecast(4), np.asarray(res.forecast(4), dtype=float))
+
+
+SERIES = {
+    "counts": lambda rng, n: rng.poisson(30.0, size=n).astype(float),
+    "lengths": lambda rng, n: rng.gamma(2.0, 900.0, size=n),
+    "log1p counts": lambda rng, n: np.log1p(rng.poisson(500.0, size=n).astype(float)),
+    "mostly idle": lambda rng, n: np.where(rng.random(n) < 0.4, 0.0, rng.poisson(4.0, size=n)).astype(float),
+    "flat": lambda rng, n: np.full(n, 12.0),
+    "drifting": lambda rng, n: np.abs(800.0 + np.cumsum(rng.normal(0.0, 25.0, size=n))),
+}
+
+
+def statsmodels_level_only_fit(z):
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = ExponentialSmoothing(z, trend=None, damped_trend=False, seasonal=None,
+                                   initialization_method="estimated").fit()
+    return res.params["smoothing_level"], res.params["initial_level"]
+
+
+@pytest.mark.parametrize("n", [2, 5, 9, 10, 11, 24, 60, 288], ids=lambda n: f"{n} points")
+@pytest.mark.parametrize("kind", SERIES)
+def test_level_only_fit_is_statsmodels_fit_bit_for_bit(n, kind):
+    # The grid start, the L-BFGS-B search and both initialisations (simple below 10 points, heuristic from 10)
+    # give statsmodels' smoothing level and initial level exactly, so every later level run is the same too.
+    z = SERIES[kind](np.random.default_rng(n), n)
+    alpha, level0 = ses.fit_level_only(z)
+    ref_alpha, ref_level0 = statsmodels_level_only_fit(z)
+    assert alpha == ref_alpha and level0 == ref_level0
+    assert 0.0 < alpha < 1.0
+
+
+def test_level_only_fit_refuses_a_series_with_gaps():
+    with pytest.raises(ValueError, match="finite values"):
+        ses.fit_level_only(np.array([3.0, np.nan, 4.0]))
 
 
 @pytest.mark.parametrize("log1p", [False, True])
@@ -92,11 +130,28 @@ def test_warm_started_ets_fits_and_forecasts_as_before(monkeypatch, log1p):
         assert np.array_equal(a, x, equal_nan=True) and np.array_equal(b, y_) and np.array_equal(c, z)
 
 
-def test_replay_outcome_unchanged_by_the_level_run(monkeypatch, shared_data, h200_profile_dir):
-    # 40 minutes of conv x2 (independent tenants): the planner's ETS runs at fixed parameters between refits;
-    # every request's timestamps, the GPU-seconds, scale events and each run's decision must be the same.
-    trace = time_window(multiply_load(load_trace(shared_data / "traces" / "azure2023_conv.csv.gz"), 2, seed=0,
-                                      jitter_s=30.0), 0.0, 2400.0)
+def statsmodels_level_only(z, params):
+    """The reference `ets._level_only` replaces: statsmodels fits the model, or runs it at params."""
+    if params is None:
+        alpha, level0 = statsmodels_level_only_fit(z)
+    else:
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+        alpha = params["smoothing_level"]
+        level0 = ExponentialSmoothing(z, trend=None, damped_trend=False, seasonal=None,
+                                      initialization_method="estimated").initial_values()[0]
+    return StatsmodelsRun(z, level0, alpha)
+
+
+@pytest.mark.parametrize("trace_name, copies, minutes", [("azure2023_conv.csv.gz", 2, 40),
+                                                         ("mooncake_fast25_synthetic_trace.jsonl.gz", 2, 18)])
+def test_replay_outcome_unchanged_by_the_level_only_fast_path(monkeypatch, shared_data, h200_profile_dir, trace_name,
+                                                              copies, minutes):
+    # Independent tenants (+-30 s): the planner's ETS fits and runs its level-only model without statsmodels;
+    # with statsmodels doing both instead, every request's timestamps, the GPU-seconds, scale events and each
+    # run's decision must be the same.
+    trace = time_window(multiply_load(load_trace(shared_data / "traces" / trace_name), copies, seed=0,
+                                      jitter_s=30.0), 0.0, 60.0 * minutes)
     profile = load_profile_dir(h200_profile_dir)
     tables = ProfileTables(profile)
     cfg = default_planner_config(profile_dir=str(h200_profile_dir), ttft_ms=200, itl_ms=10, interval_s=60)
@@ -108,35 +163,59 @@ def test_replay_outcome_unchanged_by_the_level_run(monkeypatch, shared_data, h20
         q = r.requests
         return (q.first_token_s, q.finish_s, r.gpu_seconds, r.scale_log, r.timeline.reasons)
 
-    runs = []
+    fits, runs = [], []
+    fit_level_only = ets.fit_level_only
+
+    def counted_fit(z):
+        fits.append(z.size)
+        return fit_level_only(z)
 
     class Counted(ets.LevelRun):
         def __init__(self, *args):
             runs.append(args)
             super().__init__(*args)
 
+    monkeypatch.setattr(ets, "fit_level_only", counted_fit)
     monkeypatch.setattr(ets, "LevelRun", Counted)
     fast = run()
-    monkeypatch.setattr(ets, "LevelRun", StatsmodelsRun)
+    monkeypatch.setattr(ets, "_level_only", statsmodels_level_only)
     slow = run()
-    assert len(fast[4]) >= 40 and len(runs) > 40  # a planner run every interval, most with level runs
+    # A planner run every interval, each fitting or running ETS on three series; some fits optimised.
+    assert len(fast[4]) >= minutes - 2 and len(runs) > minutes and fits
     assert np.array_equal(fast[0], slow[0], equal_nan=True) and np.array_equal(fast[1], slow[1], equal_nan=True)
     assert fast[2:] == slow[2:]
 
 
-def test_fitting_ets_does_not_load_scikit_learn():
-    # Only gradient boosting needs scikit-learn; the thread limit around the others must not import it (~0.2 s).
+@pytest.mark.parametrize("name", ["ets", "auto"])
+def test_fitting_level_only_ets_loads_neither_scikit_learn_nor_statsmodels(name):
+    # Only gradient boosting needs scikit-learn (~0.2 s to import) and only a trend or a season needs statsmodels
+    # and pandas (~0.25 s): a process fitting the default exponential smoothing, alone or among auto's
+    # candidates below gradient boosting's 200 points, must load none of them.
     code = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
         "import numpy as np\n"
         "from planner.predictors.registry import make_predictor\n"
         "y = np.random.default_rng(0).poisson(30.0, size=40).astype(float)\n"
-        "p = make_predictor('ets').fit(60.0 * np.arange(1, 41), y)\n"
+        f"p = make_predictor({name!r}).fit(60.0 * np.arange(1, 41), y)\n"
         "assert p.fallback_reason_ is None and p.predict(1)[0] > 0\n"
-        "print('sklearn' in sys.modules)\n"
+        "print(sorted(m for m in ('sklearn', 'statsmodels', 'pandas') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "[]"
+
+
+def test_ets_with_a_trend_is_still_fitted_by_statsmodels():
+    # The fast path is the level-only model alone: a damped trend gets statsmodels' own fit and forecasts.
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    y = 40.0 + 0.5 * np.arange(60) + np.random.default_rng(3).normal(0.0, 2.0, size=60)
+    p = make_predictor("ets", trend="add").fit(60.0 * np.arange(1, 61), y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = ExponentialSmoothing(y, trend="add", damped_trend=True, initialization_method="estimated").fit()
+    assert p.spec_ == ("add", True, None)
+    assert p.params_["smoothing_trend"] == ref.params["smoothing_trend"]
+    assert np.array_equal(p.predict(3), np.asarray(ref.forecast(3), dtype=float))
 
 
 def test_first_gradient_boosting_fit_limits_scikit_learn_threads():

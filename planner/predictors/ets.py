@@ -4,7 +4,10 @@ By default this is simple exponential smoothing (an EWMA whose weight is
 fitted), which beats last value on noisy series. With `season_s` set (e.g.
 86400) an additive season is added once the history spans `min_seasons`
 seasons, so the forecast follows the daily cycle; `log1p` makes it
-multiplicative.
+multiplicative. The level-only model is fitted and run in statsmodels' own
+arithmetic without importing it (planner.predictors.ses: the same floats, and
+no 0.25 s statsmodels/pandas import on a process's first fit); a trend or a
+season is fitted by statsmodels.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import warnings
 import numpy as np
 
 from planner.predictors.base import Param, PredictorBase, fill_gaps, single_threaded
+from planner.predictors.ses import LevelRun, fit_level_only, initial_level
 
 
 # (trend, damped, seasonal period) of a model with a level only: simple exponential smoothing.
@@ -45,8 +49,6 @@ class ExponentialSmoothingPredictor(PredictorBase):
 
     def _fit(self, t_s, y, fixed: dict | None = None) -> "ExponentialSmoothingPredictor":
         """fixed: smoothing parameters to use as they are (no optimisation)."""
-        from statsmodels.tsa.holtwinters import ExponentialSmoothing
-
         warm = ("params_", "spec_", "optimized_at_s_", "optimized_points_")
         start = self._start_fit(t_s, y, warm=warm, model="spec_")
         if start is None:
@@ -62,32 +64,20 @@ class ExponentialSmoothingPredictor(PredictorBase):
         seasonal = period >= 2 and z.size >= self.min_seasons * period
         trend = self.trend if z.size >= 10 else None
         spec = (trend, bool(self.damped_trend) and trend is not None, period if seasonal else None)
-        model = ExponentialSmoothing(
-            z,
-            trend=spec[0],
-            damped_trend=spec[1],
-            seasonal="add" if seasonal else None,
-            seasonal_periods=spec[2],
-            initialization_method="estimated" if not seasonal else "heuristic",
-        )
         old_params, old_spec, optimized_at, optimized_points = prev
         due = self._stale(optimized_at, optimized_points, self.refit_every)
         if fixed is not None:
             old_params, old_spec, reuse, due = fixed, spec, True, False
+        keep = reuse and old_spec == spec and old_params is not None and not due
         with warnings.catch_warnings():
             # Convergence chatter on flat or short series; the fit is still usable.
             warnings.simplefilter("ignore")
-            # A level-only run is a few multiply-adds a point: done here, it skips the result
-            # object statsmodels builds (pandas tables, ~1 ms) on every refit and forecast.
-            if reuse and old_spec == spec and old_params is not None and not due:
-                res = LevelRun(z, model.initial_values()[0], old_params["smoothing_level"]) if spec == _LEVEL_ONLY \
-                    else model.fit(optimized=False, **old_params)
-                self.optimized_at_s_, self.optimized_points_ = optimized_at, optimized_points
-            else:
-                res = model.fit()
-                if spec == _LEVEL_ONLY:
-                    res = LevelRun(z, res.params["initial_level"], res.params["smoothing_level"])
-                self.optimized_at_s_, self.optimized_points_ = t[-1], n_ok
+            res = _level_only(z, old_params if keep else None) if spec == _LEVEL_ONLY \
+                else _holt_winters(z, spec, old_params if keep else None)
+        if keep:
+            self.optimized_at_s_, self.optimized_points_ = optimized_at, optimized_points
+        else:
+            self.optimized_at_s_, self.optimized_points_ = t[-1], n_ok
         self.spec_ = spec
         keys = ["smoothing_level"]
         if spec[0]:
@@ -140,27 +130,30 @@ class ExponentialSmoothingPredictor(PredictorBase):
         return np.expm1(f) if self.log1p else f
 
 
-class LevelRun:
-    """Simple exponential smoothing run with a fixed smoothing level: statsmodels' arithmetic, without its tables.
+def _level_only(z: np.ndarray, params: dict | None) -> LevelRun:
+    """A level-only model on z: fitted (params None) or run at params' smoothing level.
 
-    z: the series (no gaps). level0: the initial level (statsmodels' model's
-    `initial_values()[0]`, or the fitted `initial_level`). alpha: the smoothing
-    level in [0, 1]. The levels are l[0] = level0,
-    l[i] = alpha * z[i-1] + (1 - alpha) * l[i-1], computed with the same
-    operations in the same order as statsmodels' Holt-Winters recursion for a
-    model without trend or season, so `fittedvalues` (l[0..n-1], one-step
-    forecasts) and `forecast(h)` (l[n], h times) are the floats its results give.
+    The same floats as statsmodels' fit and its fixed-parameter run, without
+    importing statsmodels or pandas (planner.predictors.ses).
     """
+    if params is None:
+        alpha, level0 = fit_level_only(z)
+    else:
+        alpha, level0 = params["smoothing_level"], initial_level(z)
+    return LevelRun(z, level0, alpha)
 
-    def __init__(self, z: np.ndarray, level0: float, alpha: float):
-        y_alpha = (alpha * np.asarray(z, dtype=float)).tolist()
-        alphac = 1 - alpha
-        levels = [float(level0)]
-        for ya in y_alpha:
-            levels.append(ya + alphac * levels[-1])
-        self.params = {"smoothing_level": alpha}
-        self.fittedvalues = np.array(levels[:-1])
-        self.level = levels[-1]
 
-    def forecast(self, h: int) -> np.ndarray:
-        return np.full(h, self.level)
+def _holt_winters(z: np.ndarray, spec: tuple, params: dict | None):
+    """statsmodels' Holt-Winters results on z for spec (trend, damped, season period): fitted, or at params."""
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    trend, damped, period = spec
+    model = ExponentialSmoothing(
+        z,
+        trend=trend,
+        damped_trend=damped,
+        seasonal="add" if period else None,
+        seasonal_periods=period,
+        initialization_method="estimated" if not period else "heuristic",
+    )
+    return model.fit() if params is None else model.fit(optimized=False, **params)
