@@ -15,6 +15,8 @@ are; the placeholders are:
 - `${frontend_targets_selector}`: label matchers for the frontends' scrape
   targets, i.e. their `up` series (MetricsConfig.frontend_targets_selector)
 - `${targets_lookback}`: MetricsConfig.frontend_targets_lookback_s as a PromQL duration
+- `${length_window}`: MetricsConfig.length_window_s as a PromQL duration (the
+  length histograms sizing measures the length spread from)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pydantic import Field, field_validator, model_validator
 from planner.strict import StrictModel
 
 PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by", "peak_window", "peak_step",
-                          "frontend_targets_selector", "targets_lookback"})
+                          "frontend_targets_selector", "targets_lookback", "length_window"})
 
 
 def _frontend_avg(metric: str) -> str:
@@ -38,6 +40,15 @@ def _frontend_avg(metric: str) -> str:
         f"sum(increase({metric}_sum{{${{frontend_selector}}}}[${{interval}}]))"
         f" / sum(increase({metric}_count{{${{frontend_selector}}}}[${{interval}}]))"
     )
+
+
+def _frontend_buckets(metric: str) -> str:
+    """A histogram's buckets over the length window, summed over frontends, one series per `le`."""
+    return f"sum by (le) (increase({metric}_bucket{{${{frontend_selector}}}}[${{length_window}}]))"
+
+
+def _frontend_window_sum(metric: str) -> str:
+    return f"sum(increase({metric}_sum{{${{frontend_selector}}}}[${{length_window}}]))"
 
 
 class QueryTemplates(StrictModel):
@@ -81,6 +92,26 @@ class QueryTemplates(StrictModel):
         "[${interval}:${peak_step}])",
         description="highest arrival rate over a peak_window_s sub-window of the interval, requests/s "
         "(sub-interval bursts, planner.burst); optional: no series or an empty query means flat arrivals",
+    )
+    isl_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_input_sequence_tokens"),
+        description="prompt-length histogram over the length window, one series per `le` bucket bound "
+        "(planner.length_shape measures the spread sizing uses); optional: empty or no series means the "
+        "configured sizing.isl_cv / decode_context_cv",
+    )
+    isl_window_sum: str = Field(
+        _frontend_window_sum("dynamo_frontend_input_sequence_tokens"),
+        description="prompt tokens over the length window (the histogram's _sum): places the +Inf bucket; "
+        "empty: it sits at its lower bound",
+    )
+    osl_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_output_sequence_tokens"),
+        description="output-length histogram over the length window, one series per `le` (the decode context "
+        "spread); optional: empty or no series means the context CV is taken as the prompts'",
+    )
+    osl_window_sum: str = Field(
+        _frontend_window_sum("dynamo_frontend_output_sequence_tokens"),
+        description="output tokens over the length window (the histogram's _sum); empty: not read",
     )
     newest_sample_s: str = Field(
         "max(timestamp(dynamo_frontend_requests_started_total{${frontend_selector}}))"
@@ -214,6 +245,11 @@ class MetricsConfig(StrictModel):
         "(rate() needs two samples), shorter than the adjustment interval",
     )
     peak_step_s: float = Field(5.0, gt=0, le=3600, description="subquery step of queries.peak_rps, s")
+    length_window_s: float = Field(
+        1800.0, gt=0, le=7 * 86_400,
+        description="trailing window of the length histograms (queries.isl_buckets / osl_buckets), s: long enough "
+        "to count a few hundred prompts, short enough to follow a changing workload mix",
+    )
     request_timeout_s: float = Field(10.0, gt=0, description="timeout of one Prometheus HTTP request, s")
     verify_tls: bool = Field(True, description="verify the server certificate for https URLs")
     bearer_token_file: str | None = Field(

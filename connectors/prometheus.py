@@ -15,6 +15,9 @@ One `collect` call evaluates the configured PromQL (see connectors.config) at
 - optionally, the interval's peak arrival rate over a short window (and its
   history), for sub-interval bursts; without it the planner assumes flat
   arrivals within an interval and the observation says so in `notes`
+- optionally, the frontend's prompt and output length histograms over a
+  trailing window (metrics.length_window_s), from which sizing measures how
+  spread lengths are (planner.length_shape); without them, the configured CVs
 - coverage: how many frontend scrape targets are up of how many Prometheus
   knows (or knew within a lookback), and how many pods of each pool report
   worker series of how many the fleet has ready; frontend metrics are sums
@@ -43,6 +46,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from connectors.config import MetricsConfig
+from planner.length_shape import histogram_from_buckets
 from planner.types import POOLS, LoadHistory, Observation, PodMetrics, Pool, ScrapeCoverage
 
 log = logging.getLogger(__name__)
@@ -131,6 +135,9 @@ class PrometheusCollector:
         self._check_age(now_s=now_s, interval_s=interval_s, stale=stale)
         pods = self._pods(now_s=now_s, interval_s=interval_s, stale=stale)
         peak_rps = self._peak(now_s=now_s, interval_s=interval_s, notes=notes)
+        isl_histogram = self._length_histogram("isl", now_s=now_s, interval_s=interval_s, notes=notes)
+        osl_histogram = self._length_histogram("osl", now_s=now_s, interval_s=interval_s, notes=notes) \
+            if isl_histogram is not None else None
         history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals, arrivals=arrivals)
         coverage = (self._frontend_coverage(now_s=now_s, interval_s=interval_s),
                     *self._worker_coverage(pods, expected_workers))
@@ -149,6 +156,8 @@ class PrometheusCollector:
             history=history,
             pods=pods,
             stale_reasons=tuple(stale),
+            isl_histogram=isl_histogram,
+            osl_histogram=osl_histogram,
         )
 
     def saturation_inputs(
@@ -183,6 +192,7 @@ class PrometheusCollector:
             peak_step=promql_duration(self.cfg.peak_step_s),
             frontend_targets_selector=self.cfg.frontend_targets_selector,
             targets_lookback=promql_duration(self.cfg.frontend_targets_lookback_s),
+            length_window=promql_duration(self.cfg.length_window_s),
         )
 
     def _run(self, name: str, query: str, call):
@@ -260,6 +270,26 @@ class PrometheusCollector:
             )
             return None
         return samples[0].value
+
+    def _length_histogram(self, kind: str, *, now_s: float, interval_s: float, notes: list[str]):
+        """queries.<kind>_buckets over the length window as a LengthHistogram; None, with a note, when unread.
+
+        Optional signal, as the peak rate: no series leaves the configured length CVs.
+        """
+        name = f"{kind}_buckets"
+        if not getattr(self.cfg.queries, name).strip():
+            notes.append(f"{name}: query empty; configured length CVs used")
+            return None
+        buckets = {s.labels.get("le"): s.value for s in self._instant(name, now_s=now_s, interval_s=interval_s)}
+        total = None
+        if getattr(self.cfg.queries, f"{kind}_window_sum").strip():
+            sums = self._instant(f"{kind}_window_sum", now_s=now_s, interval_s=interval_s)
+            total = sums[0].value if len(sums) == 1 else None
+        try:
+            return histogram_from_buckets(buckets, sum_tokens=total, window_s=self.cfg.length_window_s)
+        except ValueError as exc:
+            notes.append(f"{name}: {exc} at t={now_s:.0f}; configured length CVs used")
+            return None
 
     def _frontend_coverage(self, *, now_s: float, interval_s: float) -> ScrapeCoverage:
         """Frontend scrape targets up now, of the most Prometheus knew at once within the lookback.

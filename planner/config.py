@@ -80,6 +80,11 @@ class PredictorConfig(StrictModel):
         description="intervals of peak-rate history (Observation.peak_rps) the burst forecast comes from "
         "(planner.burst; sizing.burst_basis says how it is used); 1: the last interval; 0: no burst forecast",
     )
+    length_shape_min_requests: int = Field(
+        200, ge=1,
+        description="prompts the collect step's length histograms must count (over metrics.length_window_s) "
+        "before sizing uses the spread they measure (sizing.length_cv: measured); fewer: the configured CVs",
+    )
     length_predictor: str | None = Field(
         None, description="predictor for mean ISL/OSL; None: the same as `name`"
     )
@@ -159,15 +164,22 @@ class SizingConfig(StrictModel):
     itl_quantile: float = Field(
         0.99, gt=0.5, lt=1, description="per-request ITL quantile kept within slo.itl_ms (sla mode; 0.99 = p99)"
     )
+    length_cv: Literal["measured", "configured"] = Field(
+        "measured",
+        description="measured: the prompt-length and context CVs come from the frontend's length histograms "
+        "over the collect step's window (planner.length_shape), isl_cv / decode_context_cv only while too few "
+        "requests were counted or the histograms are not read; configured: always isl_cv / decode_context_cv",
+    )
     isl_cv: float = Field(
         1.0, ge=0, le=10,
         description="coefficient of variation of prompt lengths around the forecast mean (Gamma-distributed); "
-        "0: every prompt at the mean. Measured: 0.96 Azure 2023, 1.2 Mooncake, 3.15 ServeGen m-mid",
+        "0: every prompt at the mean. Measured: 0.96 Azure 2023, 1.2 Mooncake, 3.15 ServeGen m-mid "
+        "(length_cv: measured replaces it with the fleet's own)",
     )
     decode_context_cv: float = Field(
         1.0, ge=0, le=10,
         description="coefficient of variation of the KV context a decoding request holds (isl + osl/2). "
-        "Measured: 0.87-0.96 Azure 2023, 1.2 Mooncake, 2.96 ServeGen m-mid",
+        "Measured: 0.87-0.96 Azure 2023, 1.2 Mooncake, 2.96 ServeGen m-mid (length_cv: measured replaces it)",
     )
     prefill_arrival_cv: float = Field(
         1.0, ge=0, le=10,

@@ -18,6 +18,7 @@ from planner.burst import expected_peak_ratio, recent_peaks
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig
 from planner.correct import correction_factors
 from planner.decide import decide
+from planner.length_shape import measure_length_shape
 from planner.predict import forecast_next, prime_history
 from planner.profile import EngineProfile
 from planner.saturation import PoolSaturation, analyze_fleet
@@ -131,7 +132,12 @@ def predict_load(
         history = prime_history(warmup, history, max_intervals=cfg.history_intervals)
         warm_note = (f"warm-up trace: {len(history) - collected} intervals before the {collected} collected",)
     forecast = forecast_next(history, cfg, cache=cache)
-    forecast = dataclasses.replace(forecast, notes=warm_note + forecast.notes)
+    shape, shape_note = None, ()
+    if obs.isl_histogram is not None:
+        shape, note = measure_length_shape(obs.isl_histogram, obs.osl_histogram,
+                                           min_requests=cfg.length_shape_min_requests)
+        shape_note = (note,)
+    forecast = dataclasses.replace(forecast, notes=warm_note + forecast.notes + shape_note, length_shape=shape)
     if cfg.burst_lookback_intervals < 1:
         return forecast
     ratio, note = expected_peak_ratio(history, lookback_intervals=cfg.burst_lookback_intervals)

@@ -102,8 +102,17 @@ def _within(value: float, lo: float, hi: float) -> tuple[float, bool]:
     return clamped, clamped != value
 
 
+def _with_length_shape(cfg: SizingConfig, forecast: Forecast) -> tuple[SizingConfig, float]:
+    """cfg with the measured length CVs when it asks for them and they were measured; (cfg, 1.0 if measured)."""
+    shape = forecast.length_shape
+    if cfg.length_cv != "measured" or shape is None:
+        return cfg, 0.0
+    return cfg.model_copy(update={"isl_cv": shape.isl_cv, "decode_context_cv": shape.decode_context_cv}), 1.0
+
+
 def _sizing_load(
-    forecast: Forecast, *, correction: float, cfg: SizingConfig, pool: str, interval_s: float, size_on: SizeOn
+    forecast: Forecast, *, correction: float, cfg: SizingConfig, pool: str, interval_s: float, size_on: SizeOn,
+    measured: float = 0.0,
 ) -> tuple[float, SizingLoad]:
     """(requests to size for, the load the modes read) for one pool."""
     _check_interval(interval_s)
@@ -116,6 +125,7 @@ def _sizing_load(
         correction=correction,
         gpus_per_engine=engine_gpus(cfg, pool),
         interval_s=interval_s,
+        length_cv_source="measured" if measured else "configured",
     )
 
 
@@ -141,9 +151,10 @@ def size_prefill(
         profile's. Throughput per GPU (the dynamo mode) always comes from the profile.
     """
     ttft = ttft_view_of(profile, ttft_view)
+    cfg, measured = _with_length_shape(cfg, forecast)
     corr = _factor(corrections.prefill, corrections.enabled)
     requests, load = _sizing_load(forecast, correction=corr, cfg=cfg, pool="prefill", interval_s=interval_s,
-                                  size_on=size_on)
+                                  size_on=size_on, measured=measured)
     isl, rps = load.isl_tokens, load.rps
     numbers: dict[str, float] = {
         "requests": requests,
@@ -153,6 +164,7 @@ def size_prefill(
         "prefill_correction": corr,
         "ttft_target_ms": slo.ttft_ms,
         "gpus_per_engine": float(load.gpus_per_engine),
+        "length_cv_measured": measured,
     }
     if requests <= 0 or isl <= 0:
         return PoolSizing("prefill", 0, numbers, f"no prefill load ({requests:g} requests, ISL {isl:g} tokens)")
@@ -184,9 +196,10 @@ def size_decode(
 
     interval_s: the forecast's interval, seconds. size_on: mean or p90 forecast.
     """
+    cfg, measured = _with_length_shape(cfg, forecast)
     corr = _factor(corrections.decode, corrections.enabled)
     requests, load = _sizing_load(forecast, correction=corr, cfg=cfg, pool="decode", interval_s=interval_s,
-                                  size_on=size_on)
+                                  size_on=size_on, measured=measured)
     isl, osl, rps = load.isl_tokens, load.osl_tokens, load.rps
     context = isl + osl / 2.0
     numbers: dict[str, float] = {
@@ -201,6 +214,7 @@ def size_decode(
         "itl_target_ms": slo.itl_ms,
         "gpus_per_engine": float(load.gpus_per_engine),
         "max_kv_tokens": float(profile.max_kv_tokens),
+        "length_cv_measured": measured,
     }
     if requests <= 0 or osl <= 0:
         return PoolSizing("decode", 0, numbers, f"no decode load ({requests:g} requests, OSL {osl:g} tokens)")

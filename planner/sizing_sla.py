@@ -161,8 +161,8 @@ def _prefill_message(
         )
     return (
         f"TTFT <= {slo.ttft_ms:g} ms for {queue['ttft_met_frac']:.1%} of the {reachable_frac:.1%} of requests "
-        f"whose prefill fits in it (ISL {isl:.0f}, CV {cfg.isl_cv:g}) with {replicas} replicas at {rps:.3g} rps "
-        f"({load.basis}), utilisation {queue['utilization_frac']:.2f}"
+        f"whose prefill fits in it (ISL {isl:.0f}, CV {cfg.isl_cv:.3g} {load.length_cv_source}) with {replicas} "
+        f"replicas at {rps:.3g} rps ({load.basis}), utilisation {queue['utilization_frac']:.2f}"
     )
 
 
@@ -287,6 +287,7 @@ def _decode_message(
     return (
         f"{head}{replicas} replicas ({bound}-bound) for {out_tps:.4g} output tokens/s at {rps:.3g} rps ({load.basis}): "
         f"{pct} ITL {numbers['itl_quantile_ms']:.3g} ms (mean {numbers['mean_itl_ms']:.3g} ms), "
-        f"KV {numbers['mean_kv_usage_frac']:.0%} mean, {numbers['kv_usage_quantile_frac']:.0%} {pct}; "
+        f"KV {numbers['mean_kv_usage_frac']:.0%} mean, {numbers['kv_usage_quantile_frac']:.0%} {pct} "
+        f"(context CV {cfg.decode_context_cv:.3g} {load.length_cv_source}); "
         f"{op.throughput_per_gpu:.4g} tokens/s/GPU at ITL {op.itl_ms:.3g} ms, {cfg.decode_headroom_frac:.0%} headroom"
     )

@@ -106,6 +106,51 @@ class ScrapeCoverage:
 
 
 @dataclass(frozen=True)
+class LengthHistogram:
+    """A request-length histogram's increase over a trailing window, as cumulative buckets.
+
+    upper_bounds_tokens: the finite `le` bounds, ascending from >= 0 (the +Inf
+        bucket is implied, so the value survives JSON).
+    cumulative_counts: observations <= each bound, then the total (+Inf):
+        one more than the bounds.
+    sum_tokens: the increase of the histogram's _sum; None: not read.
+    window_s: the window, seconds.
+    """
+
+    upper_bounds_tokens: tuple[float, ...]
+    cumulative_counts: tuple[float, ...]
+    sum_tokens: float | None
+    window_s: float
+
+    def __post_init__(self) -> None:
+        b, c = self.upper_bounds_tokens, self.cumulative_counts
+        if len(c) != len(b) + 1 or not b:
+            raise ValueError(
+                f"length histogram: need one count per bound and the total, got {len(c)} counts for {len(b)} bounds")
+        if not all(math.isfinite(x) for x in b) or b[0] < 0 or any(not hi > lo for lo, hi in zip(b, b[1:])):
+            raise ValueError(f"length histogram: finite bounds must rise from >= 0, got {list(b)}")
+
+    @property
+    def count(self) -> float:
+        return float(self.cumulative_counts[-1])
+
+
+@dataclass(frozen=True)
+class LengthShape:
+    """How spread request lengths were over a trailing window (planner.length_shape).
+
+    isl_cv: coefficient of variation of prompt lengths. decode_context_cv: of the
+    KV context a decoding request holds (ISL + OSL / 2). requests: prompts the
+    window counted. window_s: the window, seconds.
+    """
+
+    isl_cv: float
+    decode_context_cv: float
+    requests: float
+    window_s: float
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the collect step saw for one adjustment interval.
 
@@ -119,7 +164,9 @@ class Observation:
     planner behaves as without it. `notes` says why a signal that does not
     make the observation stale was missing. `coverage`: per kind of metric
     source (frontend scrape targets, each pool's workers), how many reported of
-    how many should have; empty when not measured.
+    how many should have; empty when not measured. isl_histogram /
+    osl_histogram: the frontend's prompt / output length histograms over a
+    trailing window (planner.length_shape); None: not read.
     """
 
     taken_at_s: float
@@ -136,6 +183,8 @@ class Observation:
     peak_window_s: float | None = None
     notes: tuple[str, ...] = ()
     coverage: tuple[ScrapeCoverage, ...] = ()
+    isl_histogram: LengthHistogram | None = None
+    osl_histogram: LengthHistogram | None = None
 
     @property
     def is_stale(self) -> bool:
@@ -208,6 +257,9 @@ class Forecast:
     peak_window_s: float | None = None
     # (requests, peak rps) of the recent intervals that ratio came from, oldest first.
     recent_peaks: tuple[tuple[float, float], ...] = ()
+    # Length spread measured from the collect step's length histograms (planner.length_shape),
+    # which sizing uses instead of the configured CVs (SizingConfig.length_cv). None: not measured.
+    length_shape: LengthShape | None = None
 
 
 class ReasonCode(str, enum.Enum):
@@ -263,6 +315,8 @@ class SizingLoad:
     basis: which of the two, for messages. isl_tokens / osl_tokens: mean
     lengths, tokens. correction: the pool's latency correction factor (1: none).
     gpus_per_engine: GPUs one replica uses. interval_s: the forecast's interval, s.
+    length_cv_source: where the length CVs sizing uses came from, for messages
+        ("measured": the frontend's histograms, planner.length_shape; "configured").
     """
 
     rps: float
@@ -272,6 +326,7 @@ class SizingLoad:
     correction: float
     gpus_per_engine: int
     interval_s: float
+    length_cv_source: str = "configured"
 
 
 @dataclass(frozen=True)

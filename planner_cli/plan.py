@@ -10,6 +10,7 @@ Prefect's ephemeral API, with its artifacts; the command prints each decision.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import tempfile
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from sim.config import SimConfig
     from sim.engine import FleetSim
     from sim.lookup import ProfileTables
-    from sim.observation import interval_observation
+    from sim.observation import LengthWindow, interval_observation
+    from sim.replay import ReplaySettings
     from sim.traces import load_trace, multiply_load
     from sim.whatif import load_model
 
@@ -92,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     )
     environment = LocalConnector(connector_cfg)
     history = _History(interval_s=interval_s)
+    # The frontend's length histograms over the collect step's window, as a replay reads them.
+    lengths = LengthWindow(trace.isl_tokens, trace.osl_tokens, interval_s=interval_s,
+                           window_intervals=max(1, round(ReplaySettings().length_window_s / interval_s)))
 
     print(
         f"replaying {trace.name} x{args.load_multiplier:g} ({load_model(args.load_multiplier, args.jitter_s)}; "
@@ -113,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
             obs = interval_observation(
                 stats, taken_at_s=t, interval_s=interval_s, history=history.series(), pods=sim.pod_metrics(t)
             )
+            lengths.add_interval(sim.next_arrival)
+            isl_histogram, osl_histogram = lengths.histograms()
+            obs = dataclasses.replace(obs, isl_histogram=isl_histogram, osl_histogram=osl_histogram)
             out = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=t))
             # The "deployment environment": the simulator follows the targets the planner wrote.
             fleet = environment.read_fleet(now_s=t)

@@ -1,10 +1,14 @@
-"""The simulated frontend as the planner's collect step reads it: counters over one interval."""
+"""The simulated frontend as the planner's collect step reads it: counters over one interval, length histograms."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
-from planner.types import LoadHistory, Observation, PodMetrics
+import numpy as np
+
+from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS
+from planner.types import LengthHistogram, LoadHistory, Observation, PodMetrics
 
 
 @dataclass
@@ -41,3 +45,41 @@ def interval_observation(
         history=history,
         pods=pods,
     )
+
+
+class LengthWindow:
+    """The frontend's length histograms over a trailing window, as the collect step reads them.
+
+    Counts each interval's arrivals into Dynamo's ISL and OSL buckets (output
+    lengths at arrival, known from the trace: the frontend counts them at
+    completion, seconds later, which a window of many intervals does not see)
+    and sums the last `window_intervals` intervals.
+    """
+
+    def __init__(self, isl_tokens: np.ndarray, osl_tokens: np.ndarray, *, window_intervals: int, interval_s: float):
+        self.isl = np.asarray(isl_tokens, dtype=float)
+        self.osl = np.asarray(osl_tokens, dtype=float)
+        self._isl_b = np.searchsorted(DYNAMO_ISL_BOUNDS_TOKENS, self.isl, side="left")
+        self._osl_b = np.searchsorted(DYNAMO_OSL_BOUNDS_TOKENS, self.osl, side="left")
+        self._parts: deque[tuple[np.ndarray, float, np.ndarray, float]] = deque(maxlen=window_intervals)
+        self._start = 0
+        self.interval_s = interval_s
+
+    def add_interval(self, end_index: int) -> None:
+        """Count the requests [previous end, end_index) (arrival order) as the newest interval."""
+        i0, i1 = self._start, end_index
+        self._parts.append((
+            np.bincount(self._isl_b[i0:i1], minlength=len(DYNAMO_ISL_BOUNDS_TOKENS) + 1), float(self.isl[i0:i1].sum()),
+            np.bincount(self._osl_b[i0:i1], minlength=len(DYNAMO_OSL_BOUNDS_TOKENS) + 1), float(self.osl[i0:i1].sum()),
+        ))
+        self._start = i1
+
+    def histograms(self) -> tuple[LengthHistogram, LengthHistogram]:
+        """(ISL, OSL) histograms over the window (the intervals counted so far, up to window_intervals)."""
+        window_s = len(self._parts) * self.interval_s
+        isl_c = np.cumsum(sum(p[0] for p in self._parts))
+        osl_c = np.cumsum(sum(p[2] for p in self._parts))
+        return (
+            LengthHistogram(DYNAMO_ISL_BOUNDS_TOKENS, tuple(isl_c.tolist()), sum(p[1] for p in self._parts), window_s),
+            LengthHistogram(DYNAMO_OSL_BOUNDS_TOKENS, tuple(osl_c.tolist()), sum(p[3] for p in self._parts), window_s),
+        )

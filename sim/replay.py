@@ -34,7 +34,7 @@ from sim.config import SimConfig
 from sim.engine import FleetSim
 from sim.fast_path import ArrivalWindows, FastPathEvent, Trigger
 from sim.lookup import ProfileTables
-from sim.observation import interval_observation
+from sim.observation import LengthWindow, interval_observation
 from sim.results import RequestResults
 from sim.routing import Router, make_router
 from sim.traces import Trace
@@ -59,6 +59,9 @@ class ReplaySettings:
     # the last peak_window_s. None: not measured (the planner then assumes flat arrivals).
     peak_window_s: float | None = 15.0
     peak_step_s: float = 5.0
+    # The frontend's length histograms are read over this trailing window (the collect
+    # step's metrics.length_window_s), for the measured length spread. None: not read.
+    length_window_s: float | None = 1800.0
     # From the fast path's trigger firing to its run deciding, s: the automation creates the
     # run, a process worker picks it up (it asks every 10 s by default), starts it and collects.
     fast_path_dispatch_s: float = 10.0
@@ -71,6 +74,8 @@ class ReplaySettings:
                 f"ReplaySettings: need peak_window_s > 0 and 0 < peak_step_s <= interval_s, got "
                 f"{self.peak_window_s}, {self.peak_step_s}"
             )
+        if self.length_window_s is not None and not self.length_window_s >= self.interval_s:
+            raise ValueError(f"ReplaySettings: length_window_s must be >= interval_s, got {self.length_window_s}")
         if self.history_intervals < 1:
             raise ValueError(f"ReplaySettings: history_intervals must be >= 1, got {self.history_intervals}")
 
@@ -228,6 +233,9 @@ class _ReplayRun:
         self.tl = Timeline()
         self.hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": [], "peak": []}
         self.arrivals_s = np.asarray(trace.arrival_s, dtype=float)
+        self.lengths = None if scenario.length_window_s is None else LengthWindow(
+            trace.isl_tokens, trace.osl_tokens, interval_s=scenario.interval_s,
+            window_intervals=max(1, round(scenario.length_window_s / scenario.interval_s)))
         self.policy_wall = 0.0
         self.trigger = None
         fast = getattr(policy, "fast_path", None)
@@ -279,7 +287,12 @@ class _ReplayRun:
             peak_window_s=scenario.peak_window_s,
         )
         obs = interval_observation(stats, taken_at_s=t, interval_s=scenario.interval_s, history=history, pods=pods)
-        return dataclasses.replace(obs, peak_rps=peak, peak_window_s=scenario.peak_window_s)
+        isl_h = osl_h = None
+        if self.lengths is not None:
+            self.lengths.add_interval(self.sim.next_arrival)
+            isl_h, osl_h = self.lengths.histograms()
+        return dataclasses.replace(obs, peak_rps=peak, peak_window_s=scenario.peak_window_s,
+                                   isl_histogram=isl_h, osl_histogram=osl_h)
 
     def act(self, out: PolicyOutput, fleet: FleetState, now_s: float) -> list:
         """Apply a policy's output as the connector would; the workers it added."""
@@ -324,6 +337,8 @@ class _ReplayRun:
             avg_ttft_ms=None if last_obs is None else last_obs.avg_ttft_ms,
             avg_itl_ms=None if last_obs is None else last_obs.avg_itl_ms,
         )
+        if last_obs is not None:  # the length window hardly moves in less than an interval
+            o = dataclasses.replace(o, isl_histogram=last_obs.isl_histogram, osl_histogram=last_obs.osl_histogram)
         fleet = self.log.fleet_state(self.sim, now)
         w0 = time.perf_counter()
         out = self.policy.decide_fast_path(PolicyInput(now_s=now, observation=o, fleet=fleet, interval_index=k))

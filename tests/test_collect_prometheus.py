@@ -324,7 +324,7 @@ def test_peak_rate_of_a_burst_and_its_history(collect_data):
     # the 15 s window over the burst: 120 requests / 15 s = 8 rps, 3.2x the mean 150/60 = 2.5 rps
     assert obs.peak_rps == pytest.approx(8.0, rel=1e-9)
     assert obs.peak_window_s == 15.0
-    assert obs.notes == ()
+    assert [n for n in obs.notes if not n.startswith("isl_buckets")] == []  # no length histograms written here
     h = obs.history
     assert h.num_requests == pytest.approx([60.0, 150.0], rel=1e-9)
     # interval 0 is flat: every full window inside it reads 5 requests / 5 s = 1 rps
@@ -532,3 +532,58 @@ def test_live_frontend_stopped_is_a_target_down(prometheus_server):
         for exporter in (a, b):
             prometheus_server.remove_scrape_target(exporter.address)
         a.close()
+
+
+# -- length histograms (planner.length_shape) ----------------------------------------------------
+
+
+def test_a_real_frontends_length_histograms_over_the_window(collect_data):
+    """The kit's real ISL/OSL histograms (Dynamo 1.6.1's own buckets) read over the 1800 s window: the bounds as
+    exported, every bucket in the kit's proportions, the sum placing the mean, and the CVs the core reads from them."""
+    from planner.length_shape import (
+        DYNAMO_ISL_BOUNDS_TOKENS,
+        DYNAMO_OSL_BOUNDS_TOKENS,
+        histogram_from_buckets,
+        measure_length_shape,
+    )
+    from tests.fixtures_prometheus import kit_series
+
+    obs = collector(collect_data, "collect-kit").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    for hist, metric, bounds in ((obs.isl_histogram, "dynamo_frontend_input_sequence_tokens", DYNAMO_ISL_BOUNDS_TOKENS),
+                                 (obs.osl_histogram, "dynamo_frontend_output_sequence_tokens", DYNAMO_OSL_BOUNDS_TOKENS)):
+        kit = histogram_from_buckets({labels["le"]: v for labels, v in kit_series(f"{metric}_bucket")},
+                                     sum_tokens=kit_series(f"{metric}_sum")[0][1], window_s=1800.0)
+        assert hist.upper_bounds_tokens == bounds == kit.upper_bounds_tokens
+        assert hist.window_s == 1800.0
+        # increase() extrapolates every bucket of one scrape alike: proportions and mean are the kit's.
+        scale = hist.count / kit.count
+        assert hist.cumulative_counts == pytest.approx([c * scale for c in kit.cumulative_counts], rel=1e-9)
+        assert hist.sum_tokens / hist.count == pytest.approx(kit.sum_tokens / kit.count, rel=1e-9)
+    shape, note = measure_length_shape(obs.isl_histogram, obs.osl_histogram, min_requests=1)
+    kit_shape, _ = measure_length_shape(
+        *(histogram_from_buckets({labels["le"]: v for labels, v in kit_series(f"{m}_bucket")},
+                                 sum_tokens=kit_series(f"{m}_sum")[0][1], window_s=1800.0)
+          for m in ("dynamo_frontend_input_sequence_tokens", "dynamo_frontend_output_sequence_tokens")),
+        min_requests=1)
+    assert shape.isl_cv == pytest.approx(kit_shape.isl_cv, rel=1e-9)
+    assert shape.decode_context_cv == pytest.approx(kit_shape.decode_context_cv, rel=1e-9)
+    assert not any("buckets" in n for n in obs.notes)
+
+
+def test_no_length_histograms_is_a_note_and_the_configured_cvs(collect_data):
+    # collect-burst exports only the request counters.
+    obs = collector(collect_data, "collect-burst").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert obs.isl_histogram is None and obs.osl_histogram is None
+    assert any(n.startswith("isl_buckets: no bucket series at t=") and n.endswith("configured length CVs used")
+               for n in obs.notes)
+    assert not any("buckets" in r for r in obs.stale_reasons)
+    off = collector(collect_data, "collect-kit", queries=QueryTemplates(isl_buckets="")).collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert off.isl_histogram is None and "isl_buckets: query empty; configured length CVs used" in off.notes
+
+
+def test_length_window_renders_into_the_bucket_query(collect_data):
+    c = collector(collect_data, "collect-kit", length_window_s=600.0)
+    assert c.render("isl_buckets", interval_s=60.0) == (
+        'sum by (le) (increase(dynamo_frontend_input_sequence_tokens_bucket{namespace="collect-kit"}[600s]))'
+    )

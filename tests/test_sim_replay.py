@@ -285,3 +285,26 @@ def test_replay_observations_carry_the_peak_rate(tables, conv):
     off = _Recorder()
     replay(trace, tables, off, scenario=ReplaySettings(interval_s=60, peak_window_s=None))
     assert off.seen[2].observation.peak_rps is None and off.seen[2].observation.history.peak_rps is None
+
+
+def test_replay_observations_carry_the_length_histograms_of_the_window(tables, conv):
+    """The frontend's ISL/OSL histograms over the trailing window: exactly the requests that arrived in it."""
+    from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS, histogram_of
+
+    trace = time_window(conv, 0, 300)
+    rec = _Recorder()
+    replay(trace, tables, rec, scenario=ReplaySettings(interval_s=60, length_window_s=120))
+    arrivals = np.asarray(trace.arrival_s)
+    for k, window in ((0, (0, 60)), (1, (0, 120)), (3, (120, 240))):  # the window fills, then slides
+        obs = rec.seen[k].observation
+        sel = (arrivals >= window[0]) & (arrivals < window[1])
+        expected_window_s = window[1] - window[0]
+        assert obs.isl_histogram == histogram_of(np.asarray(trace.isl_tokens)[sel], DYNAMO_ISL_BOUNDS_TOKENS,
+                                                 window_s=expected_window_s)
+        assert obs.osl_histogram == histogram_of(np.asarray(trace.osl_tokens)[sel], DYNAMO_OSL_BOUNDS_TOKENS,
+                                                 window_s=expected_window_s)
+    off = _Recorder()
+    replay(trace, tables, off, scenario=ReplaySettings(interval_s=60, length_window_s=None))
+    assert off.seen[2].observation.isl_histogram is None
+    with pytest.raises(ValueError, match="length_window_s must be >= interval_s"):
+        ReplaySettings(interval_s=60, length_window_s=30)
