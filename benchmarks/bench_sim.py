@@ -14,9 +14,10 @@ interval, least-loaded routing. Load multiplier K superposes K copies of the
 trace, each request shifted by U(-30 s, +30 s) (seed 0): independent tenants;
 `--jitter-s 1` is the synchronised stress case (every burst K times at once). The best static fleet in
 hindsight is the cheapest P x D whose attainment reaches the default planner's.
-`planner+shape` (benchmark only) is the default planner told the trace's measured
-prompt-length and context coefficients of variation (sizing.isl_cv,
-sizing.decode_context_cv) instead of the defaults: what measuring them would buy.
+`planner+shape` (benchmark only) is the default planner told the whole trace's exact
+prompt-length and context coefficients of variation (sizing.length_cv: configured with
+sizing.isl_cv, sizing.decode_context_cv) instead of measuring them from the frontend's
+length histograms over the last 30 minutes, as the default does: what the estimate costs.
 Planner rows carry diagnostics: the share of requests no fleet can serve in time
 (single-request prefill above the TTFT target), misses by pool, and how
 concentrated the misses are in the worst intervals.
@@ -202,9 +203,10 @@ def measured_shape(trace) -> dict[str, float]:
 
 
 def shape_config(cfg, trace):
-    """The planner configuration with the trace's measured length shape (planner+shape)."""
+    """The planner configuration told the trace's exact length shape (planner+shape), not measuring it."""
     shape = {k: round(v, 2) for k, v in measured_shape(trace).items()}
-    return cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update=shape)}), shape
+    sizing = cfg.sizing.model_copy(update={**shape, "length_cv": "configured"})
+    return cfg.model_copy(update={"sizing": sizing}), shape
 
 
 def diagnose(result, profile, *, interval_s: float) -> dict:
