@@ -144,10 +144,16 @@ def decision_table(
     for c in obs.coverage:
         row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
             c.detail)
-    if obs.peak_rps is not None or obs.notes:
+    length_notes = tuple(n for n in obs.notes if n.startswith(("isl_buckets", "osl_buckets")))
+    other_notes = tuple(n for n in obs.notes if n not in length_notes)
+    if obs.peak_rps is not None or other_notes:
         peak = "n/a" if obs.peak_rps is None else f"{obs.peak_rps:.2f} req/s"
         window = f"busiest {obs.peak_window_s:.0f} s window" if obs.peak_window_s else "not measured"
-        row("collect", "peak arrival rate", peak, "; ".join((window, *obs.notes)))
+        row("collect", "peak arrival rate", peak, "; ".join((window, *other_notes)))
+    if obs.isl_histogram is not None or length_notes:
+        h = obs.isl_histogram
+        counted = "not read" if h is None else f"{h.count:.0f} prompts in {h.window_s:.0f} s"
+        row("collect", "length histograms", counted, "; ".join(length_notes) or "frontend ISL / OSL buckets")
     if ttft_source is not None:
         row("correct", "prefill TTFT source", ttft_source[0], ttft_source[1])
     row("correct", "prefill / decode factor", f"{corr.prefill:.3f} / {corr.decode:.3f}",
@@ -159,6 +165,10 @@ def decision_table(
             f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}",
             fc.predictor + ("; " + "; ".join(fc.notes) if fc.notes else ""))
         row("predict", "ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}")
+        if fc.length_shape is not None:
+            row("predict", "length CV (ISL / decode context)",
+                f"{fc.length_shape.isl_cv:.2f} / {fc.length_shape.decode_context_cv:.2f}",
+                "measured from the length histograms; sizing uses it unless sizing.length_cv is configured")
         if fc.peak_ratio is not None:
             recent = ", ".join(f"{n:.0f} req peak {p:.2f}/s" for n, p in fc.recent_peaks)
             row("predict", "burst ratio next interval", f"{fc.peak_ratio:.2f}",

@@ -107,19 +107,19 @@ def measure_length_shape(
     """
     n, window_s = isl.count, isl.window_s
     if not n >= min_requests:
-        return None, f"length shape: {n:g} prompts in the last {window_s:g} s (< {min_requests:g}); configured CVs used"
+        return None, f"length shape: {n:.0f} prompts in the last {window_s:g} s (< {min_requests:g}); configured CVs used"
     isl_mean, isl_sq = histogram_moments(isl)
     isl_cv = _cv(isl_mean, isl_sq)
     if osl is None or not osl.count > 0:
         shape = LengthShape(isl_cv=isl_cv, decode_context_cv=isl_cv, requests=n, window_s=window_s)
-        return shape, (f"length shape over {n:g} prompts in the last {window_s:g} s: ISL CV {isl_cv:.2f}; "
+        return shape, (f"length shape over {n:.0f} prompts in the last {window_s:g} s: ISL CV {isl_cv:.2f}; "
                        "no output lengths, context CV taken as the ISL one")
     osl_mean, osl_sq = histogram_moments(osl)
     ctx_mean = isl_mean + osl_mean / 2.0
     ctx_var = max(0.0, isl_sq - isl_mean**2) + max(0.0, osl_sq - osl_mean**2) / 4.0
     ctx_cv = min(MAX_CV, math.sqrt(ctx_var) / ctx_mean) if ctx_mean > 0 else 0.0
     shape = LengthShape(isl_cv=isl_cv, decode_context_cv=ctx_cv, requests=n, window_s=window_s)
-    return shape, (f"length shape over {n:g} prompts in the last {window_s:g} s: ISL CV {isl_cv:.2f}, "
+    return shape, (f"length shape over {n:.0f} prompts in the last {window_s:g} s: ISL CV {isl_cv:.2f}, "
                    f"decode context CV {ctx_cv:.2f}")
 
 

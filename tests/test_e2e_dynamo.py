@@ -258,3 +258,23 @@ def test_the_frontend_counted_every_request_the_load_generator_sent(run, dyn):
     # The frontend's successes are the load generator's, up to the streams the killed worker cut: the
     # frontend may count a stream it ended with an error event as a success (seen: 1 of the failed ones).
     assert ok + 2 <= success <= ok + 2 + failed, (success, ok, failed)
+
+
+def test_sizing_read_the_live_frontends_length_histograms(run):
+    """Dynamo's own frontend's ISL/OSL histograms, scraped by Prometheus, gave sizing its length spread."""
+    import re
+
+    def text(data) -> str:  # a decision table's cells, the UI's line breaks undone
+        rows = json.loads(data) if isinstance(data, str) else data
+        return " ".join(f"{r['item']}: {r['value']}: {r['detail']}" for r in rows).replace("  \n", " ")
+
+    tables = [text(a.get("data")) for artifacts in run["artifacts"].values() for a in artifacts
+              if a["key"] == "sla-planner-decision-dynamo"]
+    measured = [t for t in tables if re.search(r"CV [0-9.]+ measured", t)]
+    assert measured, f"no run sized on the measured length spread; first table: {tables[:1]}"
+    shapes = [re.search(r"length shape over (\d+) prompts in the last 1800 s: ISL CV ([0-9.]+)", t) for t in measured]
+    assert all(shapes), f"a run sized on measured CVs without saying what it measured: {measured[0][:3000]}"
+    assert all(re.search(r"length histograms: \d+ prompts in 1800 s", t) for t in measured)
+    # The load generator's prompts are Azure conversation requests: their spread is not a single length.
+    assert all(int(m.group(1)) >= 200 and float(m.group(2)) > 0.1 for m in shapes), [m.group(0) for m in shapes]
+    assert re.search(r"context CV [0-9.]+ measured", measured[-1])

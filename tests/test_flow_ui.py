@@ -282,3 +282,32 @@ def test_planner_gauges_carry_the_series_the_rules_read():
 
     read = {name for r in rules for name in re.findall(r"\bsla_planner_[a-z_0-9]+", r["expr"])}
     assert read and all(f"\n{name}{{" in text for name in read), sorted(read)
+
+
+def test_decision_table_shows_the_length_spread_it_sized_on(prefect_harness, tmp_path, h200_profile_dir):
+    """The frontend's length histograms in the collect rows, the CVs they gave in predict, 'measured' in sizing."""
+    import dataclasses
+
+    import numpy as np
+
+    from flows.planner_flow import planner_flow
+    from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS, histogram_of
+
+    rng = np.random.default_rng(0)
+    obs = dataclasses.replace(
+        _observation(3000.0, t_end=NOW_S),
+        isl_histogram=histogram_of(rng.gamma(0.25, 4000.0, 3000), DYNAMO_ISL_BOUNDS_TOKENS, window_s=1800.0),
+        osl_histogram=histogram_of(rng.gamma(1.0, 150.0, 3000), DYNAMO_OSL_BOUNDS_TOKENS, window_s=1800.0),
+    )
+    cfg = _config(tmp_path, h200_profile_dir, "ui-lengths")
+    state = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=NOW_S), return_state=True)
+    _, arts = _run_and_artifacts(state)
+    rows = {r["item"]: r for r in json.loads(arts["sla-planner-decision-ui-lengths"].data)}
+    assert rows["length histograms"]["value"] == "3000 prompts in 1800 s"
+    isl_cv, ctx_cv = (float(x) for x in rows["length CV (ISL / decode context)"]["value"].split(" / "))
+    assert 1.6 < isl_cv < 2.4 and 0 < ctx_cv <= isl_cv  # Gamma shape 0.25: CV 2
+    import re
+
+    sized = re.search(r"CV ([0-9.]+) measured", rows["prefill replicas for SLA"]["detail"].replace("  \n", " "))
+    assert sized and float(sized.group(1)) == pytest.approx(isl_cv, abs=0.01)
+    assert "measured" in rows["decode replicas for SLA"]["detail"].replace("  \n", " ")
