@@ -80,6 +80,10 @@ def test_executor_follows_decisions_drains_restores_and_adopts(fleet, etcd):  # 
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         futures = [pool.submit(chat, fleet.url, max_tokens=2000) for _ in range(6)]
         fleet.wait_for(lambda: _inflight(fleet) >= 6, timeout_s=20, what="6 requests in flight")
+        # ... and held by decode workers: a request the frontend is still routing when its worker deregisters
+        # is cancelled by the frontend's discovery cleanup (HTTP 503 with --migration-limit 0, seen in CI),
+        # which is the frontend's race, not a drained worker dropping what it holds.
+        fleet.wait_for(lambda: _held_by_decode_workers(fleet) >= 6, timeout_s=20, what="6 requests on decode workers")
         publish(client, ns, prefill=1, decode=1, decision_id=1)
         results = [f.result(timeout=120) for f in futures]
     assert [r["usage"]["completion_tokens"] for r in results] == [2000] * 6
@@ -110,6 +114,20 @@ def test_executor_follows_decisions_drains_restores_and_adopts(fleet, etcd):  # 
     assert sorted(a["pid"] for a in adopted) == pids
     assert len(fleet.events("start_worker")) == starts_before
     assert chat(fleet.url, max_tokens=8)["usage"]["completion_tokens"] == 8
+
+
+def _held_by_decode_workers(fleet: DynamoFleet) -> float:
+    """Requests in flight on the decode workers' generate endpoints, from each worker's own /metrics."""
+    total = 0.0
+    for group in json.loads((fleet.config.state_path / "targets.json").read_text()):
+        if group["labels"]["role"] != "decode":
+            continue
+        for target in group["targets"]:
+            with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+            total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("dynamo_component_inflight_requests{") and 'dynamo_endpoint="generate"' in line)
+    return total
 
 
 def _inflight(fleet: DynamoFleet) -> float:
