@@ -40,6 +40,15 @@ def test_gamma_prompts_read_back_through_dynamos_buckets(cv):
     assert f"ISL CV {shape.isl_cv:.2f}" in note and "20000 prompts in the last 60 s" in note
 
 
+@pytest.mark.parametrize("cv", [0.3, 1.0, 3.0])
+def test_vllm_1_2_5_buckets_read_back_too(cv):
+    """vLLM's request_prompt_tokens histogram (1, 2, 5, 10, 20, 50, ... buckets) through the same estimate."""
+    bounds = tuple(float(m * 10**e) for e in range(6) for m in (1, 2, 5))
+    isl = _gamma(cv, 2000.0, 20_000, seed=8)
+    shape, _ = measure_length_shape(histogram_of(isl, bounds, window_s=60.0), None, min_requests=100)
+    assert shape.isl_cv == pytest.approx(isl.std() / isl.mean(), rel=0.08)
+
+
 def test_moments_by_hand():
     # 4 prompts of up to 100 tokens (uniform on 0..100: mean 50, E[x^2] 10000/3),
     # 2 in (100, 210] with no non-empty neighbour on the right but one on the left: a power law through both.
