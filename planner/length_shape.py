@@ -90,9 +90,9 @@ def _power_integral(a: float, b: float, p: float) -> float:
     return (b**p - a**p) / p
 
 
-def _cv(mean: float, second: float) -> float:
-    var = max(0.0, second - mean * mean)
-    return min(MAX_CV, math.sqrt(var) / mean) if mean > 0 else 0.0
+def _cv(mean: float, var: float) -> float:
+    """Coefficient of variation, bounded by MAX_CV; a negative variance (rounding) counts as 0."""
+    return min(MAX_CV, math.sqrt(max(0.0, var)) / mean) if mean > 0 else 0.0
 
 
 def measure_length_shape(
@@ -109,7 +109,7 @@ def measure_length_shape(
     if not n >= min_requests:
         return None, f"length shape: {n:.0f} prompts in the last {window_s:g} s (< {min_requests:g}); configured CVs used"
     isl_mean, isl_sq = histogram_moments(isl)
-    isl_cv = _cv(isl_mean, isl_sq)
+    isl_cv = _cv(isl_mean, isl_sq - isl_mean * isl_mean)
     if osl is None or not osl.count > 0:
         shape = LengthShape(isl_cv=isl_cv, decode_context_cv=isl_cv, requests=n, window_s=window_s)
         return shape, (f"length shape over {n:.0f} prompts in the last {window_s:g} s: ISL CV {isl_cv:.2f}; "
@@ -117,7 +117,7 @@ def measure_length_shape(
     osl_mean, osl_sq = histogram_moments(osl)
     ctx_mean = isl_mean + osl_mean / 2.0
     ctx_var = max(0.0, isl_sq - isl_mean**2) + max(0.0, osl_sq - osl_mean**2) / 4.0
-    ctx_cv = min(MAX_CV, math.sqrt(ctx_var) / ctx_mean) if ctx_mean > 0 else 0.0
+    ctx_cv = _cv(ctx_mean, ctx_var)
     shape = LengthShape(isl_cv=isl_cv, decode_context_cv=ctx_cv, requests=n, window_s=window_s)
     return shape, (f"length shape over {n:.0f} prompts in the last {window_s:g} s: ISL CV {isl_cv:.2f}, "
                    f"decode context CV {ctx_cv:.2f}")

@@ -57,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
     from sim.engine import FleetSim
     from sim.lookup import ProfileTables
     from sim.observation import LengthWindow, interval_observation
-    from sim.replay import ReplaySettings
     from sim.traces import load_trace, multiply_load
     from sim.whatif import load_model
 
@@ -94,9 +93,9 @@ def run(args: argparse.Namespace) -> int:
     )
     environment = LocalConnector(connector_cfg)
     history = _History(interval_s=interval_s)
-    # The frontend's length histograms over the collect step's window, as a replay reads them.
+    # The frontend's length histograms over the collect step's window (metrics.length_window_s).
     lengths = LengthWindow(trace.isl_tokens, trace.osl_tokens, interval_s=interval_s,
-                           window_intervals=max(1, round(ReplaySettings().length_window_s / interval_s)))
+                           window_intervals=max(1, round(cfg.metrics.length_window_s / interval_s)))
 
     print(
         f"replaying {trace.name} x{args.load_multiplier:g} ({load_model(args.load_multiplier, args.jitter_s)}; "
