@@ -28,6 +28,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from planner.length_shape import DEFAULT_LENGTH_WINDOW_S
 from planner.strict import StrictModel
 
 PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by", "peak_window", "peak_step",
@@ -246,7 +247,7 @@ class MetricsConfig(StrictModel):
     )
     peak_step_s: float = Field(5.0, gt=0, le=3600, description="subquery step of queries.peak_rps, s")
     length_window_s: float = Field(
-        1800.0, gt=0, le=7 * 86_400,
+        DEFAULT_LENGTH_WINDOW_S, gt=0, le=7 * 86_400,
         description="trailing window of the length histograms (queries.isl_buckets / osl_buckets), s: long enough "
         "to count a few hundred prompts, short enough to follow a changing workload mix",
     )

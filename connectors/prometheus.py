@@ -135,8 +135,9 @@ class PrometheusCollector:
         self._check_age(now_s=now_s, interval_s=interval_s, stale=stale)
         pods = self._pods(now_s=now_s, interval_s=interval_s, stale=stale)
         peak_rps = self._peak(now_s=now_s, interval_s=interval_s, notes=notes)
-        isl_histogram = self._length_histogram("isl", now_s=now_s, interval_s=interval_s, notes=notes)
-        osl_histogram = self._length_histogram("osl", now_s=now_s, interval_s=interval_s, notes=notes) \
+        length_notes: list[str] = []
+        isl_histogram = self._length_histogram("isl", now_s=now_s, interval_s=interval_s, notes=length_notes)
+        osl_histogram = self._length_histogram("osl", now_s=now_s, interval_s=interval_s, notes=length_notes) \
             if isl_histogram is not None else None
         history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals, arrivals=arrivals)
         coverage = (self._frontend_coverage(now_s=now_s, interval_s=interval_s),
@@ -158,6 +159,7 @@ class PrometheusCollector:
             stale_reasons=tuple(stale),
             isl_histogram=isl_histogram,
             osl_histogram=osl_histogram,
+            length_notes=tuple(length_notes),
         )
 
     def saturation_inputs(
@@ -232,13 +234,18 @@ class PrometheusCollector:
         )
         return "num_requests_fallback"
 
-    def _scalar(self, name: str, *, now_s: float, interval_s: float, stale: list[str]) -> float | None:
+    def _instant_one(self, name: str, *, now_s: float, interval_s: float) -> list[_Sample]:
+        """queries.<name> at now_s; raises ValueError naming the query when it returns several series."""
         samples = self._instant(name, now_s=now_s, interval_s=interval_s)
         if len(samples) > 1:
             raise ValueError(
                 f"metrics.queries.{name}: expected at most one series, got {len(samples)} "
                 f"(labels {[s.labels for s in samples[:3]]}...); aggregate it, e.g. sum(...)"
             )
+        return samples
+
+    def _scalar(self, name: str, *, now_s: float, interval_s: float, stale: list[str]) -> float | None:
+        samples = self._instant_one(name, now_s=now_s, interval_s=interval_s)
         if not samples:
             stale.append(
                 f"prometheus: queries.{name} returned no series at t={now_s:.0f} "
@@ -257,12 +264,7 @@ class PrometheusCollector:
         if not self.cfg.queries.peak_rps.strip():
             notes.append("peak_rps: queries.peak_rps is empty; sub-interval bursts not measured")
             return None
-        samples = self._instant("peak_rps", now_s=now_s, interval_s=interval_s)
-        if len(samples) > 1:
-            raise ValueError(
-                f"metrics.queries.peak_rps: expected at most one series, got {len(samples)} "
-                f"(labels {[s.labels for s in samples[:3]]}...); aggregate it, e.g. sum(...)"
-            )
+        samples = self._instant_one("peak_rps", now_s=now_s, interval_s=interval_s)
         if not samples or samples[0].value is None:
             notes.append(
                 f"peak_rps: queries.peak_rps returned no value at t={now_s:.0f} (is metrics.peak_window_s "
@@ -280,11 +282,17 @@ class PrometheusCollector:
         if not getattr(self.cfg.queries, name).strip():
             notes.append(f"{name}: query empty; configured length CVs used")
             return None
-        buckets = {s.labels.get("le"): s.value for s in self._instant(name, now_s=now_s, interval_s=interval_s)}
+        series = self._instant(name, now_s=now_s, interval_s=interval_s)
+        buckets = {s.labels.get("le"): s.value for s in series}
+        if len(buckets) < len(series):
+            raise ValueError(
+                f"metrics.queries.{name}: {len(series)} series for {len(buckets)} `le` bounds "
+                f"(labels {[s.labels for s in series[:3]]}...); aggregate it, e.g. sum by (le) (...)"
+            )
         total = None
         if getattr(self.cfg.queries, f"{kind}_window_sum").strip():
-            sums = self._instant(f"{kind}_window_sum", now_s=now_s, interval_s=interval_s)
-            total = sums[0].value if len(sums) == 1 else None
+            sums = self._instant_one(f"{kind}_window_sum", now_s=now_s, interval_s=interval_s)
+            total = sums[0].value if sums else None
         try:
             return histogram_from_buckets(buckets, sum_tokens=total, window_s=self.cfg.length_window_s)
         except ValueError as exc:

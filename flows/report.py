@@ -144,16 +144,14 @@ def decision_table(
     for c in obs.coverage:
         row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
             c.detail)
-    length_notes = tuple(n for n in obs.notes if n.startswith(("isl_buckets", "osl_buckets")))
-    other_notes = tuple(n for n in obs.notes if n not in length_notes)
-    if obs.peak_rps is not None or other_notes:
+    if obs.peak_rps is not None or obs.notes:
         peak = "n/a" if obs.peak_rps is None else f"{obs.peak_rps:.2f} req/s"
         window = f"busiest {obs.peak_window_s:.0f} s window" if obs.peak_window_s else "not measured"
-        row("collect", "peak arrival rate", peak, "; ".join((window, *other_notes)))
-    if obs.isl_histogram is not None or length_notes:
+        row("collect", "peak arrival rate", peak, "; ".join((window, *obs.notes)))
+    if obs.isl_histogram is not None or obs.length_notes:
         h = obs.isl_histogram
         counted = "not read" if h is None else f"{h.count:.0f} prompts in {h.window_s:.0f} s"
-        row("collect", "length histograms", counted, "; ".join(length_notes) or "frontend ISL / OSL buckets")
+        row("collect", "length histograms", counted, "; ".join(obs.length_notes) or "frontend ISL / OSL buckets")
     if ttft_source is not None:
         row("correct", "prefill TTFT source", ttft_source[0], ttft_source[1])
     row("correct", "prefill / decode factor", f"{corr.prefill:.3f} / {corr.decode:.3f}",

@@ -28,6 +28,10 @@ import numpy as np
 
 from planner.types import LengthHistogram, LengthShape
 
+# Trailing window the length histograms are counted over, s (metrics.length_window_s, the simulator's
+# ReplaySettings.length_window_s): a few hundred prompts at modest load, short enough to follow a changing mix.
+DEFAULT_LENGTH_WINDOW_S = 1800.0
+
 # Finite bucket bounds of Dynamo 1.6.1's frontend histograms (../shared/dynamo/metrics.md; +Inf follows).
 DYNAMO_ISL_BOUNDS_TOKENS: tuple[float, ...] = (0, 100, 210, 430, 870, 1800, 3600, 7400, 15000, 31000, 63000, 130000)
 DYNAMO_OSL_BOUNDS_TOKENS: tuple[float, ...] = (0, 100, 210, 430, 880, 1800, 3700, 7600, 16000, 32000)

@@ -166,7 +166,8 @@ class Observation:
     source (frontend scrape targets, each pool's workers), how many reported of
     how many should have; empty when not measured. isl_histogram /
     osl_histogram: the frontend's prompt / output length histograms over a
-    trailing window (planner.length_shape); None: not read.
+    trailing window (planner.length_shape); None: not read, and `length_notes`
+    says why.
     """
 
     taken_at_s: float
@@ -185,6 +186,7 @@ class Observation:
     coverage: tuple[ScrapeCoverage, ...] = ()
     isl_histogram: LengthHistogram | None = None
     osl_histogram: LengthHistogram | None = None
+    length_notes: tuple[str, ...] = ()
 
     @property
     def is_stale(self) -> bool:

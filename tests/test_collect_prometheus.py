@@ -78,6 +78,9 @@ def collect_data(prometheus_server: PrometheusServer) -> PrometheusServer:
             intervals=[FrontendInterval(requests, ttft_s, 0.01, 500, 100)] * 3)
     # a real Dynamo 1.6.1 frontend's scrape (the kit's raw /metrics text), rising from 0 over the last interval.
     write_kit_scrape(w, labels={"namespace": "collect-kit"}, start_s=END_S - INTERVAL_S, end_s=END_S)
+    for instance in ("fe-a", "fe-b"):  # the same scrape from two frontends
+        write_kit_scrape(w, labels={"namespace": "collect-kit-two", "instance": instance},
+                         start_s=END_S - INTERVAL_S, end_s=END_S)
     # idle: traffic, then an interval without requests.
     write_frontend_intervals(w, labels={"namespace": "collect-idle"}, start_s=ANCHOR_S, interval_s=INTERVAL_S,
                              intervals=[FrontendInterval(30, 0.1, 0.01, 500, 100), FrontendInterval(0, 0, 0, 0, 0)])
@@ -324,7 +327,7 @@ def test_peak_rate_of_a_burst_and_its_history(collect_data):
     # the 15 s window over the burst: 120 requests / 15 s = 8 rps, 3.2x the mean 150/60 = 2.5 rps
     assert obs.peak_rps == pytest.approx(8.0, rel=1e-9)
     assert obs.peak_window_s == 15.0
-    assert [n for n in obs.notes if not n.startswith("isl_buckets")] == []  # no length histograms written here
+    assert obs.notes == ()
     h = obs.history
     assert h.num_requests == pytest.approx([60.0, 150.0], rel=1e-9)
     # interval 0 is flat: every full window inside it reads 5 requests / 5 s = 1 rps
@@ -567,7 +570,7 @@ def test_a_real_frontends_length_histograms_over_the_window(collect_data):
         min_requests=1)
     assert shape.isl_cv == pytest.approx(kit_shape.isl_cv, rel=1e-9)
     assert shape.decode_context_cv == pytest.approx(kit_shape.decode_context_cv, rel=1e-9)
-    assert not any("buckets" in n for n in obs.notes)
+    assert not any("buckets" in n for n in obs.notes + obs.length_notes)
 
 
 def test_no_length_histograms_is_a_note_and_the_configured_cvs(collect_data):
@@ -575,11 +578,30 @@ def test_no_length_histograms_is_a_note_and_the_configured_cvs(collect_data):
     obs = collector(collect_data, "collect-burst").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
     assert obs.isl_histogram is None and obs.osl_histogram is None
     assert any(n.startswith("isl_buckets: no bucket series at t=") and n.endswith("configured length CVs used")
-               for n in obs.notes)
+               for n in obs.length_notes)
+    assert not any("buckets" in n for n in obs.notes)
     assert not any("buckets" in r for r in obs.stale_reasons)
     off = collector(collect_data, "collect-kit", queries=QueryTemplates(isl_buckets="")).collect(
         now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
-    assert off.isl_histogram is None and "isl_buckets: query empty; configured length CVs used" in off.notes
+    assert off.isl_histogram is None and "isl_buckets: query empty; configured length CVs used" in off.length_notes
+
+
+@pytest.mark.parametrize("field, query, message", [
+    ("isl_window_sum", "increase(dynamo_frontend_input_sequence_tokens_sum{${frontend_selector}}[${length_window}])",
+     r"metrics.queries.isl_window_sum: expected at most one series, got [2-9]"),
+    ("isl_buckets",
+     "increase(dynamo_frontend_input_sequence_tokens_bucket{${frontend_selector}}[${length_window}])",
+     r"metrics.queries.isl_buckets: \d+ series for \d+ `le` bounds .*aggregate it, e.g. sum by \(le\)"),
+])
+def test_unaggregated_length_query_is_rejected(collect_data, field, query, message):
+    # Two frontends: per-frontend series would otherwise overwrite one another (buckets) or be dropped (the
+    # sum, leaving the +Inf bucket at its lower bound) without a word.
+    with pytest.raises(ValueError, match=message):
+        collector(collect_data, "collect-kit-two", queries=QueryTemplates(**{field: query})).collect(
+            now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    both = collector(collect_data, "collect-kit-two").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    one = collector(collect_data, "collect-kit").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert both.isl_histogram.cumulative_counts == pytest.approx([2 * c for c in one.isl_histogram.cumulative_counts])
 
 
 def test_length_window_renders_into_the_bucket_query(collect_data):

@@ -311,3 +311,25 @@ def test_decision_table_shows_the_length_spread_it_sized_on(prefect_harness, tmp
     sized = re.search(r"CV ([0-9.]+) measured", rows["prefill replicas for SLA"]["detail"].replace("  \n", " "))
     assert sized and float(sized.group(1)) == pytest.approx(isl_cv, abs=0.01)
     assert "measured" in rows["decode replicas for SLA"]["detail"].replace("  \n", " ")
+
+
+def test_length_notes_and_peak_notes_each_in_their_own_row(prefect_harness, tmp_path, h200_profile_dir):
+    """Why the histograms were not read goes to the histogram row; the peak rate's notes stay on the peak row."""
+    import dataclasses
+
+    from flows.planner_flow import planner_flow
+
+    obs = dataclasses.replace(
+        _observation(3000.0, t_end=NOW_S), peak_rps=None,
+        notes=("peak_rps: queries.peak_rps is empty; sub-interval bursts not measured",),
+        length_notes=("isl_buckets: no bucket series at t=1; configured length CVs used",),
+    )
+    cfg = _config(tmp_path, h200_profile_dir, "ui-length-notes")
+    state = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=NOW_S), return_state=True)
+    _, arts = _run_and_artifacts(state)
+    rows = {r["item"]: r for r in json.loads(arts["sla-planner-decision-ui-length-notes"].data)}
+    assert rows["length histograms"]["value"] == "not read"
+    assert "isl_buckets: no bucket series" in rows["length histograms"]["detail"].replace("  \n", " ")
+    peak = rows["peak arrival rate"]["detail"].replace("  \n", " ")
+    assert "sub-interval bursts not measured" in peak and "isl_buckets" not in peak
+    assert "length CV (ISL / decode context)" not in rows
