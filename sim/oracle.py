@@ -27,6 +27,15 @@ Method (hindsight, per interval, per pool; the same simulator and startup delay)
 The result is a feasible schedule within about one worker per pool per interval of
 the cheapest per-interval-feasible one, so its GPU-hours are a tight upper bound on
 the true optimum; a policy scoring below it has traded attainment for cost.
+
+The oracle knows the future; no planner does. `reactive_reference` is the bar a
+planner can be held to: the same needs, known exactly but only once each
+interval has finished. Its control step k sets the largest need of the last `w`
+finished intervals (`hindsight_schedule`), so it reacts one startup late and
+holds capacity for w intervals; the cheapest w reaching a planner's attainment
+says what perfect measurement and perfect sizing, without a forecast, would
+have cost. A planner above it loses on sizing or holding; the gap between it
+and the oracle is what only a forecast of the next burst can win.
 """
 
 from __future__ import annotations
@@ -138,6 +147,45 @@ def schedule_from_need(need: np.ndarray, *, interval_s: float, startup_s: float)
     targets = [int(max(need[k + 1 : k + 2 + m])) if k + 1 < n else int(need[-1]) for k in range(n)]
     initial = int(max(need[: m + 1]))
     return targets, initial
+
+
+HINDSIGHT_WINDOWS = (1, 2, 3, 5, 8, 12, 20)
+
+
+def hindsight_schedule(need: np.ndarray, *, window: int) -> list[int]:
+    """Target per control step of the reactive reference: step k sets max(need[k-window+1 .. k]).
+
+    Control step k runs at the end of interval k, so intervals 0 .. k are the ones
+    whose need is known then; nothing later is read.
+    """
+    if window < 1:
+        raise ValueError(f"hindsight schedule: window must be >= 1 interval, got {window}")
+    need = np.asarray(need)
+    return [int(need[max(0, k - window + 1) : k + 1].max()) for k in range(len(need))]
+
+
+def reactive_reference(
+    trace: Trace, tables: ProfileTables, scenario: ReplaySettings, plan: OraclePlan, target: float, *,
+    windows: tuple[int, ...] = HINDSIGHT_WINDOWS,
+) -> tuple[ReplayResult | None, list[tuple[int, float, float]]]:
+    """Cheapest hindsight window whose replay reaches `target` SLA attainment (0..1); see the module docstring.
+
+    Windows are tried shortest first (holding longer costs more); each replay starts
+    from the oracle's initial fleet, the same for every window. Returns (the first
+    replay reaching target or None, every (window, attainment, GPU-hours) tried).
+    """
+    initial = plan.policy.initial
+    tried = []
+    for w in windows:
+        policy = ScheduledPolicy(hindsight_schedule(np.array(plan.need_prefill), window=w),
+                                 hindsight_schedule(np.array(plan.need_decode), window=w), initial=initial,
+                                 name=f"hindsight-reactive:{w}")
+        r = replay(trace, tables, policy, scenario=scenario)
+        att = float(r.sla_met().mean())
+        tried.append((w, att, r.gpu_hours))
+        if att >= target:
+            return r, tried
+    return None, tried
 
 
 def oracle_plan(

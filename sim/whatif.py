@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -222,12 +223,25 @@ def run_what_if(
     return summary, result
 
 
-def oracle_and_best_static(
+@dataclass(frozen=True)
+class References:
+    """What a policy's replay is compared with (sim.oracle): the oracle, the cheapest static fleet and the
+    cheapest hindsight-reactive hold reaching the policy's attainment (None: none tried did), with every
+    static (P, D, attainment, GPU-hours) and hold (window, attainment, GPU-hours) tried."""
+
+    oracle: ReplayResult
+    static: ReplayResult | None
+    static_tried: list[tuple[int, int, float, float]]
+    reactive: ReplayResult | None
+    reactive_tried: list[tuple[int, float, float]]
+
+
+def reference_fleets(
     sc: WhatIfScenario, trace: Trace, *, target_frac: float, progress: Callable[[str], None] | None = None,
-) -> tuple[ReplayResult, ReplayResult | None, list[tuple[int, int, float, float]]]:
-    """The oracle's replay of the scenario's trace, and the cheapest static fleet reaching target_frac (0..1)
-    SLA attainment (None when none of the candidates tried does), with every (P, D, attainment, GPU-hours) tried."""
-    from sim.oracle import best_static, oracle_plan
+) -> References:
+    """The oracle's replay of the scenario's trace, and the cheapest static fleet and hindsight-reactive hold
+    reaching target_frac (0..1) SLA attainment."""
+    from sim.oracle import best_static, oracle_plan, reactive_reference
 
     if sc.router == "picker":
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
@@ -238,4 +252,5 @@ def oracle_and_best_static(
         warnings.simplefilter("ignore", ProfileRangeWarning)
         plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas, progress=progress)
         static, tried = best_static(trace, tables, scenario, plan, target_frac)
-    return plan.result, static, tried
+        reactive, reactive_tried = reactive_reference(trace, tables, scenario, plan, target_frac)
+    return References(plan.result, static, tried, reactive, reactive_tried)

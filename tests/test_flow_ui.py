@@ -238,7 +238,7 @@ def test_stack_scrapes_the_planner_gauges_and_loads_the_rules(tmp_path):
     assert planner.planner_metrics.pushgateway_url == "http://127.0.0.1:19091"
 
 
-def test_what_if_deployment_run_shows_the_policy_against_oracle_and_best_static(prefect_harness, tmp_path):
+def test_what_if_deployment_run_shows_the_policy_against_oracle_best_static_and_hindsight(prefect_harness, tmp_path):
     from PIL import Image
 
     from flows.whatif import what_if_compare_flow
@@ -258,6 +258,8 @@ def test_what_if_deployment_run_shows_the_policy_against_oracle_and_best_static(
     for label in ("| planner |", "| static:1x1 |", "| oracle |"):
         assert label in table, table
     assert ("| best static " in table) == (out["best_static"] is not None)
+    assert ("| hindsight-reactive " in table) == (out["hindsight_reactive"] is not None)
+    assert "Hindsight-reactive: each interval's exact need" in table and "tried: w=1 " in table
     image = arts["what-if-compare-misses"]
     assert image.type == "image"
     png = base64.b64decode(image.data.partition(",")[2])

@@ -12,7 +12,7 @@ from planner.profile_checks import ProfileRangeWarning
 from sim.config import SimConfig
 from sim.engine import FleetSim
 from sim.lookup import ProfileTables
-from sim.oracle import oracle_plan, schedule_from_need
+from sim.oracle import HINDSIGHT_WINDOWS, hindsight_schedule, oracle_plan, reactive_reference, schedule_from_need
 from sim.policies import (
     PlannerPolicy,
     SaturationPolicy,
@@ -202,10 +202,16 @@ def test_oracle_schedule_leads_by_the_startup_delay(need, startup_s, targets, in
     assert got == targets and got_initial == initial
 
 
-def test_oracle_meets_the_goal_with_fewer_gpu_hours_than_static_fleets(tables, conv):
+@pytest.fixture(scope="module")
+def conv_oracle(tables, conv):
+    """Azure conv's first 15 minutes at 4 tenants, with the oracle's plan for it."""
     trace = multiply_load(time_window(conv, 0, 900), 4, seed=2)
     scenario = ReplaySettings(interval_s=60)
-    plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=6)
+    return trace, scenario, oracle_plan(trace, tables, scenario=scenario, max_replicas=6)
+
+
+def test_oracle_meets_the_goal_with_fewer_gpu_hours_than_static_fleets(tables, conv_oracle):
+    trace, scenario, plan = conv_oracle
     assert plan.result.sla_met().mean() >= 0.99
     # the cheapest static fleet with the same attainment costs more
     best_static = None
@@ -215,6 +221,44 @@ def test_oracle_meets_the_goal_with_fewer_gpu_hours_than_static_fleets(tables, c
             if r.sla_met().mean() >= plan.result.sla_met().mean() - 1e-9:
                 best_static = min(best_static or np.inf, r.gpu_hours)
     assert best_static is not None and plan.result.gpu_hours < best_static
+
+
+@pytest.mark.parametrize(
+    "need, window, targets",
+    [
+        pytest.param([1, 3, 1, 1, 2], 1, [1, 3, 1, 1, 2], id="window 1: each step the interval just finished"),
+        pytest.param([1, 3, 1, 1, 2], 2, [1, 3, 3, 1, 2], id="window 2: a peak held one step more"),
+        pytest.param([1, 3, 1, 1, 2], 3, [1, 3, 3, 3, 2], id="window 3"),
+        pytest.param([4, 1, 1], 10, [4, 4, 4], id="window longer than the trace: the start's need held"),
+    ],
+)
+def test_hindsight_schedule_holds_the_largest_finished_need(need, window, targets):
+    assert hindsight_schedule(np.array(need), window=window) == targets
+
+
+def test_hindsight_schedule_reads_no_future_interval():
+    rng = np.random.default_rng(0)
+    need = rng.integers(1, 9, size=40)
+    for k in range(40):
+        changed = need.copy()
+        changed[k + 1:] = rng.integers(1, 9, size=40 - k - 1)
+        assert hindsight_schedule(changed, window=5)[: k + 1] == hindsight_schedule(need, window=5)[: k + 1]
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        hindsight_schedule(need, window=0)
+
+
+def test_reactive_reference_is_the_shortest_hold_reaching_the_target(tables, conv_oracle):
+    trace, scenario, plan = conv_oracle
+    oracle_att = float(plan.result.sla_met().mean())
+    ref, tried = reactive_reference(trace, tables, scenario, plan, oracle_att - 0.005)
+    assert ref is not None and ref.policy == f"hindsight-reactive:{tried[-1][0]}"
+    assert [w for w, _, _ in tried] == list(HINDSIGHT_WINDOWS[: len(tried)])
+    assert all(att < oracle_att - 0.005 for _, att, _ in tried[:-1]) and tried[-1][1] >= oracle_att - 0.005
+    # Reacting a startup late costs: holding only the last interval's need misses requests the
+    # oracle serves (window 1 falls short), and the hold that reaches it costs more than the oracle.
+    assert len(tried) >= 2 and ref.gpu_hours > plan.result.gpu_hours
+    none, tried_all = reactive_reference(trace, tables, scenario, plan, 1.01, windows=(1, 3))
+    assert none is None and [w for w, _, _ in tried_all] == [1, 3]
 
 
 def test_seeded_scenario_attainment(tables, cfg, profile, conv):
