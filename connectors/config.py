@@ -114,6 +114,11 @@ class QueryTemplates(StrictModel):
         _frontend_window_sum("dynamo_frontend_output_sequence_tokens"),
         description="output tokens over the length window (the histogram's _sum); empty: not read",
     )
+    ttft_buckets: str = Field(
+        "sum by (le) (increase(dynamo_frontend_time_to_first_token_seconds_bucket{${frontend_selector}}[${interval}]))",
+        description="TTFT histogram over the interval, one series per `le` (the run reports the share of requests "
+        "that met the TTFT target, planner.slo_attainment); optional: empty or no series means not reported",
+    )
     newest_sample_s: str = Field(
         "max(timestamp(dynamo_frontend_requests_started_total{${frontend_selector}}))"
         " or max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",

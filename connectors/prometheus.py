@@ -17,7 +17,9 @@ One `collect` call evaluates the configured PromQL (see connectors.config) at
   arrivals within an interval and the observation says so in `notes`
 - optionally, the frontend's prompt and output length histograms over a
   trailing window (metrics.length_window_s), from which sizing measures how
-  spread lengths are (planner.length_shape); without them, the configured CVs
+  spread lengths are (planner.length_shape); without them, the configured CVs;
+  and its TTFT histogram over the interval, from which the run reports the
+  share of requests that met the TTFT target (planner.slo_attainment)
 - coverage: how many frontend scrape targets are up of how many Prometheus
   knows (or knew within a lookback), and how many pods of each pool report
   worker series of how many the fleet has ready; frontend metrics are sums
@@ -46,7 +48,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from connectors.config import MetricsConfig
-from planner.length_shape import histogram_from_buckets
+from connectors.prometheus_histograms import HistogramReads
 from planner.types import POOLS, LoadHistory, Observation, PodMetrics, Pool, ScrapeCoverage
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ class _Sample:
     value: float | None  # None for NaN / inf
 
 
-class PrometheusCollector:
+class PrometheusCollector(HistogramReads):
     """Reads one interval's observation and the load history from Prometheus."""
 
     def __init__(self, cfg: MetricsConfig):
@@ -139,6 +141,7 @@ class PrometheusCollector:
         isl_histogram = self._length_histogram("isl", now_s=now_s, interval_s=interval_s, notes=length_notes)
         osl_histogram = self._length_histogram("osl", now_s=now_s, interval_s=interval_s, notes=length_notes) \
             if isl_histogram is not None else None
+        ttft_histogram, ttft_note = self._ttft_histogram(now_s=now_s, interval_s=interval_s)
         history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals, arrivals=arrivals)
         coverage = (self._frontend_coverage(now_s=now_s, interval_s=interval_s),
                     *self._worker_coverage(pods, expected_workers))
@@ -160,6 +163,8 @@ class PrometheusCollector:
             isl_histogram=isl_histogram,
             osl_histogram=osl_histogram,
             length_notes=tuple(length_notes),
+            ttft_histogram=ttft_histogram,
+            ttft_note=ttft_note,
         )
 
     def saturation_inputs(
@@ -272,32 +277,6 @@ class PrometheusCollector:
             )
             return None
         return samples[0].value
-
-    def _length_histogram(self, kind: str, *, now_s: float, interval_s: float, notes: list[str]):
-        """queries.<kind>_buckets over the length window as a LengthHistogram; None, with a note, when unread.
-
-        Optional signal, as the peak rate: no series leaves the configured length CVs.
-        """
-        name = f"{kind}_buckets"
-        if not getattr(self.cfg.queries, name).strip():
-            notes.append(f"{name}: query empty; configured length CVs used")
-            return None
-        series = self._instant(name, now_s=now_s, interval_s=interval_s)
-        buckets = {s.labels.get("le"): s.value for s in series}
-        if len(buckets) < len(series):
-            raise ValueError(
-                f"metrics.queries.{name}: {len(series)} series for {len(buckets)} `le` bounds "
-                f"(labels {[s.labels for s in series[:3]]}...); aggregate it, e.g. sum by (le) (...)"
-            )
-        total = None
-        if getattr(self.cfg.queries, f"{kind}_window_sum").strip():
-            sums = self._instant_one(f"{kind}_window_sum", now_s=now_s, interval_s=interval_s)
-            total = sums[0].value if sums else None
-        try:
-            return histogram_from_buckets(buckets, sum_tokens=total, window_s=self.cfg.length_window_s)
-        except ValueError as exc:
-            notes.append(f"{name}: {exc} at t={now_s:.0f}; configured length CVs used")
-            return None
 
     def _frontend_coverage(self, *, now_s: float, interval_s: float) -> ScrapeCoverage:
         """Frontend scrape targets up now, of the most Prometheus knew at once within the lookback.

@@ -134,7 +134,8 @@ def _publish(
     # Runs that apply nothing keep their own keys: a live key's history is the applied decisions only.
     create_table_artifact(
         key=artifact_key("decision", namespace, what_if=not applying),
-        table=decision_table(result, record=record, dry_run=not applying, ttft_source=(ttft.source, ttft.reason)),
+        table=decision_table(result, record=record, dry_run=not applying, ttft_source=(ttft.source, ttft.reason),
+                             slo=run_cfg.planner.slo),
         description=f"planner decision for {namespace}: inputs, forecast, factors, targets, reasons",
     )
     create_markdown_artifact(

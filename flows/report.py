@@ -11,8 +11,10 @@ import re
 import textwrap
 import time
 
+from planner.config import SloTarget
 from planner.pipeline import PlanResult
-from planner.types import POOLS, DecisionRecord, ReasonCode
+from planner.slo_attainment import share_within
+from planner.types import POOLS, DecisionRecord, Observation, ReasonCode
 
 # The UI draws table cells on one line and cuts them at the column's edge; cells are
 # Markdown, so a hard line break ("  \n") every this many characters shows all of a detail.
@@ -122,12 +124,27 @@ def _fmt(x: float | int | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
+def _ttft_met(obs: Observation, slo: SloTarget) -> tuple[str, str]:
+    """(value, detail) of the collect row: the share of the interval's requests with TTFT <= the target."""
+    if obs.ttft_histogram is None:
+        return "not read", obs.ttft_note or "no TTFT histogram"
+    met = share_within(obs.ttft_histogram, slo.ttft_ms / 1e3)
+    if met is None:
+        return "n/a", "no request reached its first token in the interval"
+    lo, hi = met.bucket_s
+    where = (f"below {lo:g} s, the last finite bucket bound: at least this share" if hi == float("inf")
+             else f"interpolated in the frontend's {lo:g}-{hi:g} s bucket")
+    return f"{100 * met.share:.1f}%", f"{met.requests:.0f} first tokens, TTFT <= {slo.ttft_ms:g} ms ({where})"
+
+
 def decision_table(
     result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, ttft_source: tuple[str, str] | None = None,
+    slo: SloTarget | None = None,
 ) -> list[dict]:
     """One row per input, forecast, factor and pool, each with its value and detail.
 
     ttft_source: (what prefill's TTFT came from, why), when the run chose it (tasks.latency_model).
+    slo: the run's targets: with them, the share of the interval's requests that met the TTFT target.
     """
     obs, fc, corr, d = result.observation, result.forecast, result.corrections, result.decision
     rows: list[dict] = []
@@ -141,6 +158,8 @@ def decision_table(
     row("collect", "avg TTFT / ITL ms", f"{_fmt(obs.avg_ttft_ms, 1)} / {_fmt(obs.avg_itl_ms, 2)}")
     row("collect", "history points", str(len(obs.history) if obs.history is not None else 0), stale or "fresh")
     row("collect", "pods reporting", str(len(obs.pods)))
+    if slo is not None:
+        row("collect", "TTFT target met", *_ttft_met(obs, slo))
     for c in obs.coverage:
         row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
             c.detail)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from planner.histograms import cumulative_buckets
 from planner.types import LengthHistogram, LengthShape
 
 # Trailing window the length histograms are counted over, s (metrics.length_window_s, the simulator's
@@ -135,28 +136,8 @@ def histogram_from_buckets(
     Raises ValueError naming what is missing: no series, no +Inf bucket, a bound
     that is not a number, or a count that is not finite.
     """
-    if not buckets:
-        raise ValueError("no bucket series")
-    finite: list[tuple[float, float]] = []
-    total = None
-    for le, value in buckets.items():
-        if value is None or not math.isfinite(value):
-            raise ValueError(f"bucket le={le!r} has no finite value")
-        try:
-            bound = float(le) if le is not None else math.nan
-        except ValueError:
-            bound = math.nan
-        if bound == math.inf:
-            total = float(value)
-        elif math.isfinite(bound):
-            finite.append((bound, float(value)))
-        else:
-            raise ValueError(f"bucket bound le={le!r} is not a number")
-    if total is None:
-        raise ValueError("no le=\"+Inf\" bucket")
-    finite.sort()
-    return LengthHistogram(tuple(b for b, _ in finite), tuple(c for _, c in finite) + (total,),
-                           sum_tokens, window_s)
+    bounds, cumulative = cumulative_buckets(buckets)
+    return LengthHistogram(bounds, cumulative, sum_tokens, window_s)
 
 
 def histogram_of(

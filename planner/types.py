@@ -105,6 +105,14 @@ class ScrapeCoverage:
         return self.missing / self.expected if self.expected > 0 else 0.0
 
 
+def _check_buckets(what: str, b: tuple[float, ...], c: tuple[float, ...]) -> None:
+    """Raise ValueError naming `what` unless b are finite bounds rising from >= 0 and c has one count more."""
+    if len(c) != len(b) + 1 or not b:
+        raise ValueError(f"{what}: need one count per bound and the total, got {len(c)} counts for {len(b)} bounds")
+    if not all(math.isfinite(x) for x in b) or b[0] < 0 or any(not hi > lo for lo, hi in zip(b, b[1:])):
+        raise ValueError(f"{what}: finite bounds must rise from >= 0, got {list(b)}")
+
+
 @dataclass(frozen=True)
 class LengthHistogram:
     """A request-length histogram's increase over a trailing window, as cumulative buckets.
@@ -123,12 +131,26 @@ class LengthHistogram:
     window_s: float
 
     def __post_init__(self) -> None:
-        b, c = self.upper_bounds_tokens, self.cumulative_counts
-        if len(c) != len(b) + 1 or not b:
-            raise ValueError(
-                f"length histogram: need one count per bound and the total, got {len(c)} counts for {len(b)} bounds")
-        if not all(math.isfinite(x) for x in b) or b[0] < 0 or any(not hi > lo for lo, hi in zip(b, b[1:])):
-            raise ValueError(f"length histogram: finite bounds must rise from >= 0, got {list(b)}")
+        _check_buckets("length histogram", self.upper_bounds_tokens, self.cumulative_counts)
+
+    @property
+    def count(self) -> float:
+        return float(self.cumulative_counts[-1])
+
+
+@dataclass(frozen=True)
+class LatencyHistogram:
+    """A latency histogram's increase over one interval, as cumulative buckets.
+
+    upper_bounds_s: the finite `le` bounds, seconds, ascending from >= 0 (+Inf implied).
+    cumulative_counts: observations <= each bound, then the total (+Inf).
+    """
+
+    upper_bounds_s: tuple[float, ...]
+    cumulative_counts: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        _check_buckets("latency histogram", self.upper_bounds_s, self.cumulative_counts)
 
     @property
     def count(self) -> float:
@@ -167,7 +189,9 @@ class Observation:
     how many should have; empty when not measured. isl_histogram /
     osl_histogram: the frontend's prompt / output length histograms over a
     trailing window (planner.length_shape); None: not read, and `length_notes`
-    says why.
+    says why. ttft_histogram: the frontend's TTFT histogram over the interval
+    (planner.slo_attainment: the share that met the TTFT target); None: not
+    read, and `ttft_note` says why.
     """
 
     taken_at_s: float
@@ -187,6 +211,8 @@ class Observation:
     isl_histogram: LengthHistogram | None = None
     osl_histogram: LengthHistogram | None = None
     length_notes: tuple[str, ...] = ()
+    ttft_histogram: LatencyHistogram | None = None
+    ttft_note: str | None = None
 
     @property
     def is_stale(self) -> bool:

@@ -278,9 +278,7 @@ class FleetSim:
 
     def _first_token(self, rid: int, t: float) -> None:
         self.first_token_s[rid] = t
-        st = self.stats
-        st.first_tokens += 1
-        st.ttft_sum_s += t - self.arrival_s[rid]
+        self.stats.first_token(t - self.arrival_s[rid])
 
     def _finish(self, rid: int, t: float) -> None:
         self.finish_s[rid] = t
@@ -387,9 +385,7 @@ class FleetSim:
             self._join_step[rid] = steps
             heapq.heappush(d.heap, (steps + osl - 1, rid))
             self.first_token_s[rid] = t
-            st = self.stats
-            st.first_tokens += 1
-            st.ttft_sum_s += t - self.arrival_s[rid]
+            self.stats.first_token(t - self.arrival_s[rid])
         else:
             d.pending.append(rid)
         self._reschedule(d)

@@ -1,14 +1,21 @@
-"""The simulated frontend as the planner's collect step reads it: counters over one interval, length histograms."""
+"""The simulated frontend as the planner's collect step reads it: counters and the TTFT histogram over one interval,
+length histograms over a trailing window."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
 from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS
-from planner.types import LengthHistogram, LoadHistory, Observation, PodMetrics
+from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S
+from planner.types import LatencyHistogram, LengthHistogram, LoadHistory, Observation, PodMetrics
+
+
+_TTFT_BOUNDS = list(DYNAMO_TTFT_BOUNDS_S)
 
 
 @dataclass
@@ -23,6 +30,14 @@ class IntervalStats:
     osl_sum: float = 0.0
     itl_count: int = 0
     itl_sum_s: float = 0.0
+    # TTFTs per bucket of Dynamo's frontend histogram (non-cumulative; the last: above every bound)
+    ttft_buckets: list[int] = field(default_factory=lambda: [0] * (len(_TTFT_BOUNDS) + 1))
+
+    def first_token(self, ttft_s: float) -> None:
+        """Count one first token, ttft_s after its request arrived."""
+        self.first_tokens += 1
+        self.ttft_sum_s += ttft_s
+        self.ttft_buckets[bisect_left(_TTFT_BOUNDS, ttft_s)] += 1
 
 
 def interval_observation(
@@ -44,6 +59,7 @@ def interval_observation(
         avg_itl_ms=stats.itl_sum_s * 1e3 / stats.itl_count if stats.itl_count else None,
         history=history,
         pods=pods,
+        ttft_histogram=LatencyHistogram(DYNAMO_TTFT_BOUNDS_S, tuple(float(c) for c in accumulate(stats.ttft_buckets))),
     )
 
 

@@ -609,3 +609,28 @@ def test_length_window_renders_into_the_bucket_query(collect_data):
     assert c.render("isl_buckets", interval_s=60.0) == (
         'sum by (le) (increase(dynamo_frontend_input_sequence_tokens_bucket{namespace="collect-kit"}[600s]))'
     )
+
+
+def test_a_real_frontends_ttft_histogram_over_the_interval(collect_data):
+    """The kit's TTFT buckets (Dynamo 1.6.1's bounds) over the interval, and the share of them within a target."""
+    from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
+    from tests.fixtures_prometheus import kit_series
+
+    obs = collector(collect_data, "collect-kit").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    kit = {labels["le"]: v for labels, v in kit_series("dynamo_frontend_time_to_first_token_seconds_bucket")}
+    h = obs.ttft_histogram
+    assert h.upper_bounds_s == DYNAMO_TTFT_BOUNDS_S and obs.ttft_note is None
+    scale = h.count / kit["+Inf"]
+    assert h.cumulative_counts == pytest.approx([kit[f"{b:g}"] * scale for b in DYNAMO_TTFT_BOUNDS_S] + [h.count])
+    # 47 of the kit's 51 first tokens within 22 ms, 51 within 47 ms: 30 ms reads 8/25 of the 4 between.
+    assert share_within(h, 0.030).share == pytest.approx((47 + 4 * 8 / 25) / 51)
+    assert share_within(h, 0.2).share == 1.0
+
+
+def test_no_ttft_histogram_is_a_note(collect_data):
+    obs = collector(collect_data, "collect-burst").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert obs.ttft_histogram is None and obs.ttft_note.startswith("ttft_buckets: no bucket series at t=")
+    off = collector(collect_data, "collect-kit", queries=QueryTemplates(ttft_buckets="")).collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert off.ttft_histogram is None and off.ttft_note == "ttft_buckets: query empty"
+    assert not any("ttft_buckets" in r for r in obs.stale_reasons + off.stale_reasons)

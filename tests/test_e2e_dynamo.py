@@ -278,3 +278,20 @@ def test_sizing_read_the_live_frontends_length_histograms(run):
     # The load generator's prompts are Azure conversation requests: their spread is not a single length.
     assert all(int(m.group(1)) >= 200 and float(m.group(2)) > 0.1 for m in shapes), [m.group(0) for m in shapes]
     assert re.search(r"context CV [0-9.]+ measured", measured[-1])
+
+
+def test_runs_report_the_live_frontends_ttft_target_share(run):
+    """Dynamo's own frontend's TTFT histogram, scraped by Prometheus: runs with first tokens say how many met 200 ms."""
+    import re
+
+    tables = [json.loads(a["data"]) if isinstance(a.get("data"), str) else a.get("data")
+              for artifacts in run["artifacts"].values() for a in artifacts if a["key"] == "sla-planner-decision-dynamo"]
+    rows = [next((r for r in t if r["item"] == "TTFT target met"), None) for t in tables]
+    assert rows and all(rows), "a decision table without the TTFT target row"
+    read = [r for r in rows if r["value"].endswith("%")]
+    assert read, f"no run read the frontend's TTFT histogram: {rows[:2]}"
+    for r in read:
+        detail = r["detail"].replace("  \n", " ")
+        m = re.search(r"(\d+) first tokens, TTFT <= (\d+) ms", detail)
+        assert m and int(m.group(1)) > 0 and 0.0 <= float(r["value"][:-1]) <= 100.0, r
+        assert "bucket" in detail, r

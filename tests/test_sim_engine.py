@@ -200,3 +200,26 @@ def test_pod_metrics_report_kv_and_queue(tables):
     dec = [p for p in pods if p.pool == "decode"][0]
     assert 0 < dec.kv_usage_frac < 1
     assert math.isfinite(dec.queue_length)
+
+
+def test_the_simulated_frontend_counts_ttfts_into_dynamos_buckets(tables):
+    """The interval's TTFT histogram holds every first token of the interval, each in the bucket of its TTFT."""
+    from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
+    from sim.observation import interval_observation
+
+    rng = np.random.default_rng(3)
+    n = 400
+    trace = _trace(np.sort(rng.uniform(0, 50, n)), rng.integers(200, 6000, n), 20)
+    sim = FleetSim(trace, tables, config=FREE, initial_prefill=1, initial_decode=2)  # one prefill: queues build
+    sim.run_until(60.0)
+    obs = interval_observation(sim.take_interval_stats(), taken_at_s=60.0, interval_s=60.0, history=None, pods=())
+    ttft_s = sim.results().ttft_ms / 1e3
+    done = ttft_s[np.isfinite(ttft_s)]
+    h = obs.ttft_histogram
+    assert h.upper_bounds_s == DYNAMO_TTFT_BOUNDS_S and h.count == done.size > 0
+    for bound, cum in zip(h.upper_bounds_s, h.cumulative_counts):
+        assert cum == np.sum(done <= bound)
+    assert 0 < share_within(h, 0.22).share == np.mean(done <= 0.22) < 1
+    # the next interval starts from zero
+    assert interval_observation(sim.take_interval_stats(), taken_at_s=120.0, interval_s=60.0, history=None,
+                                pods=()).ttft_histogram.count == 0
