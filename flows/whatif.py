@@ -108,8 +108,8 @@ def what_if_compare_flow(
         _, missed = misses_per_minute(r)
         rows.append(f"| {label} | {100 * float(r.sla_met().mean()):.2f}% | {int(missed.sum()):,} | "
                     f"{int(missed.max(initial=0)):,} | {r.gpu_hours:.2f} | {len(r.scale_log)} |")
-    static_note = ("" if static is not None else
-                   f"\n\nNo static fleet of the {len(refs.static_tried)} tried reached {100 * first['slo_attainment']:.2f}%.")
+    static_note = ("" if static is not None else f"\n\nNo static fleet of the {len(refs.static_tried)} tried "
+                                                 f"reached {100 * first['slo_attainment']:.2f}%.")
     static_note += (
         "\n\nHindsight-reactive: each interval's exact need, known once it has finished; every control step "
         "holds the largest of the last w (no forecast). The shortest hold reaching the first policy's attainment "
@@ -118,9 +118,11 @@ def what_if_compare_flow(
     body = (f"### What-if: {first['trace']}, {first['load_model']}\n\n"
             "| policy | SLA met | missed requests | worst minute | GPU-hours | scale events |\n|---|---|---|---|---|---|\n"
             + "\n".join(rows) + static_note + "\n\n" + markdown_report(first))
-    create_markdown_artifact(markdown=body, key="what-if-compare", description="what-if: policies vs oracle, best static and hindsight-reactive")
+    create_markdown_artifact(markdown=body, key="what-if-compare",
+                             description="what-if: policies vs oracle, best static and hindsight-reactive")
     create_image_artifact(image_url=png_data_url(figure), key="what-if-compare-misses",
-                          description="workers and SLA misses per minute: policies, oracle, best static fleet, hindsight-reactive")
+                          description="workers and SLA misses per minute: policies, oracle, best static fleet, "
+                                      "hindsight-reactive")
     message = "; ".join(f"{label} {100 * float(r.sla_met().mean()):.2f}% met, {r.gpu_hours:.2f} GPU-h"
                         for label, r in results.items())
     return Completed(message=message, data={
