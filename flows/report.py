@@ -124,8 +124,12 @@ def _fmt(x: float | int | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-def _ttft_met(obs: Observation, slo: SloTarget) -> tuple[str, str]:
-    """(value, detail) of the collect row: the share of the interval's requests with TTFT <= the target."""
+def _ttft_met(obs: Observation, slo: SloTarget, *, reachable: float | None = None) -> tuple[str, str]:
+    """(value, detail) of the collect row: the share of the interval's requests with TTFT <= the target.
+
+    reachable: the share of requests prefill sizing counts as able to meet the target at all (its
+    single-request TTFT within it); said beside the share when below 1.
+    """
     if obs.ttft_histogram is None:
         return "not read", obs.ttft_note or "no TTFT histogram"
     met = share_within(obs.ttft_histogram, slo.ttft_ms / 1e3)
@@ -134,7 +138,9 @@ def _ttft_met(obs: Observation, slo: SloTarget) -> tuple[str, str]:
     lo, hi = met.bucket_s
     where = (f"below {lo:g} s, the last finite bucket bound: at least this share" if hi == float("inf")
              else f"interpolated in the frontend's {lo:g}-{hi:g} s bucket")
-    return f"{100 * met.share:.1f}%", f"{met.requests:.0f} first tokens, TTFT <= {slo.ttft_ms:g} ms ({where})"
+    can = (f"; prefill sizing counts {100 * reachable:.1f}% of requests able to meet it on any fleet"
+           if reachable is not None and reachable < 1.0 else "")
+    return f"{100 * met.share:.1f}%", f"{met.requests:.0f} first tokens, TTFT <= {slo.ttft_ms:g} ms ({where}){can}"
 
 
 def decision_table(
@@ -159,7 +165,9 @@ def decision_table(
     row("collect", "history points", str(len(obs.history) if obs.history is not None else 0), stale or "fresh")
     row("collect", "pods reporting", str(len(obs.pods)))
     if slo is not None:
-        row("collect", "TTFT target met", *_ttft_met(obs, slo))
+        prefill = result.sizing.get("prefill")
+        row("collect", "TTFT target met",
+            *_ttft_met(obs, slo, reachable=None if prefill is None else prefill.numbers.get("reachable_frac")))
     for c in obs.coverage:
         row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
             c.detail)

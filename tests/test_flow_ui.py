@@ -356,3 +356,19 @@ def test_decision_table_says_how_many_requests_met_the_ttft_target(prefect_harne
     assert met["value"] == "95.0%", met
     detail = met["detail"].replace("  \n", " ")
     assert "1000 first tokens, TTFT <= 200 ms" in detail and "0.1-0.22 s bucket" in detail
+
+
+def test_ttft_row_says_how_many_requests_could_meet_the_target_at_all():
+    """Where prefill sizing counts prompts too long for the target on any fleet, the row says so beside the share."""
+    import dataclasses
+
+    from flows.report import _ttft_met
+    from planner.config import SloTarget
+    from planner.slo_attainment import ttft_histogram_of
+
+    obs = dataclasses.replace(_observation(100.0, t_end=NOW_S), ttft_histogram=ttft_histogram_of([0.05] * 47 + [3.0] * 53))
+    value, detail = _ttft_met(obs, SloTarget(ttft_ms=200, itl_ms=10), reachable=0.5623)
+    assert value == "47.0%" and detail.endswith("prefill sizing counts 56.2% of requests able to meet it on any fleet")
+    assert "able to meet" not in _ttft_met(obs, SloTarget(ttft_ms=200, itl_ms=10), reachable=1.0)[1]
+    assert _ttft_met(dataclasses.replace(obs, ttft_histogram=None, ttft_note="ttft_buckets: query empty"),
+                     SloTarget(ttft_ms=200, itl_ms=10)) == ("not read", "ttft_buckets: query empty")
