@@ -23,6 +23,17 @@ def _percentiles(values: np.ndarray) -> dict[str, float | None]:
     return {f"p{p}": float(x) for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES), strict=True)}
 
 
+def _reactive_cell(tried: list | None, attainment: float) -> str:
+    """The shortest hindsight-reactive hold reaching the policy's attainment, or the best one tried; n/a: not run."""
+    if not tried:
+        return "n/a"
+    w, att, gph = tried[-1]
+    if att >= attainment:
+        return f"hold {w}: {100 * att:.2f}% @ {gph:.2f} GPU-h"
+    w, att, gph = max(tried, key=lambda x: x[1])
+    return f"none of {len(tried)} holds (best, {w}: {100 * att:.2f}% @ {gph:.2f} GPU-h)"
+
+
 def summarize(result: ReplayResult, *, oracle_gpu_hours: float | None = None, extra: dict | None = None) -> dict:
     """The replay's headline figures as plain JSON-able values.
 
@@ -126,6 +137,7 @@ def markdown_report(summary: dict) -> str:
         ("ITL p50 / p90 / p99, ms", " / ".join(ms(s["itl_ms"], k) for k in ("p50", "p90", "p99"))),
         ("GPU-hours", f"{s['gpu_hours']:.2f}"),
         ("oracle GPU-hours", oracle),
+        ("hindsight-reactive reaching it", _reactive_cell(s.get("hindsight_reactive_tried"), s["slo_attainment"])),
         ("scale events", str(s["scale_events"])),
         (
             "SLA targets",

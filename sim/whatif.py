@@ -163,7 +163,7 @@ def run_what_if(
     """
     import time
 
-    from sim.oracle import oracle_plan
+    from sim.oracle import oracle_plan, reactive_reference
 
     t0 = time.perf_counter()
     trace = trace if trace is not None else load_scenario_trace(sc)
@@ -188,7 +188,7 @@ def run_what_if(
     router = make_router(sc.router, profile=profile, slo=sc.slo(), seed=sc.seed)
     if sc.router == "picker" and (sc.policy == "oracle" or sc.with_oracle):
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
-    oracle_gpu_hours = None
+    oracle_gpu_hours, reactive_tried = None, None
     ttft_view = load_ttft_view(sc.latency_model_path, profile) if sc.latency_model_path else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)
@@ -200,9 +200,10 @@ def run_what_if(
             policy = make_policy(sc.policy, cfg=cfg, profile=profile, ttft_view=ttft_view)
             result = replay(trace, tables, policy, scenario=scenario, router=router, progress=progress)
             if sc.with_oracle:
-                oracle_gpu_hours = oracle_plan(
-                    trace, tables, scenario=scenario, max_replicas=sc.max_replicas, progress=oracle_progress
-                ).result.gpu_hours
+                plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas,
+                                   progress=oracle_progress)
+                oracle_gpu_hours = plan.result.gpu_hours
+                _, reactive_tried = reactive_reference(trace, tables, scenario, plan, float(result.sla_met().mean()))
     summary = summarize(
         result,
         oracle_gpu_hours=oracle_gpu_hours,
@@ -210,6 +211,9 @@ def run_what_if(
             "load_multiplier": sc.load_multiplier,
             "jitter_s": sc.jitter_s,
             "load_model": load_model(sc.load_multiplier, sc.jitter_s),
+            # with the oracle: the hindsight-reactive holds tried, shortest first, up to the first reaching
+            # the policy's attainment (window, attainment, GPU-hours; sim.oracle.reactive_reference)
+            "hindsight_reactive_tried": reactive_tried,
             "profile": profile.name,
             # the planner policies' prefill TTFT (the oracle and the static fleets size nothing)
             "ttft_source": ttft_view.source if ttft_view is not None else "profile",

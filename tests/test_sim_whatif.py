@@ -70,6 +70,11 @@ def test_cli_load_multiplier_and_oracle(shared_data, h200_profile_dir, tmp_path)
     s1, s3 = json.loads(out1.read_text()), json.loads(out3.read_text())
     assert s3["requests"] == 3 * s1["requests"]
     assert s3["oracle_gpu_hours"] is not None and s3["oracle_gpu_hours"] > 0
+    # the hindsight-reactive holds, shortest first, up to the first reaching the planner's attainment
+    tried = s3["hindsight_reactive_tried"]
+    assert [w for w, _, _ in tried] == [1, 2, 3, 5, 8, 12, 20][: len(tried)]
+    assert all(a < s3["slo_attainment"] for _, a, _ in tried[:-1])
+    assert s1["hindsight_reactive_tried"] is None
     # static 1x1 for the whole replay: 2 GPUs x simulated time
     assert s1["gpu_hours"] == pytest.approx(2 * s1["simulated_s"] / 3600)
 
@@ -154,3 +159,18 @@ def test_cli_times_engines_as_the_profile_or_as_dynamos_mocker(shared_data, h200
     with pytest.raises(SystemExit):
         main(_cli(trace, h200_profile_dir, "--engine-model", "vllm"))
     assert "invalid choice: 'vllm'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "tried, attainment, cell",
+    [
+        pytest.param(None, 0.99, "n/a", id="no oracle: not run"),
+        pytest.param([(1, 0.95, 1.0), (2, 0.995, 1.2)], 0.99, "hold 2: 99.50% @ 1.20 GPU-h", id="the hold reaching it"),
+        pytest.param([(1, 0.95, 1.0), (20, 0.97, 2.0)], 0.99, "none of 2 holds (best, 20: 97.00% @ 2.00 GPU-h)",
+                     id="none reaches it: the best tried"),
+    ],
+)
+def test_report_names_the_hindsight_reactive_hold(tried, attainment, cell):
+    from sim.report import _reactive_cell
+
+    assert _reactive_cell(tried, attainment) == cell
