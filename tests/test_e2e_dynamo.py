@@ -121,7 +121,12 @@ def run(dyn):
         peak = max((d.prefill + d.decode for d in ds), default=0)
         return any(d.decided_at_s > fall_s and d.prefill + d.decode < peak for d in ds)
 
-    stack.wait_for(scaled_down, timeout_s=LOW_S + HIGH_S + 150, what="a scale-down after the load fell")
+    # Until the tail has run out and a few runs have seen it: a scale-down the planner makes a little before the
+    # fall (it over-shot the rise) leaves the next one to the forecast's p90 band, which narrows only as the
+    # tail's intervals come in (CI 2026-11-25: decode 4 -> 3 eight seconds before the fall, 3 -> 2 recommended
+    # 126 s after it and held 30 s more by the stabilization window, past the former 240 s wait).
+    stack.wait_for(scaled_down, timeout_s=LOW_S + HIGH_S + TAIL_S + 4 * INTERVAL_S,
+                   what="a scale-down after the load fell")
     newest = stack.decisions()[-1]
     stack.wait_for(lambda: any(e["decision_id"] == newest.decision_id for e in dyn.events("ack")),
                    timeout_s=120, what=f"the executor to carry out decision {newest.decision_id}")
