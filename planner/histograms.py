@@ -6,7 +6,9 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 
 def cumulative_buckets(buckets: Mapping[str | None, float | None]) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -37,3 +39,10 @@ def cumulative_buckets(buckets: Mapping[str | None, float | None]) -> tuple[tupl
         raise ValueError("no le=\"+Inf\" bucket")
     finite.sort()
     return tuple(b for b, _ in finite), tuple(c for _, c in finite) + (total,)
+
+
+def cumulative_counts(values: Sequence[float] | np.ndarray, upper_bounds: Sequence[float]) -> tuple[float, ...]:
+    """What a Prometheus histogram with these finite bounds would count for values: <= each bound, then all."""
+    x = np.sort(np.asarray(values, dtype=float))
+    below = np.searchsorted(x, np.asarray(upper_bounds, dtype=float), side="right")
+    return tuple(float(c) for c in below) + (float(len(x)),)

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from planner.histograms import cumulative_buckets
+from planner.histograms import cumulative_buckets, cumulative_counts
 from planner.types import LengthHistogram, LengthShape
 
 # Trailing window the length histograms are counted over, s (metrics.length_window_s, the simulator's
@@ -145,6 +145,5 @@ def histogram_of(
 ) -> LengthHistogram:
     """The histogram a frontend would have counted for these lengths over a window of window_s seconds."""
     x = np.asarray(lengths_tokens, dtype=float)
-    cumulative = np.searchsorted(np.sort(x), np.asarray(upper_bounds_tokens, dtype=float), side="right")
-    counts = tuple(float(c) for c in cumulative) + (float(len(x)),)
-    return LengthHistogram(tuple(float(b) for b in upper_bounds_tokens), counts, float(x.sum()), window_s)
+    return LengthHistogram(tuple(float(b) for b in upper_bounds_tokens), cumulative_counts(x, upper_bounds_tokens),
+                           float(x.sum()), window_s)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from planner.histograms import cumulative_counts
 from planner.types import LatencyHistogram
 
 # Finite bucket bounds of Dynamo 1.6.1's frontend TTFT histogram, seconds (+Inf follows).
@@ -57,9 +58,5 @@ def share_within(h: LatencyHistogram, target_s: float) -> TargetShare | None:
 
 
 def ttft_histogram_of(ttft_s, bounds_s: tuple[float, ...] = DYNAMO_TTFT_BOUNDS_S) -> LatencyHistogram:
-    """The histogram a frontend would have counted for these TTFTs, seconds (tests, the simulator)."""
-    import numpy as np
-
-    idx = np.searchsorted(np.asarray(bounds_s, dtype=float), np.asarray(ttft_s, dtype=float), side="left")
-    counts = np.cumsum(np.bincount(idx, minlength=len(bounds_s) + 1))
-    return LatencyHistogram(tuple(float(b) for b in bounds_s), tuple(float(c) for c in counts))
+    """The histogram a frontend would have counted for these TTFTs, seconds (tests)."""
+    return LatencyHistogram(tuple(float(b) for b in bounds_s), cumulative_counts(ttft_s, bounds_s))
