@@ -137,7 +137,8 @@ def _ttft_met(obs: Observation, slo: SloTarget, *, reachable: float | None = Non
         return "n/a", "no request reached its first token in the interval"
     lo, hi = met.bucket_s
     where = (f"below {lo:g} s, the last finite bucket bound: at least this share" if hi == float("inf")
-             else f"interpolated in the frontend's {lo:g}-{hi:g} s bucket")
+             else f"read on a curve through the frontend's buckets; between {100 * met.at_least:.1f}% "
+                  f"within {lo:g} s and {100 * met.at_most:.1f}% within {hi:g} s, its {lo:g}-{hi:g} s bucket")
     can = (f"; prefill sizing counts {100 * reachable:.1f}% of requests able to meet it on any fleet"
            if reachable is not None and reachable < 1.0 else "")
     return f"{100 * met.share:.1f}%", f"{met.requests:.0f} first tokens, TTFT <= {slo.ttft_ms:g} ms ({where}){can}"

@@ -346,16 +346,17 @@ def test_decision_table_says_how_many_requests_met_the_ttft_target(prefect_harne
     from flows.planner_flow import planner_flow
     from planner.slo_attainment import ttft_histogram_of
 
-    ttft_s = np.concatenate([np.full(900, 0.05), np.full(60, 0.15), np.full(40, 0.9)])  # 200 ms target: 90% + 60 x 5/6
+    ttft_s = np.concatenate([np.full(900, 0.05), np.full(60, 0.15), np.full(40, 0.9)])  # 200 ms: 90-96% by the buckets
     obs = dataclasses.replace(_observation(1000.0, t_end=NOW_S), ttft_histogram=ttft_histogram_of(ttft_s))
     cfg = _config(tmp_path, h200_profile_dir, "ui-ttft-met")
     state = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=NOW_S), return_state=True)
     _, arts = _run_and_artifacts(state)
     rows = {r["item"]: r for r in json.loads(arts["sla-planner-decision-ui-ttft-met"].data)}
     met = rows["TTFT target met"]
-    assert met["value"] == "95.0%", met
+    assert 90.0 < float(met["value"][:-1]) < 96.0, met
     detail = met["detail"].replace("  \n", " ")
     assert "1000 first tokens, TTFT <= 200 ms" in detail and "0.1-0.22 s bucket" in detail
+    assert "between 90.0% within 0.1 s and 96.0% within 0.22 s" in detail
 
 
 def test_ttft_row_says_how_many_requests_could_meet_the_target_at_all():
