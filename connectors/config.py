@@ -119,6 +119,11 @@ class QueryTemplates(StrictModel):
         description="TTFT histogram over the interval, one series per `le` (the run reports the share of requests "
         "that met the TTFT target, planner.slo_attainment); optional: empty or no series means not reported",
     )
+    itl_buckets: str = Field(
+        "sum by (le) (increase(dynamo_frontend_inter_token_latency_seconds_bucket{${frontend_selector}}[${interval}]))",
+        description="inter-token latency histogram over the interval, one observation per token gap (the run "
+        "reports the share of gaps within the ITL target); optional: empty or no series means not reported",
+    )
     newest_sample_s: str = Field(
         "max(timestamp(dynamo_frontend_requests_started_total{${frontend_selector}}))"
         " or max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",

@@ -141,7 +141,8 @@ class PrometheusCollector(HistogramReads):
         isl_histogram = self._length_histogram("isl", now_s=now_s, interval_s=interval_s, notes=length_notes)
         osl_histogram = self._length_histogram("osl", now_s=now_s, interval_s=interval_s, notes=length_notes) \
             if isl_histogram is not None else None
-        ttft_histogram, ttft_note = self._ttft_histogram(now_s=now_s, interval_s=interval_s)
+        ttft_histogram, ttft_note = self._latency_histogram("ttft_buckets", now_s=now_s, interval_s=interval_s)
+        itl_histogram, itl_note = self._latency_histogram("itl_buckets", now_s=now_s, interval_s=interval_s)
         history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals, arrivals=arrivals)
         coverage = (self._frontend_coverage(now_s=now_s, interval_s=interval_s),
                     *self._worker_coverage(pods, expected_workers))
@@ -165,6 +166,8 @@ class PrometheusCollector(HistogramReads):
             length_notes=tuple(length_notes),
             ttft_histogram=ttft_histogram,
             ttft_note=ttft_note,
+            itl_histogram=itl_histogram,
+            itl_note=itl_note,
         )
 
     def saturation_inputs(

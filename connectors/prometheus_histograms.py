@@ -1,4 +1,4 @@
-"""The collector's histogram signals: the length spread over a trailing window, the TTFT histogram per interval.
+"""The collector's histogram signals: the length spread over a trailing window, TTFT and ITL histograms per interval.
 
 Mixed into connectors.prometheus.PrometheusCollector (it supplies `cfg`,
 `_instant` and `_instant_one`). Both signals are optional: an empty query, or
@@ -49,12 +49,13 @@ class HistogramReads:
             notes.append(f"{name}: {exc} at t={now_s:.0f}; configured length CVs used")
             return None
 
-    def _ttft_histogram(self, *, now_s: float, interval_s: float) -> tuple[LatencyHistogram | None, str | None]:
-        """queries.ttft_buckets over the interval: (histogram, None), or (None, why it was not read)."""
-        if not self.cfg.queries.ttft_buckets.strip():
-            return None, "ttft_buckets: query empty"
-        buckets = self._buckets("ttft_buckets", now_s=now_s, interval_s=interval_s)
+    def _latency_histogram(self, name: str, *, now_s: float,
+                           interval_s: float) -> tuple[LatencyHistogram | None, str | None]:
+        """queries.<name> (ttft_buckets, itl_buckets) over the interval: (histogram, None), or (None, why not read)."""
+        if not getattr(self.cfg.queries, name).strip():
+            return None, f"{name}: query empty"
+        buckets = self._buckets(name, now_s=now_s, interval_s=interval_s)
         try:
             return LatencyHistogram(*cumulative_buckets(buckets)), None
         except ValueError as exc:
-            return None, f"ttft_buckets: {exc} at t={now_s:.0f}"
+            return None, f"{name}: {exc} at t={now_s:.0f}"

@@ -13,7 +13,7 @@ import time
 
 from planner.config import SloTarget
 from planner.pipeline import PlanResult
-from planner.slo_attainment import share_within
+from planner.slo_attainment import TargetShare, share_within
 from planner.types import POOLS, DecisionRecord, Observation, ReasonCode
 
 # The UI draws table cells on one line and cuts them at the column's edge; cells are
@@ -135,13 +135,30 @@ def _ttft_met(obs: Observation, slo: SloTarget, *, reachable: float | None = Non
     met = share_within(obs.ttft_histogram, slo.ttft_ms / 1e3)
     if met is None:
         return "n/a", "no request reached its first token in the interval"
-    lo, hi = met.bucket_s
-    where = (f"below {lo:g} s, the last finite bucket bound: at least this share" if hi == float("inf")
-             else f"read on a curve through the frontend's buckets; between {100 * met.at_least:.1f}% "
-                  f"within {lo:g} s and {100 * met.at_most:.1f}% within {hi:g} s, its {lo:g}-{hi:g} s bucket")
     can = (f"; prefill sizing counts {100 * reachable:.1f}% of requests able to meet it on any fleet"
            if reachable is not None and reachable < 1.0 else "")
-    return f"{100 * met.share:.1f}%", f"{met.requests:.0f} first tokens, TTFT <= {slo.ttft_ms:g} ms ({where}){can}"
+    return (f"{100 * met.share:.1f}%",
+            f"{met.requests:.0f} first tokens, TTFT <= {slo.ttft_ms:g} ms ({_where_read(met)}){can}")
+
+
+def _itl_met(obs: Observation, slo: SloTarget) -> tuple[str, str]:
+    """(value, detail) of the collect row: the share of the interval's token gaps within the ITL target."""
+    if obs.itl_histogram is None:
+        return "not read", obs.itl_note or "no ITL histogram"
+    met = share_within(obs.itl_histogram, slo.itl_ms / 1e3)
+    if met is None:
+        return "n/a", "no second token in the interval"
+    return (f"{100 * met.share:.1f}%",
+            f"{met.requests:.0f} token gaps (one per output token after the first), each <= {slo.itl_ms:g} ms "
+            f"({_where_read(met)}); the SLA holds each request's mean gap to the target")
+
+
+def _where_read(met: TargetShare) -> str:
+    lo, hi = met.bucket_s
+    if hi == float("inf"):
+        return f"below {lo:g} s, the last finite bucket bound: at least this share"
+    return (f"read on a curve through the frontend's buckets; between {100 * met.at_least:.1f}% "
+            f"within {lo:g} s and {100 * met.at_most:.1f}% within {hi:g} s, its {lo:g}-{hi:g} s bucket")
 
 
 def decision_table(
@@ -151,7 +168,7 @@ def decision_table(
     """One row per input, forecast, factor and pool, each with its value and detail.
 
     ttft_source: (what prefill's TTFT came from, why), when the run chose it (tasks.latency_model).
-    slo: the run's targets: with them, the share of the interval's requests that met the TTFT target.
+    slo: the run's targets: with them, the shares of the interval's requests (token gaps) within the TTFT (ITL) target.
     """
     obs, fc, corr, d = result.observation, result.forecast, result.corrections, result.decision
     rows: list[dict] = []
@@ -169,6 +186,7 @@ def decision_table(
         prefill = result.sizing.get("prefill")
         row("collect", "TTFT target met",
             *_ttft_met(obs, slo, reachable=None if prefill is None else prefill.numbers.get("reachable_frac")))
+        row("collect", "ITL target met (token gaps)", *_itl_met(obs, slo))
     for c in obs.coverage:
         row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
             c.detail)

@@ -1,4 +1,4 @@
-"""The share of an interval's requests that met the TTFT target, read from the frontend's TTFT histogram.
+"""The share of an interval's requests (token gaps) that met the TTFT (ITL) target, from the frontend's histograms.
 
 Every run says what it saw: Dynamo's frontend counts each request's time to
 first token in `dynamo_frontend_time_to_first_token_seconds` (its buckets are
@@ -14,6 +14,13 @@ read 0.35-2.3 points below the true share on average, the curve 0.03-0.34
 The bucket's bounds always come with it: the share is at least the share at
 its lower bound and at most the share at its upper one. A target past the last
 finite bound gives what is known: the share below that bound.
+
+The ITL histogram (`dynamo_frontend_inter_token_latency_seconds`, buckets
+DYNAMO_ITL_BOUNDS_S) counts one observation per output token after the first:
+its share within the ITL target is the share of token gaps within it, read the
+same way (10 ms falls in the 0.0059-0.011 s bucket). The SLA holds a request's
+mean gap to the target, so the two differ: a request whose gaps straddle it can
+meet it on average while some gaps do not.
 
 Pure functions, no I/O.
 """
@@ -33,6 +40,10 @@ from planner.types import LatencyHistogram
 # Finite bucket bounds of Dynamo 1.6.1's frontend TTFT histogram, seconds (+Inf follows).
 DYNAMO_TTFT_BOUNDS_S: tuple[float, ...] = (
     0, 0.0022, 0.0047, 0.01, 0.022, 0.047, 0.1, 0.22, 0.47, 1, 2.2, 4.7, 10, 22, 48, 100, 220, 480,
+)
+# Finite bucket bounds of its inter-token latency histogram, seconds (+Inf follows).
+DYNAMO_ITL_BOUNDS_S: tuple[float, ...] = (
+    0, 0.0018, 0.0033, 0.0059, 0.011, 0.02, 0.035, 0.064, 0.12, 0.21, 0.38, 0.69, 1.2, 2.3, 4.1, 7.4, 13, 24, 44, 80,
 )
 
 
@@ -91,5 +102,5 @@ def _on_log_curve(bounds: tuple[float, ...], cum: tuple[float, ...], total: floa
 
 
 def ttft_histogram_of(ttft_s, bounds_s: tuple[float, ...] = DYNAMO_TTFT_BOUNDS_S) -> LatencyHistogram:
-    """The histogram a frontend would have counted for these TTFTs, seconds (tests)."""
+    """The histogram a frontend would have counted for these TTFTs, seconds (tests); other bounds: bounds_s."""
     return LatencyHistogram(tuple(float(b) for b in bounds_s), cumulative_counts(ttft_s, bounds_s))

@@ -191,7 +191,8 @@ class Observation:
     trailing window (planner.length_shape); None: not read, and `length_notes`
     says why. ttft_histogram: the frontend's TTFT histogram over the interval
     (planner.slo_attainment: the share that met the TTFT target); None: not
-    read, and `ttft_note` says why.
+    read, and `ttft_note` says why. itl_histogram / itl_note: the same for its
+    inter-token latency histogram (one observation per token gap).
     """
 
     taken_at_s: float
@@ -213,6 +214,8 @@ class Observation:
     length_notes: tuple[str, ...] = ()
     ttft_histogram: LatencyHistogram | None = None
     ttft_note: str | None = None
+    itl_histogram: LatencyHistogram | None = None
+    itl_note: str | None = None
 
     @property
     def is_stale(self) -> bool:

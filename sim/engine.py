@@ -319,7 +319,8 @@ class FleetSim:
             return
         if t <= d.seg_t:
             return
-        if d.first_due:
+        firsts = len(d.first_due)  # the mocker's: their first token ends this step, not a gap
+        if firsts:
             self._first_tokens_due(d)
         k = math.ceil((t - d.seg_t) / d.step_s - 1e-9)
         n_min = d.heap[0][0] - d.steps
@@ -327,6 +328,7 @@ class FleetSim:
             k = n_min
         d.steps += k
         d.seg_t += k * d.step_s
+        self.stats.token_gaps(d.step_s, max(0, k * d.n - firsts))
         self._complete_due(d, d.seg_t)
 
     def _complete_due(self, d: DecodeWorker, t: float) -> None:
@@ -393,8 +395,10 @@ class FleetSim:
     def _on_decode_segment(self, d: DecodeWorker, version: int, t: float) -> None:
         if version != d.version or d.n == 0:
             return
-        if d.first_due:
+        firsts = len(d.first_due)
+        if firsts:
             self._first_tokens_due(d)
+        self.stats.token_gaps(d.step_s, max(0, (d.heap[0][0] - d.steps) * d.n - firsts))
         d.steps = d.heap[0][0]
         d.seg_t = t
         self._complete_due(d, t)

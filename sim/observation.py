@@ -1,5 +1,5 @@
-"""The simulated frontend as the planner's collect step reads it: counters and the TTFT histogram over one interval,
-length histograms over a trailing window."""
+"""The simulated frontend as the planner's collect step reads it: counters and the TTFT and ITL histograms over one
+interval, length histograms over a trailing window."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from itertools import accumulate
 import numpy as np
 
 from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS
-from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S
+from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, DYNAMO_TTFT_BOUNDS_S
 from planner.types import LatencyHistogram, LengthHistogram, LoadHistory, Observation, PodMetrics
 
 
 _TTFT_BOUNDS = list(DYNAMO_TTFT_BOUNDS_S)
+_ITL_BOUNDS = list(DYNAMO_ITL_BOUNDS_S)
 
 
 @dataclass
@@ -32,12 +33,22 @@ class IntervalStats:
     itl_sum_s: float = 0.0
     # TTFTs per bucket of Dynamo's frontend histogram (non-cumulative; the last: above every bound)
     ttft_buckets: list[int] = field(default_factory=lambda: [0] * (len(_TTFT_BOUNDS) + 1))
+    # token gaps per bucket of its inter-token latency histogram (one per output token after the first)
+    itl_buckets: list[int] = field(default_factory=lambda: [0] * (len(_ITL_BOUNDS) + 1))
 
     def first_token(self, ttft_s: float) -> None:
         """Count one first token, ttft_s after its request arrived."""
         self.first_tokens += 1
         self.ttft_sum_s += ttft_s
         self.ttft_buckets[bisect_left(_TTFT_BOUNDS, ttft_s)] += 1
+
+    def token_gaps(self, gap_s: float, count: int) -> None:
+        """Count `count` output tokens that each came gap_s after the request's previous one (a decode step).
+
+        The engine counts each gap at its step's length; a request's first gap also
+        holds the rest of the step it was admitted in, which this leaves out.
+        """
+        self.itl_buckets[bisect_left(_ITL_BOUNDS, gap_s)] += count
 
 
 def interval_observation(
@@ -60,6 +71,7 @@ def interval_observation(
         history=history,
         pods=pods,
         ttft_histogram=LatencyHistogram(DYNAMO_TTFT_BOUNDS_S, tuple(float(c) for c in accumulate(stats.ttft_buckets))),
+        itl_histogram=LatencyHistogram(DYNAMO_ITL_BOUNDS_S, tuple(float(c) for c in accumulate(stats.itl_buckets))),
     )
 
 

@@ -611,22 +611,45 @@ def test_length_window_renders_into_the_bucket_query(collect_data):
     )
 
 
-def test_a_real_frontends_ttft_histogram_over_the_interval(collect_data):
-    """The kit's TTFT buckets (Dynamo 1.6.1's bounds) over the interval, and the share of them within a target."""
-    from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
+def _kit_latency_histogram(collect_data, kind: str, metric: str, bounds: tuple[float, ...]):
+    """The collected `kind` histogram of the kit's scrape, checked bucket by bucket against the kit's own counts."""
     from tests.fixtures_prometheus import kit_series
 
     obs = collector(collect_data, "collect-kit").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
-    kit = {labels["le"]: v for labels, v in kit_series("dynamo_frontend_time_to_first_token_seconds_bucket")}
-    h = obs.ttft_histogram
-    assert h.upper_bounds_s == DYNAMO_TTFT_BOUNDS_S and obs.ttft_note is None
+    kit = {labels["le"]: v for labels, v in kit_series(f"{metric}_bucket")}
+    h = getattr(obs, f"{kind}_histogram")
+    assert h.upper_bounds_s == bounds and getattr(obs, f"{kind}_note") is None
     scale = h.count / kit["+Inf"]
-    assert h.cumulative_counts == pytest.approx([kit[f"{b:g}"] * scale for b in DYNAMO_TTFT_BOUNDS_S] + [h.count])
+    assert h.cumulative_counts == pytest.approx([kit[f"{b:g}"] * scale for b in bounds] + [h.count])
+    return h
+
+
+def test_a_real_frontends_ttft_histogram_over_the_interval(collect_data):
+    """The kit's TTFT buckets (Dynamo 1.6.1's bounds) over the interval, and the share of them within a target."""
+    from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
+
+    h = _kit_latency_histogram(collect_data, "ttft", "dynamo_frontend_time_to_first_token_seconds",
+                               DYNAMO_TTFT_BOUNDS_S)
     # 47 of the kit's 51 first tokens within 22 ms, 51 within 47 ms: 30 ms reads between the two.
     at_30ms = share_within(h, 0.030)
     assert (at_30ms.at_least, at_30ms.at_most) == pytest.approx((47 / 51, 1.0))
     assert 47 / 51 < at_30ms.share < 1.0 and at_30ms.bucket_s == (0.022, 0.047)
     assert share_within(h, 0.2).share == 1.0
+
+
+def test_a_real_frontends_itl_histogram_over_the_interval(collect_data):
+    """The kit's inter-token latency buckets (one per token gap, Dynamo 1.6.1's bounds) and the share within 10 ms."""
+    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within
+
+    h = _kit_latency_histogram(collect_data, "itl", "dynamo_frontend_inter_token_latency_seconds",
+                               DYNAMO_ITL_BOUNDS_S)
+    # 3484 of the kit's 3485 gaps within 1.8 ms, the last one within 5.9 ms: 10 ms holds them all
+    within = share_within(h, 0.010)
+    assert within.share == 1.0 and within.bucket_s == (0.0059, 0.011)
+    assert share_within(h, 0.0018).share == pytest.approx(3484 / 3485)
+    off = collector(collect_data, "collect-kit", queries=QueryTemplates(itl_buckets="")).collect(
+        now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert off.itl_histogram is None and off.itl_note == "itl_buckets: query empty"
 
 
 def test_no_ttft_histogram_is_a_note(collect_data):
@@ -636,3 +659,4 @@ def test_no_ttft_histogram_is_a_note(collect_data):
         now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
     assert off.ttft_histogram is None and off.ttft_note == "ttft_buckets: query empty"
     assert not any("ttft_buckets" in r for r in obs.stale_reasons + off.stale_reasons)
+    assert obs.itl_histogram is None and obs.itl_note.startswith("itl_buckets: no bucket series at t=")

@@ -285,18 +285,22 @@ def test_sizing_read_the_live_frontends_length_histograms(run):
     assert re.search(r"context CV [0-9.]+ measured", measured[-1])
 
 
-def test_runs_report_the_live_frontends_ttft_target_share(run):
-    """Dynamo's own frontend's TTFT histogram, scraped by Prometheus: runs with first tokens say how many met 200 ms."""
+@pytest.mark.parametrize("item, counted", [
+    ("TTFT target met", r"(\d+) first tokens, TTFT <= (\d+) ms"),
+    ("ITL target met (token gaps)", r"(\d+) token gaps \(one per output token after the first\), each <= (\d+) ms"),
+])
+def test_runs_report_the_live_frontends_target_shares(run, item, counted):
+    """Dynamo's own frontend's TTFT and ITL histograms, scraped by Prometheus: runs with tokens say how many met."""
     import re
 
     tables = [json.loads(a["data"]) if isinstance(a.get("data"), str) else a.get("data")
               for artifacts in run["artifacts"].values() for a in artifacts if a["key"] == "sla-planner-decision-dynamo"]
-    rows = [next((r for r in t if r["item"] == "TTFT target met"), None) for t in tables]
-    assert rows and all(rows), "a decision table without the TTFT target row"
+    rows = [next((r for r in t if r["item"] == item), None) for t in tables]
+    assert rows and all(rows), f"a decision table without the {item!r} row"
     read = [r for r in rows if r["value"].endswith("%")]
-    assert read, f"no run read the frontend's TTFT histogram: {rows[:2]}"
+    assert read, f"no run read the frontend's histogram: {rows[:2]}"
     for r in read:
         detail = r["detail"].replace("  \n", " ")
-        m = re.search(r"(\d+) first tokens, TTFT <= (\d+) ms", detail)
+        m = re.search(counted, detail)
         assert m and int(m.group(1)) > 0 and 0.0 <= float(r["value"][:-1]) <= 100.0, r
         assert "bucket" in detail, r

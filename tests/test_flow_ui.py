@@ -357,6 +357,25 @@ def test_decision_table_says_how_many_requests_met_the_ttft_target(prefect_harne
     detail = met["detail"].replace("  \n", " ")
     assert "1000 first tokens, TTFT <= 200 ms" in detail and "0.1-0.22 s bucket" in detail
     assert "between 90.0% within 0.1 s and 96.0% within 0.22 s" in detail
+    assert rows["ITL target met (token gaps)"]["value"] == "not read"  # this observation has no ITL histogram
+
+
+def test_itl_row_gives_the_share_of_token_gaps_within_the_target():
+    """The frontend's ITL histogram counts token gaps: the row says so, and that the SLA holds each request's mean."""
+    import dataclasses
+
+    from flows.report import _itl_met
+    from planner.config import SloTarget
+    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, ttft_histogram_of
+
+    gaps = ttft_histogram_of([0.004] * 900 + [0.008] * 60 + [0.03] * 40, DYNAMO_ITL_BOUNDS_S)
+    obs = dataclasses.replace(_observation(100.0, t_end=NOW_S), itl_histogram=gaps)
+    value, detail = _itl_met(obs, SloTarget(ttft_ms=200, itl_ms=10))
+    assert 90.0 < float(value[:-1]) < 96.0
+    assert detail.startswith("1000 token gaps (one per output token after the first), each <= 10 ms")
+    assert "between 90.0% within 0.0059 s and 96.0% within 0.011 s" in detail and "mean gap" in detail
+    assert _itl_met(dataclasses.replace(obs, itl_histogram=None, itl_note="itl_buckets: query empty"),
+                    SloTarget(ttft_ms=200, itl_ms=10)) == ("not read", "itl_buckets: query empty")
 
 
 def test_ttft_row_says_how_many_requests_could_meet_the_target_at_all():

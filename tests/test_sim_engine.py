@@ -223,3 +223,27 @@ def test_the_simulated_frontend_counts_ttfts_into_dynamos_buckets(tables):
     # the next interval starts from zero
     assert interval_observation(sim.take_interval_stats(), taken_at_s=120.0, interval_s=60.0, history=None,
                                 pods=()).ttft_histogram.count == 0
+
+
+@pytest.mark.parametrize("engine_model", ["profile", "dynamo_mocker"])
+def test_the_simulated_frontend_counts_every_token_gap_into_dynamos_itl_buckets(tables, engine_model):
+    """One ITL observation per output token after the first (Dynamo's frontend), each in its decode step's bucket."""
+    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within
+    from sim.observation import interval_observation
+
+    rng = np.random.default_rng(5)
+    n = 300
+    osl = rng.integers(1, 400, n)
+    trace = _trace(np.sort(rng.uniform(0, 40, n)), rng.integers(100, 3000, n), osl)
+    config = SimConfig(engine_model=engine_model, transfer=FREE_TRANSFER, startup_s=0.0)
+    sim = FleetSim(trace, tables, config=config, initial_prefill=2, initial_decode=1)  # one decode worker: big batches
+    sim.run_to_completion()
+    h = interval_observation(sim.take_interval_stats(), taken_at_s=1e4, interval_s=1e4, history=None,
+                             pods=()).itl_histogram
+    assert h.upper_bounds_s == DYNAMO_ITL_BOUNDS_S
+    assert h.count == np.sum(osl - 1)
+    # each gap is counted at its decode step's length: no request's mean gap is shorter than the shortest step
+    mean_itl_s = sim.results().itl_ms[osl > 1] / 1e3
+    bounds, cum = (0.0, *DYNAMO_ITL_BOUNDS_S), np.array((0.0, *h.cumulative_counts))
+    assert bounds[int(np.argmax(cum > 0)) - 1] <= mean_itl_s.min()
+    assert 0 < share_within(h, 0.011).share <= 1
