@@ -17,6 +17,10 @@ Gauges (labels: namespace, model, and pool where it applies):
   sla_planner_predicted_isl_tokens, sla_planner_predicted_osl_tokens
 - sla_planner_observed_requests, sla_planner_observed_ttft_ms, sla_planner_observed_itl_ms,
   sla_planner_observation_stale (1/0)
+- sla_planner_observed_ttft_target_met_ratio, sla_planner_observed_itl_target_met_ratio: the
+  last interval's share of first tokens (token gaps) within the TTFT (ITL) target, read from
+  the frontend's histograms as the decision table reads them (planner.slo_attainment; NaN
+  when not read)
 - sla_planner_last_run_timestamp_seconds, sla_planner_interval_seconds (the adjustment interval,
   to turn the per-interval counts into rates)
 
@@ -37,6 +41,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Gauge, Metric, generate_latest, push_to_gateway, start_http_server
 
 from connectors.config import PlannerMetricsConfig
+from planner.config import SloTarget
+from planner.slo_attainment import share_within
 from planner.types import POOLS, Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, is_number
 
 if TYPE_CHECKING:
@@ -89,6 +95,10 @@ class PlannerMetrics:
         self.observed_ttft_ms = gauge("sla_planner_observed_ttft_ms", "mean time to first token last interval, ms")
         self.observed_itl_ms = gauge("sla_planner_observed_itl_ms", "mean inter-token latency last interval, ms")
         self.observation_stale = gauge("sla_planner_observation_stale", "1 if the last observation was stale")
+        self.ttft_target_met = gauge("sla_planner_observed_ttft_target_met_ratio",
+                                     "share of the last interval's first tokens within the TTFT target, 0-1")
+        self.itl_target_met = gauge("sla_planner_observed_itl_target_met_ratio",
+                                    "share of the last interval's token gaps within the ITL target, 0-1")
         self.last_run_timestamp_seconds = gauge("sla_planner_last_run_timestamp_seconds", "Unix time of the last run")
         self.interval_seconds = gauge("sla_planner_interval_seconds", "adjustment interval the counts are over, s")
 
@@ -102,11 +112,13 @@ class PlannerMetrics:
         forecast: Forecast | None = None,
         corrections: Corrections | None = None,
         observation: Observation | None = None,
+        slo: SloTarget | None = None,
     ) -> None:
         """Set the gauges from one run's values; arguments left None keep their last value.
 
         now_s: the run's time, Unix seconds. applied: what `Connector.apply`
-        returned (None when nothing was written).
+        returned (None when nothing was written). slo: the run's targets, for the
+        target-met shares of the observation's latency histograms.
         """
         base = (self.namespace, self.model_id)
         self.last_run_timestamp_seconds.labels(*base).set(now_s)
@@ -142,6 +154,11 @@ class PlannerMetrics:
                 g.labels(*base).set(value if is_number(value) else float("nan"))
             self.observation_stale.labels(*base).set(1 if observation.is_stale else 0)
             self.interval_seconds.labels(*base).set(observation.interval_s)
+        if observation is not None and slo is not None:
+            for g, h, target_ms in ((self.ttft_target_met, observation.ttft_histogram, slo.ttft_ms),
+                                    (self.itl_target_met, observation.itl_histogram, slo.itl_ms)):
+                met = None if h is None else share_within(h, target_ms / 1e3)
+                g.labels(*base).set(float("nan") if met is None else met.share)
 
     def render(self) -> bytes:
         """The registry in Prometheus text exposition format."""
@@ -171,10 +188,12 @@ def publish_run(
     namespace: str,
     model_id: str = "default",
     now_s: float | None = None,
+    slo: SloTarget | None = None,
 ) -> PlannerMetrics | None:
     """Publish one run's gauges as `cfg` says (serve on cfg.port and/or push).
 
-    record: what the apply step returned (None: nothing written).
+    record: what the apply step returned (None: nothing written). slo: the run's
+    targets (the target-met gauges stay unset without them).
     now_s: the run's time, seconds; None uses the observation's taken_at_s.
     Returns the run's PlannerMetrics, or None when cfg.enabled is False.
     """
@@ -189,6 +208,7 @@ def publish_run(
         forecast=result.forecast,
         corrections=result.corrections,
         observation=result.observation,
+        slo=slo,
     )
     if cfg.port is not None:
         expose(metrics, port=cfg.port, addr=cfg.addr)

@@ -208,4 +208,5 @@ def _publish_planner_metrics(run_cfg: PlannerRunConfig, result: PlanResult, reco
         record=record,
         namespace=run_cfg.planner.namespace,
         model_id=run_cfg.planner.model_id,
+        slo=run_cfg.planner.slo,
     )

@@ -84,6 +84,32 @@ def test_served_metrics_carry_the_run():
     }
     assert {k: got[k] for k in expected} == expected
     assert math.isnan(got[("sla_planner_observed_itl_ms", labels())])  # no data: NaN, not a stale number
+    assert ("sla_planner_observed_ttft_target_met_ratio", labels()) not in got  # no targets given: never set
+
+
+def test_target_met_gauges_read_the_frontends_histograms_as_the_decision_table_does():
+    """The shares within the TTFT and ITL targets, from the observation's histograms; NaN where one was not read."""
+    import dataclasses
+
+    from planner.config import SloTarget
+    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within, ttft_histogram_of
+
+    ttft = ttft_histogram_of([0.05] * 90 + [0.15] * 6 + [0.9] * 4)
+    obs = Observation(taken_at_s=NOW_S, interval_s=60.0, num_requests=100.0, avg_isl_tokens=900.0,
+                      avg_osl_tokens=140.0, avg_ttft_ms=90.0, avg_itl_ms=6.0, ttft_histogram=ttft)
+    metrics = PlannerMetrics(namespace="dyn", model_id="llama")
+    slo = SloTarget(ttft_ms=200, itl_ms=10)
+    metrics.update(now_s=NOW_S, observation=obs, slo=slo)
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(metrics.render().decode()) for s in f.samples}
+    ttft_met = got[("sla_planner_observed_ttft_target_met_ratio", labels())]
+    assert ttft_met == pytest.approx(share_within(ttft, 0.2).share) and 0.90 < ttft_met < 0.96
+    assert math.isnan(got[("sla_planner_observed_itl_target_met_ratio", labels())])  # not read: NaN
+    gaps = ttft_histogram_of([0.004] * 99 + [0.05], DYNAMO_ITL_BOUNDS_S)
+    metrics.update(now_s=NOW_S + 60, observation=dataclasses.replace(obs, itl_histogram=gaps), slo=slo)
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(metrics.render().decode()) for s in f.samples}
+    assert got[("sla_planner_observed_itl_target_met_ratio", labels())] == pytest.approx(0.99)
 
 
 def test_skipped_run_keeps_last_decision_and_reports_not_applied():
