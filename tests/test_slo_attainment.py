@@ -61,3 +61,30 @@ def test_through_dynamos_buckets_the_share_is_close_to_the_exact_one(shape, scal
     assert got.at_least <= exact <= got.at_most
     assert abs(got.share - exact) <= 0.06 * in_bucket + 1e-9
     assert ttft_histogram_of(ttft).upper_bounds_s == DYNAMO_TTFT_BOUNDS_S
+
+
+@pytest.mark.parametrize("metric, target_s, exact_bound", [
+    ("vllm:time_to_first_token_seconds", 0.2, False),
+    ("vllm:inter_token_latency_seconds", 0.01, True),
+])
+def test_a_vllm_engines_own_histograms_read_the_same_way(metric, target_s, exact_bound):
+    """Plain vLLM pools (no Dynamo frontend): the engine's histograms from a real Dynamo 1.6.1 vLLM decode worker.
+
+    vLLM's ITL buckets have a bound at 10 ms, so that target reads exactly; 200 ms falls between its TTFT bounds.
+    """
+    from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from planner.histograms import cumulative_buckets
+
+    scrape = Path(__file__).resolve().parents[2] / "shared" / "dynamo" / "worker-metrics-decode.txt"
+    buckets = {s.labels["le"]: s.value for fam in text_string_to_metric_families(scrape.read_text())
+               for s in fam.samples if s.name == f"{metric}_bucket"}
+    h = LatencyHistogram(*cumulative_buckets(buckets))
+    got = share_within(h, target_s)
+    assert got.requests == buckets["+Inf"] > 0 and got.at_least <= got.share <= got.at_most
+    if exact_bound:
+        assert got.bucket_s[1] == target_s and got.share == got.at_most == buckets["0.01"] / buckets["+Inf"]
+    else:
+        assert got.bucket_s[0] < target_s < got.bucket_s[1]
