@@ -20,7 +20,8 @@ Gauges (labels: namespace, model, and pool where it applies):
 - sla_planner_observed_ttft_target_met_ratio, sla_planner_observed_itl_target_met_ratio: the
   last interval's share of first tokens (token gaps) within the TTFT (ITL) target, read from
   the frontend's histograms as the decision table reads them (planner.slo_attainment; NaN
-  when not read)
+  when not read); sla_planner_observed_{ttft,itl}_target_met_window_ratio: the same over the
+  trailing SLO window (metrics.slo_window_s)
 - sla_planner_last_run_timestamp_seconds, sla_planner_interval_seconds (the adjustment interval,
   to turn the per-interval counts into rates)
 
@@ -99,6 +100,10 @@ class PlannerMetrics:
                                      "share of the last interval's first tokens within the TTFT target, 0-1")
         self.itl_target_met = gauge("sla_planner_observed_itl_target_met_ratio",
                                     "share of the last interval's token gaps within the ITL target, 0-1")
+        self.ttft_target_met_window = gauge("sla_planner_observed_ttft_target_met_window_ratio",
+                                            "share of the SLO window's first tokens within the TTFT target, 0-1")
+        self.itl_target_met_window = gauge("sla_planner_observed_itl_target_met_window_ratio",
+                                           "share of the SLO window's token gaps within the ITL target, 0-1")
         self.last_run_timestamp_seconds = gauge("sla_planner_last_run_timestamp_seconds", "Unix time of the last run")
         self.interval_seconds = gauge("sla_planner_interval_seconds", "adjustment interval the counts are over, s")
 
@@ -155,8 +160,11 @@ class PlannerMetrics:
             self.observation_stale.labels(*base).set(1 if observation.is_stale else 0)
             self.interval_seconds.labels(*base).set(observation.interval_s)
         if observation is not None and slo is not None:
+            w = observation.slo_window
             for g, h, target_ms in ((self.ttft_target_met, observation.ttft_histogram, slo.ttft_ms),
-                                    (self.itl_target_met, observation.itl_histogram, slo.itl_ms)):
+                                    (self.itl_target_met, observation.itl_histogram, slo.itl_ms),
+                                    (self.ttft_target_met_window, None if w is None else w.ttft, slo.ttft_ms),
+                                    (self.itl_target_met_window, None if w is None else w.itl, slo.itl_ms)):
                 met = None if h is None else share_within(h, target_ms / 1e3)
                 g.labels(*base).set(float("nan") if met is None else met.share)
 

@@ -143,6 +143,7 @@ class PrometheusCollector(HistogramReads):
             if isl_histogram is not None else None
         ttft_histogram, ttft_note = self._latency_histogram("ttft_buckets", now_s=now_s, interval_s=interval_s)
         itl_histogram, itl_note = self._latency_histogram("itl_buckets", now_s=now_s, interval_s=interval_s)
+        slo_window = self._latency_window(now_s=now_s, interval_s=interval_s)
         history = self._history(now_s=now_s, interval_s=interval_s, n=history_intervals, arrivals=arrivals)
         coverage = (self._frontend_coverage(now_s=now_s, interval_s=interval_s),
                     *self._worker_coverage(pods, expected_workers))
@@ -168,6 +169,7 @@ class PrometheusCollector(HistogramReads):
             ttft_note=ttft_note,
             itl_histogram=itl_histogram,
             itl_note=itl_note,
+            slo_window=slo_window,
         )
 
     def saturation_inputs(
@@ -203,6 +205,7 @@ class PrometheusCollector(HistogramReads):
             frontend_targets_selector=self.cfg.frontend_targets_selector,
             targets_lookback=promql_duration(self.cfg.frontend_targets_lookback_s),
             length_window=promql_duration(self.cfg.length_window_s),
+            slo_window=promql_duration(self.cfg.slo_window_s),
         )
 
     def _run(self, name: str, query: str, call):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from planner.histograms import cumulative_buckets
 from planner.length_shape import histogram_from_buckets
-from planner.types import LatencyHistogram, LengthHistogram
+from planner.types import LatencyHistogram, LatencyWindow, LengthHistogram
 
 
 class HistogramReads:
@@ -59,3 +59,11 @@ class HistogramReads:
             return LatencyHistogram(*cumulative_buckets(buckets)), None
         except ValueError as exc:
             return None, f"{name}: {exc} at t={now_s:.0f}"
+
+    def _latency_window(self, *, now_s: float, interval_s: float) -> LatencyWindow | None:
+        """queries.ttft_window_buckets / itl_window_buckets over metrics.slo_window_s; None when both are empty."""
+        names = ("ttft_window_buckets", "itl_window_buckets")
+        if not any(getattr(self.cfg.queries, n).strip() for n in names):
+            return None
+        (ttft, n1), (itl, n2) = (self._latency_histogram(n, now_s=now_s, interval_s=interval_s) for n in names)
+        return LatencyWindow(self.cfg.slo_window_s, ttft, itl, tuple(n for n in (n1, n2) if n))

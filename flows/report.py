@@ -14,7 +14,7 @@ import time
 from planner.config import SloTarget
 from planner.pipeline import PlanResult
 from planner.slo_attainment import TargetShare, share_within
-from planner.types import POOLS, DecisionRecord, Observation, ReasonCode
+from planner.types import POOLS, DecisionRecord, LatencyHistogram, LatencyWindow, Observation, ReasonCode
 
 # The UI draws table cells on one line and cuts them at the column's edge; cells are
 # Markdown, so a hard line break ("  \n") every this many characters shows all of a detail.
@@ -130,24 +130,56 @@ def _ttft_met(obs: Observation, slo: SloTarget, *, reachable: float | None = Non
     reachable: the share of requests prefill sizing counts as able to meet the target at all (its
     single-request TTFT within it); said beside the share when below 1.
     """
-    if obs.ttft_histogram is None:
-        return "not read", obs.ttft_note or "no TTFT histogram"
-    met = share_within(obs.ttft_histogram, slo.ttft_ms / 1e3)
+    return _ttft_share(obs.ttft_histogram, obs.ttft_note, slo, reachable=reachable)
+
+
+def _itl_met(obs: Observation, slo: SloTarget) -> tuple[str, str]:
+    """(value, detail) of the collect row: the share of the interval's token gaps within the ITL target."""
+    return _gap_share(obs.itl_histogram, obs.itl_note, slo)
+
+
+def _slo_rows(result: PlanResult, slo: SloTarget) -> list[tuple[str, str, str]]:
+    """(item, value, detail) of the collect rows on the targets: the interval's shares, then the SLO window's."""
+    obs, prefill = result.observation, result.sizing.get("prefill")
+    return [
+        ("TTFT target met",
+         *_ttft_met(obs, slo, reachable=None if prefill is None else prefill.numbers.get("reachable_frac"))),
+        ("ITL target met (token gaps)", *_itl_met(obs, slo)),
+        *(() if obs.slo_window is None else _window_rows(obs.slo_window, slo)),
+    ]
+
+
+def _window_rows(w: LatencyWindow, slo: SloTarget) -> list[tuple[str, str, str]]:
+    """(item, value, detail) of the trailing-window rows: the TTFT and ITL target shares over the SLO window."""
+    span = f"last {w.window_s / 60:g} min"
+    notes = {n.split(":")[0]: n for n in w.notes}
+    return [
+        (f"TTFT target met, {span}", *_ttft_share(w.ttft, notes.get("ttft_window_buckets"), slo, over="window")),
+        (f"ITL target met (token gaps), {span}",
+         *_gap_share(w.itl, notes.get("itl_window_buckets"), slo, over="window")),
+    ]
+
+
+def _ttft_share(h: LatencyHistogram | None, note: str | None, slo: SloTarget, *, reachable: float | None = None,
+                over: str = "interval") -> tuple[str, str]:
+    if h is None:
+        return "not read", note or "no TTFT histogram"
+    met = share_within(h, slo.ttft_ms / 1e3)
     if met is None:
-        return "n/a", "no request reached its first token in the interval"
+        return "n/a", f"no request reached its first token in the {over}"
     can = (f"; prefill sizing counts {100 * reachable:.1f}% of requests able to meet it on any fleet"
            if reachable is not None and reachable < 1.0 else "")
     return (f"{100 * met.share:.1f}%",
             f"{met.requests:.0f} first tokens, TTFT <= {slo.ttft_ms:g} ms ({_where_read(met)}){can}")
 
 
-def _itl_met(obs: Observation, slo: SloTarget) -> tuple[str, str]:
-    """(value, detail) of the collect row: the share of the interval's token gaps within the ITL target."""
-    if obs.itl_histogram is None:
-        return "not read", obs.itl_note or "no ITL histogram"
-    met = share_within(obs.itl_histogram, slo.itl_ms / 1e3)
+def _gap_share(h: LatencyHistogram | None, note: str | None, slo: SloTarget, *,
+               over: str = "interval") -> tuple[str, str]:
+    if h is None:
+        return "not read", note or "no ITL histogram"
+    met = share_within(h, slo.itl_ms / 1e3)
     if met is None:
-        return "n/a", "no second token in the interval"
+        return "n/a", f"no second token in the {over}"
     return (f"{100 * met.share:.1f}%",
             f"{met.requests:.0f} token gaps (one per output token after the first), each <= {slo.itl_ms:g} ms "
             f"({_where_read(met)}); the SLA holds each request's mean gap to the target")
@@ -182,11 +214,8 @@ def decision_table(
     row("collect", "avg TTFT / ITL ms", f"{_fmt(obs.avg_ttft_ms, 1)} / {_fmt(obs.avg_itl_ms, 2)}")
     row("collect", "history points", str(len(obs.history) if obs.history is not None else 0), stale or "fresh")
     row("collect", "pods reporting", str(len(obs.pods)))
-    if slo is not None:
-        prefill = result.sizing.get("prefill")
-        row("collect", "TTFT target met",
-            *_ttft_met(obs, slo, reachable=None if prefill is None else prefill.numbers.get("reachable_frac")))
-        row("collect", "ITL target met (token gaps)", *_itl_met(obs, slo))
+    for item, value, detail in () if slo is None else _slo_rows(result, slo):
+        row("collect", item, value, detail)
     for c in obs.coverage:
         row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
             c.detail)

@@ -158,6 +158,20 @@ class LatencyHistogram:
 
 
 @dataclass(frozen=True)
+class LatencyWindow:
+    """The frontend's TTFT and ITL histograms over a trailing window: the SLO's view beside the interval's.
+
+    window_s: the window, seconds. ttft / itl: the histograms, None where not
+    read (`notes` says why).
+    """
+
+    window_s: float
+    ttft: LatencyHistogram | None
+    itl: LatencyHistogram | None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LengthShape:
     """How spread request lengths were over a trailing window (planner.length_shape).
 
@@ -192,7 +206,8 @@ class Observation:
     says why. ttft_histogram: the frontend's TTFT histogram over the interval
     (planner.slo_attainment: the share that met the TTFT target); None: not
     read, and `ttft_note` says why. itl_histogram / itl_note: the same for its
-    inter-token latency histogram (one observation per token gap).
+    inter-token latency histogram (one observation per token gap). slo_window:
+    both histograms over a trailing window; None: not read.
     """
 
     taken_at_s: float
@@ -216,6 +231,7 @@ class Observation:
     ttft_note: str | None = None
     itl_histogram: LatencyHistogram | None = None
     itl_note: str | None = None
+    slo_window: LatencyWindow | None = None
 
     @property
     def is_stale(self) -> bool:

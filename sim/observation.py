@@ -12,7 +12,7 @@ import numpy as np
 
 from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS
 from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, DYNAMO_TTFT_BOUNDS_S
-from planner.types import LatencyHistogram, LengthHistogram, LoadHistory, Observation, PodMetrics
+from planner.types import LatencyHistogram, LatencyWindow, LengthHistogram, LoadHistory, Observation, PodMetrics
 
 
 _TTFT_BOUNDS = list(DYNAMO_TTFT_BOUNDS_S)
@@ -110,4 +110,22 @@ class LengthWindow:
         return (
             LengthHistogram(DYNAMO_ISL_BOUNDS_TOKENS, tuple(isl_c.tolist()), sum(p[1] for p in self._parts), window_s),
             LengthHistogram(DYNAMO_OSL_BOUNDS_TOKENS, tuple(osl_c.tolist()), sum(p[3] for p in self._parts), window_s),
+        )
+
+
+class SloWindow:
+    """The frontend's TTFT and ITL histograms over a trailing window (the collect step's metrics.slo_window_s)."""
+
+    def __init__(self, *, window_intervals: int, interval_s: float):
+        self._parts: deque[tuple[list[int], list[int]]] = deque(maxlen=window_intervals)
+        self.interval_s = interval_s
+
+    def add_interval(self, stats: IntervalStats) -> LatencyWindow:
+        """Count one interval's buckets as the newest; the window's histograms (the intervals so far, up to its length)."""
+        self._parts.append((stats.ttft_buckets, stats.itl_buckets))
+        ttft, itl = (np.sum([p[k] for p in self._parts], axis=0) for k in (0, 1))
+        return LatencyWindow(
+            len(self._parts) * self.interval_s,
+            LatencyHistogram(DYNAMO_TTFT_BOUNDS_S, tuple(float(c) for c in np.cumsum(ttft))),
+            LatencyHistogram(DYNAMO_ITL_BOUNDS_S, tuple(float(c) for c in np.cumsum(itl))),
         )

@@ -35,7 +35,7 @@ from sim.config import SimConfig
 from sim.engine import FleetSim
 from sim.fast_path import ArrivalWindows, FastPathEvent, Trigger
 from sim.lookup import ProfileTables
-from sim.observation import LengthWindow, interval_observation
+from sim.observation import LengthWindow, SloWindow, interval_observation
 from sim.results import RequestResults
 from sim.routing import Router, make_router
 from sim.traces import Trace
@@ -63,6 +63,8 @@ class ReplaySettings:
     # The frontend's length histograms are read over this trailing window (the collect
     # step's metrics.length_window_s), for the measured length spread. None: not read.
     length_window_s: float | None = DEFAULT_LENGTH_WINDOW_S
+    # ... and its TTFT and ITL histograms over this one (metrics.slo_window_s). None: not read.
+    slo_window_s: float | None = 1800.0
     # From the fast path's trigger firing to its run deciding, s: the automation creates the
     # run, a process worker picks it up (it asks every 10 s by default), starts it and collects.
     fast_path_dispatch_s: float = 10.0
@@ -75,8 +77,9 @@ class ReplaySettings:
                 f"ReplaySettings: need peak_window_s > 0 and 0 < peak_step_s <= interval_s, got "
                 f"{self.peak_window_s}, {self.peak_step_s}"
             )
-        if self.length_window_s is not None and not self.length_window_s >= self.interval_s:
-            raise ValueError(f"ReplaySettings: length_window_s must be >= interval_s, got {self.length_window_s}")
+        for name in ("length_window_s", "slo_window_s"):
+            if getattr(self, name) is not None and not getattr(self, name) >= self.interval_s:
+                raise ValueError(f"ReplaySettings: {name} must be >= interval_s, got {getattr(self, name)}")
         if self.history_intervals < 1:
             raise ValueError(f"ReplaySettings: history_intervals must be >= 1, got {self.history_intervals}")
 
@@ -237,6 +240,8 @@ class _ReplayRun:
         self.lengths = None if scenario.length_window_s is None else LengthWindow(
             trace.isl_tokens, trace.osl_tokens, interval_s=scenario.interval_s,
             window_intervals=max(1, round(scenario.length_window_s / scenario.interval_s)))
+        self.slo_window = None if scenario.slo_window_s is None else SloWindow(
+            interval_s=scenario.interval_s, window_intervals=max(1, round(scenario.slo_window_s / scenario.interval_s)))
         self.policy_wall = 0.0
         self.trigger = None
         fast = getattr(policy, "fast_path", None)
@@ -293,7 +298,8 @@ class _ReplayRun:
             self.lengths.add_interval(self.sim.next_arrival)
             isl_h, osl_h = self.lengths.histograms()
         return dataclasses.replace(obs, peak_rps=peak, peak_window_s=scenario.peak_window_s,
-                                   isl_histogram=isl_h, osl_histogram=osl_h)
+                                   isl_histogram=isl_h, osl_histogram=osl_h,
+                                   slo_window=None if self.slo_window is None else self.slo_window.add_interval(stats))
 
     def act(self, out: PolicyOutput, fleet: FleetState, now_s: float) -> list:
         """Apply a policy's output as the connector would; the workers it added."""

@@ -652,6 +652,30 @@ def test_a_real_frontends_itl_histogram_over_the_interval(collect_data):
     assert off.itl_histogram is None and off.itl_note == "itl_buckets: query empty"
 
 
+def test_the_slo_windows_histograms_are_read_over_metrics_slo_window_s(collect_data):
+    """The same kit histograms over the trailing SLO window: the kit's counts in its proportions; the window renders."""
+    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, DYNAMO_TTFT_BOUNDS_S
+    from tests.fixtures_prometheus import kit_series
+
+    c = collector(collect_data, "collect-kit", slo_window_s=600.0)
+    assert c.render("itl_window_buckets", interval_s=60.0) == (
+        'sum by (le) (increase(dynamo_frontend_inter_token_latency_seconds_bucket{namespace="collect-kit"}[600s]))'
+    )
+    obs = c.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    w = obs.slo_window
+    assert w.window_s == 600.0 and w.notes == ()
+    for h, metric, bounds in ((w.ttft, "dynamo_frontend_time_to_first_token_seconds", DYNAMO_TTFT_BOUNDS_S),
+                              (w.itl, "dynamo_frontend_inter_token_latency_seconds", DYNAMO_ITL_BOUNDS_S)):
+        kit = {labels["le"]: v for labels, v in kit_series(f"{metric}_bucket")}
+        scale = h.count / kit["+Inf"]
+        assert h.upper_bounds_s == bounds and scale > 0
+        assert h.cumulative_counts == pytest.approx([kit[f"{b:g}"] * scale for b in bounds] + [h.count])
+    off = collector(collect_data, "collect-kit", queries=QueryTemplates(ttft_window_buckets="", itl_window_buckets=""))
+    assert off.collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1).slo_window is None
+    burst = collector(collect_data, "collect-burst").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
+    assert burst.slo_window.ttft is None and burst.slo_window.notes[0].startswith("ttft_window_buckets: no bucket")
+
+
 def test_no_ttft_histogram_is_a_note(collect_data):
     obs = collector(collect_data, "collect-burst").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
     assert obs.ttft_histogram is None and obs.ttft_note.startswith("ttft_buckets: no bucket series at t=")

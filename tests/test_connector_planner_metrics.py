@@ -110,6 +110,15 @@ def test_target_met_gauges_read_the_frontends_histograms_as_the_decision_table_d
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for f in text_string_to_metric_families(metrics.render().decode()) for s in f.samples}
     assert got[("sla_planner_observed_itl_target_met_ratio", labels())] == pytest.approx(0.99)
+    assert math.isnan(got[("sla_planner_observed_ttft_target_met_window_ratio", labels())])  # no window read
+    from planner.types import LatencyWindow
+
+    window = LatencyWindow(1800.0, ttft_histogram_of([0.05] * 199 + [0.9]), gaps)
+    metrics.update(now_s=NOW_S + 120, observation=dataclasses.replace(obs, slo_window=window), slo=slo)
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(metrics.render().decode()) for s in f.samples}
+    assert got[("sla_planner_observed_ttft_target_met_window_ratio", labels())] == pytest.approx(0.995)
+    assert got[("sla_planner_observed_itl_target_met_window_ratio", labels())] == pytest.approx(0.99)
 
 
 def test_skipped_run_keeps_last_decision_and_reports_not_applied():

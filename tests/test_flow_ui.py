@@ -378,6 +378,22 @@ def test_itl_row_gives_the_share_of_token_gaps_within_the_target():
                     SloTarget(ttft_ms=200, itl_ms=10)) == ("not read", "itl_buckets: query empty")
 
 
+def test_window_rows_give_both_shares_over_the_slo_window():
+    """The trailing SLO window's rows: named by the window's length, read as the interval's, notes where not read."""
+    from flows.report import _window_rows
+    from planner.config import SloTarget
+    from planner.slo_attainment import ttft_histogram_of
+    from planner.types import LatencyWindow
+
+    w = LatencyWindow(1800.0, ttft_histogram_of([0.05] * 99 + [3.0]), None,
+                      ("itl_window_buckets: no bucket series at t=100",))
+    (t_item, t_value, t_detail), (i_item, i_value, i_detail) = _window_rows(w, SloTarget(ttft_ms=200, itl_ms=10))
+    assert (t_item, t_value) == ("TTFT target met, last 30 min", "99.0%")
+    assert t_detail.startswith("100 first tokens, TTFT <= 200 ms")
+    assert (i_item, i_value, i_detail) == ("ITL target met (token gaps), last 30 min", "not read",
+                                           "itl_window_buckets: no bucket series at t=100")
+
+
 def test_ttft_row_says_how_many_requests_could_meet_the_target_at_all():
     """Where prefill sizing counts prompts too long for the target on any fleet, the row says so beside the share."""
     import dataclasses

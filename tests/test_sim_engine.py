@@ -247,3 +247,22 @@ def test_the_simulated_frontend_counts_every_token_gap_into_dynamos_itl_buckets(
     bounds, cum = (0.0, *DYNAMO_ITL_BOUNDS_S), np.array((0.0, *h.cumulative_counts))
     assert bounds[int(np.argmax(cum > 0)) - 1] <= mean_itl_s.min()
     assert 0 < share_within(h, 0.011).share <= 1
+
+
+def test_the_slo_window_sums_the_last_intervals_buckets():
+    """sim.observation.SloWindow: the TTFT and ITL buckets of the last N intervals, as an increase over N intervals."""
+    from sim.observation import IntervalStats, SloWindow
+
+    window = SloWindow(window_intervals=2, interval_s=60.0)
+    counts = []
+    for k, ttft_s in enumerate((0.05, 0.15, 0.5)):
+        st = IntervalStats()
+        for _ in range(k + 1):
+            st.first_token(ttft_s)
+        st.token_gaps(0.004 * (k + 1), 10 * (k + 1))
+        w = window.add_interval(st)
+        counts.append((w.window_s, w.ttft.count, w.itl.count))
+    assert counts == [(60.0, 1, 10), (120.0, 3, 30), (120.0, 5, 50)]  # the first interval drops out at the third
+    assert w.ttft.cumulative_counts[w.ttft.upper_bounds_s.index(0.1)] == 0  # only the 0.15 s and 0.5 s ones
+    assert w.ttft.cumulative_counts[w.ttft.upper_bounds_s.index(0.22)] == 2
+

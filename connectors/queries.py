@@ -1,0 +1,176 @@
+"""The PromQL the collect step reads each signal with (QueryTemplates, part of MetricsConfig).
+
+PromQL queries are `string.Template` texts so PromQL's own braces stay as they
+are; the placeholders are:
+
+- `${frontend_selector}`: label matchers for the Dynamo frontend metrics
+  (MetricsConfig.frontend_selector), e.g. `model="llama-8b",namespace="dyn"`
+- `${worker_selector}`: label matchers for the vLLM worker metrics
+- `${interval}`: the adjustment interval as a PromQL duration (`60s`, `1500ms`)
+- `${pod_group_by}`: the labels a per-pod query groups by (pod label, plus the
+  pool and variant labels when configured)
+- `${peak_window}` / `${peak_step}`: MetricsConfig.peak_window_s / peak_step_s as
+  PromQL durations (the sub-interval peak-rate query)
+- `${frontend_targets_selector}`: label matchers for the frontends' scrape
+  targets, i.e. their `up` series (MetricsConfig.frontend_targets_selector)
+- `${targets_lookback}`: MetricsConfig.frontend_targets_lookback_s as a PromQL duration
+- `${length_window}`: MetricsConfig.length_window_s as a PromQL duration (the
+  length histograms sizing measures the length spread from)
+- `${slo_window}`: MetricsConfig.slo_window_s as a PromQL duration (the target
+  shares over a trailing window)
+"""
+
+from __future__ import annotations
+
+import string
+
+from pydantic import Field, model_validator
+
+from planner.strict import StrictModel
+
+PLACEHOLDERS = frozenset({"frontend_selector", "worker_selector", "interval", "pod_group_by", "peak_window", "peak_step",
+                          "frontend_targets_selector", "targets_lookback", "length_window", "slo_window"})
+
+
+def _frontend_avg(metric: str) -> str:
+    """Mean of a histogram over the interval: increase(_sum) / increase(_count)."""
+    return (
+        f"sum(increase({metric}_sum{{${{frontend_selector}}}}[${{interval}}]))"
+        f" / sum(increase({metric}_count{{${{frontend_selector}}}}[${{interval}}]))"
+    )
+
+
+def _frontend_buckets(metric: str, window: str = "length_window") -> str:
+    """A histogram's buckets over a window placeholder (length_window, interval, slo_window), summed over frontends,
+    one series per `le`."""
+    return f"sum by (le) (increase({metric}_bucket{{${{frontend_selector}}}}[${{{window}}}]))"
+
+
+def _frontend_window_sum(metric: str) -> str:
+    return f"sum(increase({metric}_sum{{${{frontend_selector}}}}[${{length_window}}]))"
+
+
+class QueryTemplates(StrictModel):
+    """PromQL for each signal the collect step reads; override any of them.
+
+    Frontend queries must return one series (or none); per-pod queries one
+    series per pod carrying the labels in `${pod_group_by}`.
+    """
+
+    num_requests: str = Field(
+        "sum(increase(dynamo_frontend_requests_started_total{${frontend_selector}}[${interval}]))",
+        description="requests that arrived in the interval (count): Dynamo's frontend counts a request as "
+        "started when its handler accepts it (what Dynamo 1.6.1's planner reads)",
+    )
+    num_requests_fallback: str = Field(
+        "sum(increase(dynamo_frontend_requests_total{${frontend_selector}}[${interval}]))",
+        description="used, with a note in the run, when num_requests returns no series (a frontend without "
+        "requests_started_total): requests that finished in the interval, errors included, which lags arrivals "
+        "while requests queue; empty: no fallback",
+    )
+    avg_ttft_s: str = Field(
+        _frontend_avg("dynamo_frontend_time_to_first_token_seconds"),
+        description="mean time to first token over the interval, seconds",
+    )
+    avg_itl_s: str = Field(
+        _frontend_avg("dynamo_frontend_inter_token_latency_seconds"),
+        description="mean inter-token latency over the interval, seconds",
+    )
+    avg_isl_tokens: str = Field(
+        _frontend_avg("dynamo_frontend_input_sequence_tokens"),
+        description="mean input sequence length over the interval, tokens",
+    )
+    avg_osl_tokens: str = Field(
+        _frontend_avg("dynamo_frontend_output_sequence_tokens"),
+        description="mean output sequence length over the interval, tokens",
+    )
+    peak_rps: str = Field(
+        "max_over_time(sum(rate(dynamo_frontend_requests_started_total{${frontend_selector}}[${peak_window}]))"
+        "[${interval}:${peak_step}])"
+        " or max_over_time(sum(rate(dynamo_frontend_requests_total{${frontend_selector}}[${peak_window}]))"
+        "[${interval}:${peak_step}])",
+        description="highest arrival rate over a peak_window_s sub-window of the interval, requests/s "
+        "(sub-interval bursts, planner.burst); optional: no series or an empty query means flat arrivals",
+    )
+    isl_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_input_sequence_tokens"),
+        description="prompt-length histogram over the length window, one series per `le` bucket bound "
+        "(planner.length_shape measures the spread sizing uses); optional: empty or no series means the "
+        "configured sizing.isl_cv / decode_context_cv",
+    )
+    isl_window_sum: str = Field(
+        _frontend_window_sum("dynamo_frontend_input_sequence_tokens"),
+        description="prompt tokens over the length window (the histogram's _sum): places the +Inf bucket; "
+        "empty: it sits at its lower bound",
+    )
+    osl_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_output_sequence_tokens"),
+        description="output-length histogram over the length window, one series per `le` (the decode context "
+        "spread); optional: empty or no series means the context CV is taken as the prompts'",
+    )
+    osl_window_sum: str = Field(
+        _frontend_window_sum("dynamo_frontend_output_sequence_tokens"),
+        description="output tokens over the length window (the histogram's _sum); empty: not read",
+    )
+    ttft_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_time_to_first_token_seconds", "interval"),
+        description="TTFT histogram over the interval, one series per `le` (the run reports the share of requests "
+        "that met the TTFT target, planner.slo_attainment); optional: empty or no series means not reported",
+    )
+    itl_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_inter_token_latency_seconds", "interval"),
+        description="inter-token latency histogram over the interval, one observation per token gap (the run "
+        "reports the share of gaps within the ITL target); optional: empty or no series means not reported",
+    )
+    ttft_window_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_time_to_first_token_seconds", "slo_window"),
+        description="TTFT histogram over the trailing SLO window (metrics.slo_window_s): the run also reports the "
+        "share within the target over that window; optional, as ttft_buckets",
+    )
+    itl_window_buckets: str = Field(
+        _frontend_buckets("dynamo_frontend_inter_token_latency_seconds", "slo_window"),
+        description="inter-token latency histogram over the trailing SLO window; optional, as itl_buckets",
+    )
+    newest_sample_s: str = Field(
+        "max(timestamp(dynamo_frontend_requests_started_total{${frontend_selector}}))"
+        " or max(timestamp(dynamo_frontend_requests_total{${frontend_selector}}))",
+        description="Unix time of the newest frontend sample, seconds (staleness check)",
+    )
+    frontend_targets: str = Field(
+        "up{${frontend_targets_selector}}",
+        description="one series per frontend scrape target, 1 when its last scrape succeeded (Prometheus' up); "
+        "empty: partial frontend scrapes are not checked",
+    )
+    frontend_targets_seen: str = Field(
+        "max_over_time(count(up{${frontend_targets_selector}})[${targets_lookback}:])",
+        description="the most frontend scrape targets Prometheus knew at once within the lookback: a frontend whose "
+        "target vanished from service discovery still counts as expected; empty: only the targets known now",
+    )
+    kv_usage_frac: str = Field(
+        'max by (${pod_group_by}) (max_over_time({__name__=~"vllm[:_]kv_cache_usage_perc",${worker_selector}}[1m]))',
+        description="per pod: KV-cache usage 0..1, max over the last minute (both vllm: and vllm_ spellings)",
+    )
+    queue_length: str = Field(
+        'max by (${pod_group_by}) ({__name__=~"vllm[:_]num_requests_waiting",${worker_selector}})',
+        description="per pod: requests waiting (both vllm: and vllm_ spellings)",
+    )
+    shed_requests: str = Field(
+        'sum(increase(router_requests_total{outcome="shed"}[1m]))',
+        description="requests the routing service shed over the last minute, read by the fast path's watcher "
+        "(planner.fast_path.shed_min_requests); no series (no routing service) never fires; empty: not read",
+    )
+
+    @model_validator(mode="after")
+    def _known_placeholders(self) -> "QueryTemplates":
+        for name in type(self).model_fields:
+            text = getattr(self, name)
+            template = string.Template(text)
+            if not template.is_valid():
+                raise ValueError(f"queries.{name}: invalid ${{...}} placeholder syntax in {text!r}")
+            unknown = set(template.get_identifiers()) - PLACEHOLDERS
+            if unknown:
+                raise ValueError(
+                    f"queries.{name}: unknown placeholder(s) {sorted(unknown)} in {text!r}; "
+                    f"known: {sorted(PLACEHOLDERS)}"
+                )
+        return self
