@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from connectors.queries import QueryTemplates  # noqa: F401  (re-exported: configs and tests import it from here)
 from planner.length_shape import DEFAULT_LENGTH_WINDOW_S
+from planner.slo_attainment import DEFAULT_SLO_WINDOW_S
 from planner.strict import StrictModel
 
 
@@ -111,7 +112,7 @@ class MetricsConfig(StrictModel):
         "to count a few hundred prompts, short enough to follow a changing workload mix",
     )
     slo_window_s: float = Field(
-        1800.0, gt=0, le=7 * 86_400,
+        DEFAULT_SLO_WINDOW_S, gt=0, le=7 * 86_400,
         description="trailing window over which each run also reports the TTFT and ITL target shares "
         "(queries.ttft_window_buckets / itl_window_buckets), s: the SLO's view beside the interval's",
     )

@@ -41,6 +41,9 @@ from planner.types import LatencyHistogram
 DYNAMO_TTFT_BOUNDS_S: tuple[float, ...] = (
     0, 0.0022, 0.0047, 0.01, 0.022, 0.047, 0.1, 0.22, 0.47, 1, 2.2, 4.7, 10, 22, 48, 100, 220, 480,
 )
+# Trailing window each run also reads both shares over, s (metrics.slo_window_s, the simulator's
+# ReplaySettings.slo_window_s): the SLO's view beside the interval's.
+DEFAULT_SLO_WINDOW_S = 1800.0
 # Finite bucket bounds of its inter-token latency histogram, seconds (+Inf follows).
 DYNAMO_ITL_BOUNDS_S: tuple[float, ...] = (
     0, 0.0018, 0.0033, 0.0059, 0.011, 0.02, 0.035, 0.064, 0.12, 0.21, 0.38, 0.69, 1.2, 2.3, 4.1, 7.4, 13, 24, 44, 80,

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.config import SimConfig
     from sim.engine import FleetSim
     from sim.lookup import ProfileTables
-    from sim.observation import LengthWindow, interval_observation
+    from sim.observation import LengthWindow, SloWindow, interval_observation
     from sim.traces import load_trace, multiply_load
     from sim.whatif import load_model
 
@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     # The frontend's length histograms over the collect step's window (metrics.length_window_s).
     lengths = LengthWindow(trace.isl_tokens, trace.osl_tokens, interval_s=interval_s,
                            window_intervals=max(1, round(cfg.metrics.length_window_s / interval_s)))
+    # ... and its TTFT and ITL histograms over the SLO window (metrics.slo_window_s).
+    slo_window = SloWindow(interval_s=interval_s, window_intervals=max(1, round(cfg.metrics.slo_window_s / interval_s)))
 
     print(
         f"replaying {trace.name} x{args.load_multiplier:g} ({load_model(args.load_multiplier, args.jitter_s)}; "
@@ -119,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
             )
             lengths.add_interval(sim.next_arrival)
             isl_histogram, osl_histogram = lengths.histograms()
-            obs = dataclasses.replace(obs, isl_histogram=isl_histogram, osl_histogram=osl_histogram)
+            obs = dataclasses.replace(obs, isl_histogram=isl_histogram, osl_histogram=osl_histogram,
+                                      slo_window=slo_window.add_interval(stats))
             out = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=t))
             # The "deployment environment": the simulator follows the targets the planner wrote.
             fleet = environment.read_fleet(now_s=t)

@@ -30,6 +30,7 @@ import numpy as np
 
 from planner.config import SloTarget
 from planner.length_shape import DEFAULT_LENGTH_WINDOW_S
+from planner.slo_attainment import DEFAULT_SLO_WINDOW_S
 from planner.types import DecisionRecord, FleetState, LoadHistory, Observation, PoolState
 from sim.config import SimConfig
 from sim.engine import FleetSim
@@ -64,7 +65,7 @@ class ReplaySettings:
     # step's metrics.length_window_s), for the measured length spread. None: not read.
     length_window_s: float | None = DEFAULT_LENGTH_WINDOW_S
     # ... and its TTFT and ITL histograms over this one (metrics.slo_window_s). None: not read.
-    slo_window_s: float | None = 1800.0
+    slo_window_s: float | None = DEFAULT_SLO_WINDOW_S
     # From the fast path's trigger firing to its run deciding, s: the automation creates the
     # run, a process worker picks it up (it asks every 10 s by default), starts it and collects.
     fast_path_dispatch_s: float = 10.0
