@@ -141,20 +141,24 @@ def _itl_met(obs: Observation, slo: SloTarget) -> tuple[str, str]:
 def _slo_rows(result: PlanResult, slo: SloTarget) -> list[tuple[str, str, str]]:
     """(item, value, detail) of the collect rows on the targets: the interval's shares, then the SLO window's."""
     obs, prefill = result.observation, result.sizing.get("prefill")
+    reachable = None if prefill is None else prefill.numbers.get("reachable_frac")
     return [
-        ("TTFT target met",
-         *_ttft_met(obs, slo, reachable=None if prefill is None else prefill.numbers.get("reachable_frac"))),
+        ("TTFT target met", *_ttft_met(obs, slo, reachable=reachable)),
         ("ITL target met (token gaps)", *_itl_met(obs, slo)),
-        *(() if obs.slo_window is None else _window_rows(obs.slo_window, slo)),
+        *(() if obs.slo_window is None else _window_rows(obs.slo_window, slo, reachable=reachable)),
     ]
 
 
-def _window_rows(w: LatencyWindow, slo: SloTarget) -> list[tuple[str, str, str]]:
-    """(item, value, detail) of the trailing-window rows: the TTFT and ITL target shares over the SLO window."""
+def _window_rows(w: LatencyWindow, slo: SloTarget, *, reachable: float | None = None) -> list[tuple[str, str, str]]:
+    """(item, value, detail) of the trailing-window rows: the TTFT and ITL target shares over the SLO window.
+
+    reachable: as for the interval's row (prefill sizing's share of requests able to meet the target).
+    """
     span = f"last {w.window_s / 60:g} min"
     notes = {n.split(":")[0]: n for n in w.notes}
     return [
-        (f"TTFT target met, {span}", *_ttft_share(w.ttft, notes.get("ttft_window_buckets"), slo, over="window")),
+        (f"TTFT target met, {span}",
+         *_ttft_share(w.ttft, notes.get("ttft_window_buckets"), slo, reachable=reachable, over="window")),
         (f"ITL target met (token gaps), {span}",
          *_gap_share(w.itl, notes.get("itl_window_buckets"), slo, over="window")),
     ]

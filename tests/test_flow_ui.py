@@ -389,7 +389,9 @@ def test_window_rows_give_both_shares_over_the_slo_window():
                       ("itl_window_buckets: no bucket series at t=100",))
     (t_item, t_value, t_detail), (i_item, i_value, i_detail) = _window_rows(w, SloTarget(ttft_ms=200, itl_ms=10))
     assert (t_item, t_value) == ("TTFT target met, last 30 min", "99.0%")
-    assert t_detail.startswith("100 first tokens, TTFT <= 200 ms")
+    assert t_detail.startswith("100 first tokens, TTFT <= 200 ms") and "able to meet" not in t_detail
+    t_detail = _window_rows(w, SloTarget(ttft_ms=200, itl_ms=10), reachable=0.5)[0][2]
+    assert t_detail.endswith("prefill sizing counts 50.0% of requests able to meet it on any fleet")
     assert (i_item, i_value, i_detail) == ("ITL target met (token gaps), last 30 min", "not read",
                                            "itl_window_buckets: no bucket series at t=100")
 
