@@ -62,8 +62,22 @@ class PredictorConfig(StrictModel):
         "auto",
         description="load predictor: constant, arima, kalman, prophet, seasonal_naive, ets, auto",
     )
-    size_on: Literal["mean", "p90"] = Field(
-        "p90", description="size replicas on the mean forecast or its upper (p90) quantile"
+    size_on: Literal["mean", "p90", "auto"] = Field(
+        "auto",
+        description="size replicas on the mean forecast, its upper (p90) quantile, or (auto) on the mean while "
+        "arrivals look independent and on the p90 while they clump (planner.clumping)",
+    )
+    clumping_lookback_intervals: int = Field(
+        10, ge=1, le=1440, description="size_on auto: intervals of peak-rate history the clumping index is the "
+        "median over",
+    )
+    clumping_min_intervals: int = Field(
+        4, ge=1, le=1440, description="size_on auto: intervals with requests and a peak rate the index needs; "
+        "fewer: the p90",
+    )
+    clumping_max_index: float = Field(
+        2.2, gt=0, le=1e6, description="size_on auto: below this clumping index the mean is sized on (about 1.3 "
+        "for independent tenants, 3 for pairs of synchronised copies, 11 for eight)",
     )
     upper_quantile: float = Field(
         0.9, gt=0.5, lt=1.0, description="quantile of next-interval requests reported as the upper forecast (p90)"
@@ -117,6 +131,11 @@ class PredictorConfig(StrictModel):
                 make_predictor(key, **params)
             except ValueError as exc:
                 raise ValueError(f"predictor.params.{key}: {exc}") from None
+        if self.clumping_min_intervals > self.clumping_lookback_intervals:
+            raise ValueError(
+                f"predictor.clumping_min_intervals ({self.clumping_min_intervals}) must not exceed "
+                f"predictor.clumping_lookback_intervals ({self.clumping_lookback_intervals})"
+            )
         return self
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from planner.burst import expected_peak_ratio, recent_peaks
+from planner.clumping import clumping_index, sizing_basis
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig
 from planner.correct import correction_factors
 from planner.decide import decide
@@ -138,6 +139,12 @@ def predict_load(
                                            min_requests=cfg.length_shape_min_requests)
         shape_note = (note,)
     forecast = dataclasses.replace(forecast, notes=warm_note + forecast.notes + shape_note, length_shape=shape)
+    if cfg.size_on == "auto":
+        index, index_note = clumping_index(history, lookback_intervals=cfg.clumping_lookback_intervals,
+                                           min_intervals=cfg.clumping_min_intervals)
+        _, basis_note = sizing_basis(cfg.size_on, index, max_index=cfg.clumping_max_index)
+        forecast = dataclasses.replace(forecast, clumping_index=index,
+                                       notes=forecast.notes + (index_note, basis_note))
     if cfg.burst_lookback_intervals < 1:
         return forecast
     ratio, note = expected_peak_ratio(history, lookback_intervals=cfg.burst_lookback_intervals)
@@ -172,7 +179,8 @@ def interpolate_replicas(
             cfg.sizing, prefill=profile.gpus_per_prefill_engine, decode=profile.gpus_per_decode_engine
         ),
         interval_s=cfg.adjustment_interval_s,
-        size_on=cfg.predictor.size_on,
+        size_on=sizing_basis(cfg.predictor.size_on, forecast.clumping_index,
+                             max_index=cfg.predictor.clumping_max_index)[0],
     )
     return {
         "prefill": size_prefill(forecast, profile=profile.prefill, ttft_view=ttft_view, **common),

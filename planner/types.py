@@ -304,6 +304,9 @@ class Forecast:
     peak_window_s: float | None = None
     # (requests, peak rps) of the recent intervals that ratio came from, oldest first.
     recent_peaks: tuple[tuple[float, float], ...] = ()
+    # How clumped recent arrivals were (planner.clumping): about 1-2 for independent
+    # arrivals. None: not measured (predictor.size_on is not auto, or too little history).
+    clumping_index: float | None = None
     # Length spread measured from the collect step's length histograms (planner.length_shape),
     # which sizing uses instead of the configured CVs (SizingConfig.length_cv). None: not measured.
     length_shape: LengthShape | None = None
