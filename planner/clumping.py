@@ -60,7 +60,7 @@ def interval_clumping(
 def clumping_index(
     history: LoadHistory | None, *, lookback_intervals: int, min_intervals: int
 ) -> tuple[float | None, str]:
-    """Median d over the last `lookback_intervals` intervals with requests and a peak rate, and a note.
+    """Median d over the newest `lookback_intervals` intervals with requests and a peak rate, and a note.
 
     Each interval's trend is taken against the previous interval that had
     requests. None (with the reason) when the history carries no peak signal or
@@ -85,8 +85,7 @@ def clumping_index(
             values.append(d)
     recent = values[-lookback_intervals:]
     if len(recent) < min_intervals:
-        return None, (f"clumping: {len(recent)} of the last {lookback_intervals} intervals have requests and a peak "
-                      f"rate, {min_intervals} needed")
+        return None, f"clumping: {len(recent)} intervals with requests and a peak rate, {min_intervals} needed"
     index = statistics.median(recent)
     return index, (f"clumping: index {index:.2f} (median over {len(recent)} intervals of the busiest "
                    f"{history.peak_window_s:g} s beyond Poisson and trend)")

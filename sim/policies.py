@@ -231,7 +231,9 @@ def make_policy(name: str, *, cfg: PlannerConfig, profile: EngineProfile, ttft_v
         pcfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"name": predictor})})
         return PlannerPolicy(pcfg, profile, name=name, ttft_view=ttft_view)
     if name == "dynamo":
-        dcfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"mode": "dynamo"})})
+        # Dynamo's formulas on the p90 forecast, as this comparison row has always been measured.
+        dcfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"mode": "dynamo"}),
+                                      "predictor": cfg.predictor.model_copy(update={"size_on": "p90"})})
         return PlannerPolicy(dcfg, profile, name="dynamo", ttft_view=ttft_view)
     if name == "saturation":
         return SaturationPolicy(cfg, profile)

@@ -1,0 +1,163 @@
+"""Arrival clumping and the sizing basis it picks (planner.clumping, predictor.size_on: auto).
+
+Hand cases use square window counts: 400 requests in a 60 s interval have 100 in the mean 15 s
+window, one Poisson standard deviation is 10, so a busiest window of 110 (7.333 rps) is z = 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from planner.clumping import clumping_index, interval_clumping, sizing_basis
+from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
+from planner.pipeline import interpolate_replicas, predict_load
+from planner.types import Corrections, LoadHistory, Observation
+from sim.replay import ReplaySettings, peak_rate_rps
+from tests.fixtures_profile import linear_engine
+
+NAN = float("nan")
+
+
+def hist(n, peaks, window_s=15.0):
+    return LoadHistory(t_s=tuple(60.0 * (k + 1) for k in range(len(n))), num_requests=tuple(n),
+                       avg_isl_tokens=(1000.0,) * len(n), avg_osl_tokens=(200.0,) * len(n), interval_s=60.0,
+                       peak_rps=None if peaks is None else tuple(peaks), peak_window_s=window_s)
+
+
+@pytest.mark.parametrize("n, peak_count, previous, expected", [
+    pytest.param(400, 110, 400, 1.0, id="z = (110 - 100) / 10 = 1"),
+    pytest.param(400, 130, 400, 9.0, id="z = 3 -> 9"),
+    pytest.param(400, 95, 400, 0.0, id="peak below the mean window -> 0"),
+    # a trend from 240 to 400 raises the last window by 160/4 x 3/8 = 15 without clumping
+    pytest.param(400, 125, 240, 1.0, id="trend 15 taken off: (125 - 100 - 15) / 10"),
+    pytest.param(400, 125, 560, 1.0, id="a falling trend counts the same"),
+    pytest.param(400, 110, 0, 0.0, id="after an empty interval the trend covers it"),
+])
+def test_interval_clumping_by_hand(n, peak_count, previous, expected):
+    got = interval_clumping(num_requests=n, peak_rps=peak_count / 15.0, previous_requests=previous,
+                            interval_s=60.0, window_s=15.0)
+    assert got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(num_requests=0.0), dict(num_requests=NAN), dict(peak_rps=None), dict(peak_rps=-1.0),
+    dict(previous_requests=NAN), dict(window_s=60.0), dict(window_s=0.0),
+])
+def test_interval_clumping_without_a_reading(kw):
+    base = dict(num_requests=400.0, peak_rps=110 / 15, previous_requests=400.0, interval_s=60.0, window_s=15.0)
+    base.update(kw)
+    assert interval_clumping(**base) is None
+
+
+def test_index_is_the_median_over_the_lookback():
+    # d per interval: 1, 9, 0, 1 (the empty interval is skipped; the next one's trend is against 400)
+    h = hist([400, 400, 0, 400, 400], [110 / 15, 130 / 15, 0.0, 95 / 15, 110 / 15])
+    index, note = clumping_index(h, lookback_intervals=10, min_intervals=4)
+    assert index == pytest.approx(1.0) and "median over 4 intervals" in note
+    last2, _ = clumping_index(h, lookback_intervals=2, min_intervals=2)
+    assert last2 == pytest.approx(0.5)  # median of 0 and 1
+
+
+@pytest.mark.parametrize("h, why", [
+    pytest.param(hist([400] * 5, None, window_s=None), "no peak-rate signal", id="no peak signal"),
+    pytest.param(hist([400, 400, 400], [110 / 15] * 3), "3 intervals with requests and a peak rate, 4 needed", id="too few intervals"),
+    pytest.param(hist([400, NAN, 400, 400], [110 / 15, NAN, NAN, 110 / 15]), "2 intervals",
+                 id="unknown counts and peaks are skipped"),
+])
+def test_index_unknown_says_why(h, why):
+    index, note = clumping_index(h, lookback_intervals=10, min_intervals=4)
+    assert index is None and why in note
+
+
+def test_index_rejects_bad_settings():
+    with pytest.raises(ValueError, match="lookback_intervals and min_intervals must be >= 1, got 0"):
+        clumping_index(hist([400], [7.0]), lookback_intervals=0, min_intervals=1)
+
+
+def _clumped_history(clump: int, *, rps: float, minutes: int, seed: int) -> LoadHistory:
+    """Arrivals at `rps` in clumps of `clump` within 1 s (1: Poisson), read as the simulator's collect step reads."""
+    rng = np.random.default_rng(seed)
+    starts = np.cumsum(rng.exponential(clump / rps, size=int(rps / clump * 60 * minutes * 1.2)))
+    arrivals = np.sort((starts[:, None] + rng.uniform(0.0, 1.0, size=(starts.size, clump))).ravel())
+    arrivals = arrivals[arrivals < 60.0 * minutes]
+    ends = 60.0 * np.arange(1, minutes + 1)
+    counts = np.histogram(arrivals, bins=np.concatenate(([0.0], ends)))[0].astype(float)
+    peaks = [peak_rate_rps(arrivals, end_s=e, scenario=ReplaySettings()) for e in ends]
+    return hist(list(counts), peaks)
+
+
+def _median_index(clump: int, rps: float) -> float:
+    """The index over 10 minutes, median over 5 seeds (one 10-minute reading varies: 0.7-2.4 for Poisson at 40 rps)."""
+    return float(np.median([clumping_index(_clumped_history(clump, rps=rps, minutes=10, seed=seed),
+                                           lookback_intervals=10, min_intervals=4)[0] for seed in range(5)]))
+
+
+def test_independent_arrivals_read_below_the_default_threshold_and_clumps_above():
+    max_index = PredictorConfig().clumping_max_index
+    independent = {rps: _median_index(1, rps) for rps in (2.0, 40.0)}
+    assert all(0.3 < v < max_index for v in independent.values()), independent
+    eight = _median_index(8, 40.0)
+    assert eight > 2 * max_index, eight
+    # Pairs of copies sit between: above independent arrivals at the same rate.
+    assert independent[2.0] < _median_index(2, 2.0) < eight
+
+
+@pytest.mark.parametrize("size_on, index, expected, why", [
+    ("auto", 1.3, "mean", "arrivals look independent (clumping 1.30 < 2.2)"),
+    ("auto", 2.2, "p90", "arrivals clump (clumping 2.20 >= 2.2)"),
+    ("auto", 11.0, "p90", "arrivals clump"),
+    ("auto", None, "p90", "arrival clumping not measured yet"),
+    ("mean", 11.0, "mean", "predictor.size_on"),
+    ("p90", 1.0, "p90", "predictor.size_on"),
+])
+def test_sizing_basis(size_on, index, expected, why):
+    basis, note = sizing_basis(size_on, index, max_index=2.2)
+    assert basis == expected and why in note
+
+
+def test_sizing_basis_rejects_an_unknown_basis():
+    with pytest.raises(ValueError, match="size_on must be 'mean', 'p90' or 'auto', got 'p99'"):
+        sizing_basis("p99", 1.0, max_index=2.2)
+
+
+def test_config_defaults_and_checks():
+    cfg = PredictorConfig()
+    assert (cfg.size_on, cfg.clumping_lookback_intervals, cfg.clumping_min_intervals, cfg.clumping_max_index) == (
+        "auto", 10, 4, 2.2)
+    with pytest.raises(ValidationError, match="clumping_min_intervals \\(11\\) must not exceed"):
+        PredictorConfig(clumping_min_intervals=11)
+    with pytest.raises(ValidationError, match="size_on"):
+        PredictorConfig(size_on="p99")
+
+
+def _obs(history: LoadHistory) -> Observation:
+    return Observation(taken_at_s=history.t_s[-1], interval_s=60.0, num_requests=history.num_requests[-1],
+                       avg_isl_tokens=1000.0, avg_osl_tokens=200.0, avg_ttft_ms=100.0, avg_itl_ms=10.0,
+                       peak_rps=history.peak_rps[-1], peak_window_s=15.0, history=history)
+
+
+@pytest.mark.parametrize("peak_count, basis", [(110, "mean"), (130, "p90")])
+def test_the_pipeline_sizes_on_the_basis_the_forecast_notes(peak_count, basis):
+    cfg = PlannerConfig(profile=ProfileConfig(dir="x"), predictor={"name": "constant", "params": {
+        "constant": {}}})
+    h = hist([400.0] * 6, [peak_count / 15.0] * 6)
+    f = predict_load(_obs(h), cfg.predictor)
+    assert f.clumping_index == pytest.approx(((peak_count - 100) / 10) ** 2)
+    assert any(f"sized on the {basis} forecast" in n for n in f.notes), f.notes
+    # The constant predictor's band is wide enough here that the p90 asks for more requests than the mean.
+    f = dataclasses.replace(f, num_requests_p90=2 * f.num_requests)
+    sizing = interpolate_replicas(f, corrections=Corrections(), profile=linear_engine(), cfg=cfg)
+    expected = f.num_requests if basis == "mean" else None
+    for pool in ("prefill", "decode"):
+        requests = sizing[pool].numbers["requests"]
+        assert requests == pytest.approx(expected) if expected is not None else requests > 2 * f.num_requests
+
+
+def test_fixed_basis_measures_nothing():
+    cfg = PlannerConfig(profile=ProfileConfig(dir="x"), predictor={"name": "constant", "size_on": "p90"})
+    f = predict_load(_obs(hist([400.0] * 6, [110 / 15] * 6)), cfg.predictor)
+    assert f.clumping_index is None and not any(n.startswith("clumping") for n in f.notes)
