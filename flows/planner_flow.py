@@ -20,6 +20,7 @@ from connectors.base import Connector, FleetChangedError
 from flows.charts import planner_chart_png, png_data_url
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table, run_message, run_name
+from planner.clumping import sizing_basis
 from planner.config import PlannerConfig
 from planner.pipeline import PlanResult, Steps, needs_warmup, plan_steps
 from planner.profile import EngineProfile
@@ -171,6 +172,9 @@ def _publish(
             "avg_isl_tokens": forecast.avg_isl_tokens,
             "avg_osl_tokens": forecast.avg_osl_tokens,
             "predictor": forecast.predictor,
+            "clumping_index": forecast.clumping_index,
+            "sized_on": sizing_basis(run_cfg.planner.predictor.size_on, forecast.clumping_index,
+                                     max_index=run_cfg.planner.predictor.clumping_max_index)[0],
         },
         "corrections": {"prefill": result.corrections.prefill, "decode": result.corrections.decode},
         "ttft_source": {"source": ttft.source, "reason": ttft.reason},

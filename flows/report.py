@@ -238,9 +238,14 @@ def decision_table(
     if fc is None:
         row("predict", "requests next interval (mean / p90)", "n/a", "no load data: sizing skipped, decision holds")
     else:
+        basis_notes = [n for n in fc.notes if n.startswith(("clumping:", "sized on the"))]
+        other_notes = [n for n in fc.notes if n not in basis_notes]
         row("predict", "requests next interval (mean / p90)",
             f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}",
-            fc.predictor + ("; " + "; ".join(fc.notes) if fc.notes else ""))
+            fc.predictor + ("; " + "; ".join(other_notes) if other_notes else ""))
+        if basis_notes:
+            row("predict", "arrival clumping (sizing basis)",
+                "n/a" if fc.clumping_index is None else f"{fc.clumping_index:.2f}", "; ".join(basis_notes))
         row("predict", "ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}")
         if fc.length_shape is not None:
             row("predict", "length CV (ISL / decode context)",

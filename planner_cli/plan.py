@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         initial_decode=connector_cfg.initial_decode_replicas,
     )
     environment = LocalConnector(connector_cfg)
-    history = _History(interval_s=interval_s)
+    history = _History(interval_s=interval_s, arrival_s=trace.arrival_s)
     # The frontend's length histograms over the collect step's window (metrics.length_window_s).
     lengths = LengthWindow(trace.isl_tokens, trace.osl_tokens, interval_s=interval_s,
                            window_intervals=max(1, round(cfg.metrics.length_window_s / interval_s)))
@@ -122,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
             lengths.add_interval(sim.next_arrival)
             isl_histogram, osl_histogram = lengths.histograms()
             obs = dataclasses.replace(obs, isl_histogram=isl_histogram, osl_histogram=osl_histogram,
-                                      slo_window=slo_window.add_interval(stats))
+                                      slo_window=slo_window.add_interval(stats), peak_rps=history.peak[-1],
+                                      peak_window_s=history.peaks.peak_window_s)
             out = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=t))
             # The "deployment environment": the simulator follows the targets the planner wrote.
             fleet = environment.read_fleet(now_s=t)
@@ -137,8 +138,16 @@ def run(args: argparse.Namespace) -> int:
 class _History:
     """The load series a Prometheus range query would return, built as the replay goes."""
 
-    def __init__(self, *, interval_s: float):
+    def __init__(self, *, interval_s: float, arrival_s):
+        import numpy as np
+
+        from sim.replay import ReplaySettings
+
         self.interval_s = interval_s
+        self.arrival_s = np.asarray(arrival_s, dtype=float)
+        # The frontend's peak 15 s arrival rate per interval, as the collect step's peak query reads it.
+        self.peaks = ReplaySettings(interval_s=interval_s)
+        self.peak: list[float] = []
         self.t_s: list[float] = []
         self.n: list[float] = []
         self.isl: list[float] = []
@@ -149,6 +158,9 @@ class _History:
         self.n.append(float(stats.arrivals))
         self.isl.append(stats.isl_sum / stats.arrivals if stats.arrivals else math.nan)
         self.osl.append(stats.osl_sum / stats.completions if stats.completions else math.nan)
+        from sim.replay import peak_rate_rps
+
+        self.peak.append(peak_rate_rps(self.arrival_s, end_s=t_s, scenario=self.peaks))
 
     def series(self):
         from planner.types import LoadHistory
@@ -159,13 +171,18 @@ class _History:
             avg_isl_tokens=tuple(self.isl),
             avg_osl_tokens=tuple(self.osl),
             interval_s=self.interval_s,
+            peak_rps=tuple(self.peak),
+            peak_window_s=self.peaks.peak_window_s,
         )
 
 
 def _line(t: float, requests: float | None, out: dict) -> str:
     d, cur = out["decision"], out["current"]
     fc = out["forecast"]
-    forecast = "n/a" if fc is None else f"{fc['num_requests_p90']:.0f}"
+    forecast = "n/a"
+    if fc is not None:
+        # The count sizing used: the mean while arrivals look independent, else the upper quantile.
+        forecast = f"{fc['num_requests']:.0f}" if fc["sized_on"] == "mean" else f"{fc['num_requests_p90']:.0f}"
     # Each reason once, with the pools it applies to: "sla_sizing, scale_up" rather than every code per pool.
     pools: dict[str, list[str]] = {}
     for r in d["reasons"]:

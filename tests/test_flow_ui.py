@@ -410,3 +410,32 @@ def test_ttft_row_says_how_many_requests_could_meet_the_target_at_all():
     assert "able to meet" not in _ttft_met(obs, SloTarget(ttft_ms=200, itl_ms=10), reachable=1.0)[1]
     assert _ttft_met(dataclasses.replace(obs, ttft_histogram=None, ttft_note="ttft_buckets: query empty"),
                      SloTarget(ttft_ms=200, itl_ms=10)) == ("not read", "ttft_buckets: query empty")
+
+
+@pytest.mark.parametrize("z, value, basis", [
+    (None, "n/a", "sized on the p90 forecast: arrival clumping not measured yet"),
+    (1.0, "1.00", "sized on the mean forecast: arrivals look independent"),
+    (5.0, "25.00", "sized on the p90 forecast: arrivals clump"),
+])
+def test_decision_table_says_which_forecast_sizing_used_and_why(prefect_harness, tmp_path, h200_profile_dir,
+                                                                z, value, basis):
+    """The clumping index and the basis it picked in their own row; the run's data names the basis."""
+    import dataclasses
+
+    from flows.planner_flow import planner_flow
+
+    obs = _observation(3000.0, t_end=NOW_S)
+    if z is not None:
+        # The history rises 25 requests a minute: a trend of 25/4 x 3/8 in the last 15 s window; each busiest
+        # window z Poisson standard deviations above the mean window and the trend.
+        peaks = tuple((n / 4 + 25 * 3 / 32 + z * (n / 4) ** 0.5) / 15.0 for n in obs.history.num_requests)
+        obs = dataclasses.replace(obs, peak_rps=peaks[-1], peak_window_s=15.0,
+                                  history=dataclasses.replace(obs.history, peak_rps=peaks, peak_window_s=15.0))
+    cfg = _config(tmp_path, h200_profile_dir, "ui-clumping")
+    state = planner_flow(config=cfg, replay=ReplayInputs(observation=obs, now_s=NOW_S), return_state=True)
+    _, arts = _run_and_artifacts(state)
+    rows = {r["item"]: r for r in json.loads(arts["sla-planner-decision-ui-clumping"].data)}
+    row = rows["arrival clumping (sizing basis)"]
+    assert row["value"] == value and basis in row["detail"].replace("  \n", " ")
+    assert "clumping" not in rows["requests next interval (mean / p90)"]["detail"]
+    assert state.result()["forecast"]["sized_on"] == basis.split(" ")[3]
