@@ -73,17 +73,24 @@ def clumping_index(
         )
     if history is None or history.peak_rps is None or history.peak_window_s is None:
         return None, "clumping: no peak-rate signal in the history"
+    # The newest usable intervals (requests and a peak rate), newest first, one more than the
+    # lookback: each one's trend is against the usable interval before it (the oldest in the
+    # whole history has none and is taken as flat). Scanning back stops there: a run reads
+    # hundreds of intervals of history and needs a dozen.
+    usable: list[tuple[float, float]] = []
+    for n, peak in zip(reversed(history.num_requests), reversed(history.peak_rps)):
+        if is_number(n) and n > 0 and is_number(peak):
+            usable.append((n, peak))
+            if len(usable) > lookback_intervals:
+                break
     values: list[float] = []
-    previous = None
-    for n, peak in zip(history.num_requests, history.peak_rps):
-        if not (is_number(n) and n > 0 and is_number(peak)):
-            continue
-        d = interval_clumping(num_requests=n, peak_rps=peak, previous_requests=n if previous is None else previous,
+    for i, (n, peak) in enumerate(usable[:lookback_intervals]):
+        previous = usable[i + 1][0] if i + 1 < len(usable) else n
+        d = interval_clumping(num_requests=n, peak_rps=peak, previous_requests=previous,
                               interval_s=history.interval_s, window_s=history.peak_window_s)
-        previous = n
         if d is not None:
             values.append(d)
-    recent = values[-lookback_intervals:]
+    recent = values
     if len(recent) < min_intervals:
         return None, f"clumping: {len(recent)} intervals with requests and a peak rate, {min_intervals} needed"
     index = statistics.median(recent)
