@@ -7,6 +7,7 @@ wrote. Each scenario has its own `namespace` label value.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -93,6 +94,8 @@ def collect_data(prometheus_server: PrometheusServer) -> PrometheusServer:
     write_gauge(w, name="vllm:kv_cache_usage_perc", labels={"namespace": "collect-pct", "pod": "x-decode-1"},
                 points=[(END_S, 57.0)])
     write_burst_counter(w, labels={"namespace": "collect-burst"})
+    for ns, clump in (("collect-independent", 1), ("collect-clumped", 8)):
+        write_arrivals_counter(w, labels={"namespace": ns}, arrival_s=clumped_arrivals(clump))
     write_partial_frontends(w)
     prometheus_server.backfill(w.render())
     return prometheus_server
@@ -116,6 +119,26 @@ def write_burst_counter(w: OpenMetricsWriter, *, labels: dict) -> None:
         points.append((END_S - INTERVAL_S + 5 * j, total))
     for t_s, value in points:
         write_requests(w, labels=labels, value=value, t_s=t_s)
+
+
+def clumped_arrivals(clump: int, *, rps: float = 40.0, seed: int = 0):
+    """Arrival times over the N_STEADY intervals before END_S, at `rps`, in clumps of `clump` within 1 s."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    span = N_STEADY * INTERVAL_S
+    starts = np.cumsum(rng.exponential(clump / rps, size=int(rps / clump * span * 1.2)))
+    arrivals = np.sort((starts[:, None] + rng.uniform(0.0, 1.0, size=(starts.size, clump))).ravel())
+    return END_S - span + arrivals[arrivals < span - 1e-6]
+
+
+def write_arrivals_counter(w: OpenMetricsWriter, *, labels: dict, arrival_s) -> None:
+    """Request counters scraped every 5 s over the arrivals' intervals (as a frontend scraped at 5 s would be)."""
+    import numpy as np
+
+    ticks = END_S - N_STEADY * INTERVAL_S + 5.0 * np.arange(0, int(N_STEADY * INTERVAL_S / 5) + 1)
+    for t_s, value in zip(ticks, np.searchsorted(arrival_s, ticks, side="right")):
+        write_requests(w, labels=labels, value=float(value), t_s=float(t_s))
 
 
 def write_partial_frontends(w: OpenMetricsWriter) -> None:
@@ -684,3 +707,28 @@ def test_no_ttft_histogram_is_a_note(collect_data):
     assert off.ttft_histogram is None and off.ttft_note == "ttft_buckets: query empty"
     assert not any("ttft_buckets" in r for r in obs.stale_reasons + off.stale_reasons)
     assert obs.itl_histogram is None and obs.itl_note.startswith("itl_buckets: no bucket series at t=")
+
+
+@pytest.mark.parametrize("ns, clump, basis", [("collect-independent", 1, "mean"), ("collect-clumped", 8, "p90")])
+def test_clumping_read_through_prometheus_picks_the_sizing_basis(collect_data, ns, clump, basis):
+    """The peak-rate history a real Prometheus returns gives the clumping index the exact arrivals give."""
+    from planner.clumping import clumping_index, sizing_basis
+    from planner.config import PredictorConfig
+    from planner.predict import bin_requests
+    from sim.replay import ReplaySettings, peak_rate_rps
+
+    obs = collector(collect_data, ns).collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=N_STEADY)
+    cfg = PredictorConfig()
+    read, _ = clumping_index(obs.history, lookback_intervals=cfg.clumping_lookback_intervals,
+                             min_intervals=cfg.clumping_min_intervals)
+    # The same from the arrivals themselves, windows counted exactly.
+    arrivals = clumped_arrivals(clump)
+    exact_history = bin_requests(arrivals, arrivals * 0, arrivals * 0, bin_s=INTERVAL_S,
+                                 start_s=END_S - N_STEADY * INTERVAL_S, end_s=END_S)
+    peaks = tuple(peak_rate_rps(arrivals, end_s=t, scenario=ReplaySettings()) for t in exact_history.t_s)
+    exact, _ = clumping_index(dataclasses.replace(exact_history, peak_rps=peaks, peak_window_s=15.0),
+                              lookback_intervals=cfg.clumping_lookback_intervals,
+                              min_intervals=cfg.clumping_min_intervals)
+    assert obs.history.num_requests == pytest.approx(exact_history.num_requests)
+    assert read == pytest.approx(exact, rel=0.25, abs=0.3)
+    assert sizing_basis("auto", read, max_index=cfg.clumping_max_index)[0] == basis
