@@ -14,7 +14,10 @@ on the first flow run, so that it can
   it is logged at debug level and the next flow run starts), and that window, the
   heartbeat thread's join and the final state's API calls, is most of a short run's
   wall time; one raised inside the flow function becomes a crash report of ~100
-  lines. So SIGINT stops the server and exits with 130 from the signal handler.
+  lines. So SIGINT stops the server and exits with 130 from the signal handler;
+- keep the server's own console out of the command's output: it writes to
+  `$PREFECT_HOME/local-api.log` (its shutdown, cut short by Ctrl-C or not, can log a
+  cancelled database flush with a traceback). `--verbose`/`--debug` keep it on the terminal.
 """
 
 from __future__ import annotations
@@ -76,7 +79,10 @@ def prefect_api(command: str, *, verbose: bool = False, debug: bool = False) -> 
 
             print(f"sla-planner {command}: starting Prefect's local API (10 s or more; a first run also creates its database) ...", file=sys.stderr, flush=True)
             server = SubprocessASGIServer()  # the instance Prefect's own clients use
-            server.start()
+            if verbose or debug:
+                server.start()
+            else:
+                _start_logged(server, command=command)
         yield
     finally:
         try:
@@ -85,6 +91,27 @@ def prefect_api(command: str, *, verbose: bool = False, debug: bool = False) -> 
                 _stop(server, grace_s=SERVER_STOP_GRACE_S)
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def _start_logged(server, *, command: str) -> None:
+    """Start the server with its stderr on a log file under PREFECT_HOME (the child inherits fd 2 when spawned)."""
+    from prefect.settings import PREFECT_HOME
+
+    log_path = PREFECT_HOME.value() / "local-api.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+            try:
+                server.start()
+            finally:
+                os.dup2(saved, 2)
+    except Exception as exc:
+        raise RuntimeError(f"sla-planner {command}: Prefect's local API did not start ({exc}); its log: {log_path}") from exc
+    finally:
+        os.close(saved)
 
 
 def _quiet_console() -> None:
