@@ -197,6 +197,29 @@ def _where_read(met: TargetShare) -> str:
             f"within {lo:g} s and {100 * met.at_most:.1f}% within {hi:g} s, its {lo:g}-{hi:g} s bucket")
 
 
+def _forecast_rows(fc) -> list[tuple[str, str, str]]:
+    """(item, value, detail) of the predict step's rows: the forecast, the sizing basis, lengths and bursts."""
+    if fc is None:
+        return [("requests next interval (mean / p90)", "n/a", "no load data: sizing skipped, decision holds")]
+    basis_notes = [n for n in fc.notes if n.startswith(("clumping:", "sized on the"))]
+    other_notes = [n for n in fc.notes if n not in basis_notes]
+    rows = [("requests next interval (mean / p90)", f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}",
+             fc.predictor + ("; " + "; ".join(other_notes) if other_notes else ""))]
+    if basis_notes:
+        rows.append(("arrival clumping (sizing basis)",
+                     "n/a" if fc.clumping_index is None else f"{fc.clumping_index:.2f}", "; ".join(basis_notes)))
+    rows.append(("ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}", ""))
+    if fc.length_shape is not None:
+        rows.append(("length CV (ISL / decode context)",
+                     f"{fc.length_shape.isl_cv:.2f} / {fc.length_shape.decode_context_cv:.2f}",
+                     "measured from the length histograms; sizing uses it unless sizing.length_cv is configured"))
+    if fc.peak_ratio is not None:
+        recent = ", ".join(f"{n:.0f} req peak {p:.2f}/s" for n, p in fc.recent_peaks)
+        rows.append(("burst ratio next interval", f"{fc.peak_ratio:.2f}",
+                     f"peak {fc.peak_window_s or 0:.0f} s rate over the mean rate" + (f"; from {recent}" if recent else "")))
+    return rows
+
+
 def decision_table(
     result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, ttft_source: tuple[str, str] | None = None,
     slo: SloTarget | None = None,
@@ -235,27 +258,8 @@ def decision_table(
         row("correct", "prefill TTFT source", ttft_source[0], ttft_source[1])
     row("correct", "prefill / decode factor", f"{corr.prefill:.3f} / {corr.decode:.3f}",
         ("enabled" if corr.enabled else "disabled") + ("; " + "; ".join(corr.notes) if corr.notes else ""))
-    if fc is None:
-        row("predict", "requests next interval (mean / p90)", "n/a", "no load data: sizing skipped, decision holds")
-    else:
-        basis_notes = [n for n in fc.notes if n.startswith(("clumping:", "sized on the"))]
-        other_notes = [n for n in fc.notes if n not in basis_notes]
-        row("predict", "requests next interval (mean / p90)",
-            f"{_fmt(fc.num_requests, 1)} / {_fmt(fc.num_requests_p90, 1)}",
-            fc.predictor + ("; " + "; ".join(other_notes) if other_notes else ""))
-        if basis_notes:
-            row("predict", "arrival clumping (sizing basis)",
-                "n/a" if fc.clumping_index is None else f"{fc.clumping_index:.2f}", "; ".join(basis_notes))
-        row("predict", "ISL / OSL tokens next interval", f"{_fmt(fc.avg_isl_tokens, 0)} / {_fmt(fc.avg_osl_tokens, 0)}")
-        if fc.length_shape is not None:
-            row("predict", "length CV (ISL / decode context)",
-                f"{fc.length_shape.isl_cv:.2f} / {fc.length_shape.decode_context_cv:.2f}",
-                "measured from the length histograms; sizing uses it unless sizing.length_cv is configured")
-        if fc.peak_ratio is not None:
-            recent = ", ".join(f"{n:.0f} req peak {p:.2f}/s" for n, p in fc.recent_peaks)
-            row("predict", "burst ratio next interval", f"{fc.peak_ratio:.2f}",
-                f"peak {fc.peak_window_s or 0:.0f} s rate over the mean rate"
-                + (f"; from {recent}" if recent else ""))
+    for item, value, detail in _forecast_rows(fc):
+        row("predict", item, value, detail)
     for pool in POOLS:
         sizing = result.sizing.get(pool)
         if sizing is not None:
