@@ -223,12 +223,15 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
     time.sleep(2 * INTERVAL_S + 5)
     after = [d for d in stack.decisions() if d.decided_at_s > killed_at]
     moved = [d for d in after if (d.prefill, d.decode) != (before[-1].prefill, before[-1].decode)]
-    if moved:
-        runs = {stack.applied_decision_id(r["id"]): r["id"] for r in stack.runs_in("COMPLETED")}
-        for d in moved:
-            table = stack.decision_table(runs[d.decision_id]) if d.decision_id in runs else None
-            assert table and "reason sla_sizing" in table, (before[-1], d, table)
-            assert "reason saturation_scale_up" not in table, (before[-1], d, table)
+    for d in moved:
+        def written_by(decision_id=d.decision_id):
+            """The decision table of the completed run that wrote the decision (None until it completes)."""
+            return next((stack.decision_table(r["id"]) for r in stack.runs_in("COMPLETED")
+                         if stack.applied_decision_id(r["id"]) == decision_id), None)
+
+        table = stack.wait_for(written_by, timeout_s=60, what=f"the run that wrote decision {d.decision_id}")
+        assert "reason sla_sizing" in table, (before[-1], d, table)
+        assert "reason saturation_scale_up" not in table, (before[-1], d, table)
     # What failed: the victim's in-flight streams, then requests the frontend still routed to it until
     # its discovery entry expired with its lease (an HTTP 503); none later.
     failed = [r for r in dyn.requests() if not r["ok"]]
