@@ -90,11 +90,10 @@ def clumping_index(
                               interval_s=history.interval_s, window_s=history.peak_window_s)
         if d is not None:
             values.append(d)
-    recent = values
-    if len(recent) < min_intervals:
-        return None, f"clumping: {len(recent)} intervals with requests and a peak rate, {min_intervals} needed"
-    index = statistics.median(recent)
-    return index, (f"clumping: index {index:.2f} (median over {len(recent)} intervals of the busiest "
+    if len(values) < min_intervals:
+        return None, f"clumping: {len(values)} intervals with requests and a peak rate, {min_intervals} needed"
+    index = statistics.median(values)
+    return index, (f"clumping: index {index:.2f} (median over {len(values)} intervals of the busiest "
                    f"{history.peak_window_s:g} s beyond Poisson and trend)")
 
 

@@ -18,14 +18,9 @@ from planner.pipeline import interpolate_replicas, predict_load
 from planner.types import Corrections, LoadHistory, Observation
 from sim.replay import ReplaySettings, peak_rate_rps
 from tests.fixtures_profile import linear_engine
+from tests.test_sizing_burst import hist  # the same per-interval history, 15 s peaks
 
 NAN = float("nan")
-
-
-def hist(n, peaks, window_s=15.0):
-    return LoadHistory(t_s=tuple(60.0 * (k + 1) for k in range(len(n))), num_requests=tuple(n),
-                       avg_isl_tokens=(1000.0,) * len(n), avg_osl_tokens=(200.0,) * len(n), interval_s=60.0,
-                       peak_rps=None if peaks is None else tuple(peaks), peak_window_s=window_s)
 
 
 @pytest.mark.parametrize("n, peak_count, previous, expected", [
