@@ -5,7 +5,12 @@ Llama-3.1-8B profile, planner policy in the loop, least-loaded routing)
 replays a real trace; every finished request's lifecycle calls go through a
 real in-process routing service (`sim.samples.record_samples`), whose registry
 computes the features and whose sample store records the samples, exactly as
-over HTTP. The newest `--max-samples` samples (the store's default capacity)
+over HTTP. The calls follow the simulated fleet, which picks a decode worker
+when prefill returns, as Dynamo's frontend does: `dispatched` names the prefill
+endpoint, `prefill_done` the decode one (its TPOT features are taken then). The
+same simulated requests are also recorded with both endpoints named at dispatch
+(a router picking both at once, as llm-d's does, and this benchmark before
+prefill_done) and trained as a variant. The newest `--max-samples` samples (the store's default capacity)
 then go through the retrain core as the flow runs it: drop bad samples,
 time-ordered split (70% train, 10% calibration, newest 20% held out), fit,
 export to the safe format, and score the exported document on the held-out
@@ -15,7 +20,8 @@ prefill-progress fields) and with the other p90 calibrations (one global
 shift, per load bucket for both targets), so what each change brings is
 measured on identical data.
 
-Scenarios: Azure LLM conversation trace 2023 x4 (58 min) and x8 (first
+Scenarios (copies of a trace are independent tenants: shifted by up to
++-30 s, the what-if default): Azure LLM conversation trace 2023 x4 (58 min) and x8 (first
 30 min), Mooncake FAST'25 x4 (17 min; 3-s ticks jittered), and a loaded
 fleet: Azure x5 (first 30 min) on a static 1 prefill + 2 decode fleet, whose
 queues build and drain with the trace's bursts.
@@ -55,7 +61,7 @@ from routing.training.gate import gate  # noqa: E402
 from routing.training.split import splits_for  # noqa: E402
 from sim.samples import record_samples, simulate_routed  # noqa: E402
 from sim.traces import time_window  # noqa: E402
-from sim.whatif import WhatIfScenario, load_scenario_trace  # noqa: E402
+from sim.whatif import WhatIfScenario, load_model, load_scenario_trace  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 PROFILE_DIR = DATA / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
@@ -79,16 +85,19 @@ VARIANTS = {
     "p90 calibration: per load bucket for both targets": {
         "p90_calibration": {"ttft": "load_bucket", "tpot": "load_bucket"}},
 }
+# Training variants on other recordings of the same simulated requests: name -> sim.samples decode_pick.
+LIFECYCLE_VARIANTS = {"decode named at dispatch (both endpoints at once, as llm-d picks)": "at_dispatch"}
+DEFAULT_DECODE_PICK = "after_prefill"
 TARGETS = {"mape_max": 0.05, "p90_coverage": [0.88, 0.92], "training_s_max_100k": 10.0,
            "stratum_min_holdout": 500}
 
 
-def samples_cached(sc: dict, *, quick: bool, cache_dir: Path | None) -> tuple[list[dict], dict]:
+def samples_cached(sc: dict, *, quick: bool, cache_dir: Path | None) -> tuple[dict[str, list[dict]], dict]:
     """samples_for, read from / written to cache_dir when given (this benchmark's own recordings, pickled)."""
     if cache_dir is None:
         return samples_for(sc, quick=quick)
     path = cache_dir / (sc["name"].replace(" ", "_").replace("(", "").replace(")", "") + ("-quick" if quick else "")
-                        + ".pkl")
+                        + "-lifecycles.pkl")
     if path.exists():
         with path.open("rb") as f:
             return pickle.load(f)
@@ -99,7 +108,8 @@ def samples_cached(sc: dict, *, quick: bool, cache_dir: Path | None) -> tuple[li
     return out
 
 
-def samples_for(sc: dict, *, quick: bool) -> tuple[list[dict], dict]:
+def samples_for(sc: dict, *, quick: bool) -> tuple[dict[str, list[dict]], dict]:
+    """The scenario's samples per decode_pick (the default and each lifecycle variant's), and run facts."""
     what_if = WhatIfScenario(trace=str(DATA / "traces" / sc["trace"]), profile_dir=str(PROFILE_DIR),
                              load_multiplier=sc["load_multiplier"], seed=0)
     trace = load_scenario_trace(what_if)
@@ -109,10 +119,15 @@ def samples_for(sc: dict, *, quick: bool) -> tuple[list[dict], dict]:
     t0 = time.perf_counter()
     routed = simulate_routed(trace, profile_dir=str(PROFILE_DIR), policy=sc.get("policy", "planner"))
     t1 = time.perf_counter()
-    samples = record_samples(routed, profile_dir=str(PROFILE_DIR))
+    profile = load_profile_dir(PROFILE_DIR)
+    picks = [DEFAULT_DECODE_PICK, *LIFECYCLE_VARIANTS.values()]
+    samples = {pick: record_samples(routed, profile_dir=str(PROFILE_DIR), profile=profile, decode_pick=pick)
+               for pick in picks}
     t2 = time.perf_counter()
     info = {"requests": len(routed), "trace_duration_s": round(trace.duration_s, 1),
-            "simulate_s": round(t1 - t0, 1), "record_s": round(t2 - t1, 1), "samples_recorded": len(samples)}
+            "load_model": load_model(sc["load_multiplier"], what_if.jitter_s),
+            "simulate_s": round(t1 - t0, 1), "record_s": round(t2 - t1, 1),
+            "samples_recorded": len(samples[DEFAULT_DECODE_PICK])}
     return samples, info
 
 
@@ -266,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     scenarios, first_samples = [], None
     for sc in [s for s in SCENARIOS if not args.only or s["name"].startswith(args.only)]:
-        samples, info = samples_cached(sc, quick=args.quick, cache_dir=args.samples_cache)
+        recordings, info = samples_cached(sc, quick=args.quick, cache_dir=args.samples_cache)
+        samples = recordings[DEFAULT_DECODE_PICK]
         first_samples = first_samples if first_samples is not None else samples
         res = {"name": sc["name"], "trace": sc["trace"], "load_multiplier": sc["load_multiplier"],
                "window_s": sc["window_s"], **info, **evaluate_scenario(samples, cfg, estimate,
@@ -274,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         res["variants"] = {
             name: variant(samples, cfg.model_copy(update=update), estimate, max_samples=args.max_samples)
             for name, update in ({} if args.no_variants else VARIANTS).items()
+        } | {
+            name: variant(recordings[pick], cfg, estimate, max_samples=args.max_samples)
+            for name, pick in ({} if args.no_variants else LIFECYCLE_VARIANTS).items()
         }
         scenarios.append(res)
         print(f"{sc['name']}: {info['requests']} requests, TTFT MAPE {res['ttft']['mape']:.2%}, "
@@ -284,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         "inputs": {"profile": "profiles/dynamo/profiler/H200_TP1P_TP1D (fleet and router estimate)",
                    "policy": "planner (default config, SLA 200 ms TTFT / 10 ms ITL), least-loaded routing",
                    "features": "lifecycle-call estimates (no scraped engine metrics)",
+                   "lifecycle": "dispatched names prefill; prefill_done names decode (the simulator's and Dynamo's "
+                                "order); the at-dispatch lifecycle is a variant",
+                   "load_model": "copies of a trace are independent tenants (shifted by up to +-30 s)",
                    "feature_set": cfg.feature_set, "current_feature_set": FEATURE_SET_VERSION},
         "config": cfg.model_dump(),
         "machine": {"python": platform.python_version(), "cpu": platform.machine(), "cpu_count": os.cpu_count(),

@@ -25,7 +25,7 @@ from routing.http_bodies import EventBatch, RouteBody
 from routing.http_errors import error_answer, error_responses, invalid_answer, json_response
 from routing.pick_result import PickResult
 from routing.picker import MissingSloError, NoEndpointError, TopologyError
-from routing.registry_errors import DuplicateRequestError, RegistryError, UnknownRequestError
+from routing.registry_errors import DuplicateRequestError, RegistryError, UnknownEndpointError, UnknownRequestError
 from routing.service import RoutingService
 
 # The one path parameter a hot call may have, and its longest value.
@@ -62,6 +62,10 @@ def hot_calls(bodies: dict[str, type], *, slo_required: bool) -> list[HotCall]:
         HotCall("route", "/v1/route", bodies["SloRouteBody" if slo_required else "RouteBody"], route_response,
                 "Pick endpoints for a request and record it", RouteOut,
                 {429: {"model": ShedOut}, **error_responses(401, 409, 413, 422, 503)}, tag="routing"),
+        HotCall("prefill_done", f"/v1/requests/{REQUEST_ID}/prefill_done", bodies["PrefillDoneBody"],
+                functools.partial(event_response, "prefill_done"),
+                "A disaggregated request's prefill returned (with the decode endpoint picked then)", EventOut,
+                lifecycle),
         HotCall("first_token", f"/v1/requests/{REQUEST_ID}/first_token", bodies["FirstTokenBody"],
                 functools.partial(event_response, "first_token"), "The request produced its first token",
                 EventOut, lifecycle),
@@ -149,9 +153,12 @@ def route_response(svc: RoutingService, body: RouteBody, request_id: str | None 
 
 
 def event_response(kind: str, svc: RoutingService, body, request_id: str, source: str) -> Answer:
-    """A lifecycle call of `kind` (first_token, progress, completed) from `source` (the client's address)."""
+    """A lifecycle call of `kind` (prefill_done, first_token, progress, completed) from `source` (its address)."""
     try:
-        if kind == "first_token":
+        if kind == "prefill_done":
+            svc.prefill_done(request_id, decode_id=body.decode_endpoint_id)
+            n = 0
+        elif kind == "first_token":
             n = svc.first_token(request_id, observed_ttft_ms=body.observed_ttft_ms, source=source)
         elif kind == "progress":
             n = svc.progress(request_id, tokens_generated=body.tokens_generated,
@@ -161,6 +168,9 @@ def event_response(kind: str, svc: RoutingService, body, request_id: str, source
                               observed_tpot_ms=body.observed_tpot_ms, source=source)
     except UnknownRequestError as exc:
         return error_answer(404, "unknown_request", str(exc))
+    except UnknownEndpointError as exc:
+        return error_answer(404, "unknown_endpoint", str(exc),
+                            [{"field": "body.decode_endpoint_id", "message": str(exc)}])
     except (RegistryError, ValueError) as exc:
         return error_answer(422, "invalid_request", str(exc), [{"field": "body", "message": str(exc)}])
     return 200, {"request_id": request_id, "samples_recorded": n}, None

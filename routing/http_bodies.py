@@ -117,11 +117,18 @@ class PredictBody(_Body):
 
 class DispatchedBody(_Body):
     prefill_endpoint_id: str | None = Field(None, description="disaggregated: the prefill endpoint")
-    decode_endpoint_id: str = Field(description="the decode (or aggregated) endpoint")
+    decode_endpoint_id: str | None = Field(
+        None, description="the decode (or aggregated) endpoint; none with a prefill endpoint: decode is picked when "
+        "prefill returns and given with prefill_done (Dynamo's frontend does so)")
     input_tokens: Count = Field(ge=0, le=MAX_TOKENS)
     prefix_cache_hit_frac: float = Field(0.0, ge=0, le=1)
     slo: Slo | None = None
     critical: bool = False
+
+
+class PrefillDoneBody(_Body):
+    decode_endpoint_id: str | None = Field(
+        None, max_length=253, description="the decode endpoint picked now, if not given at dispatch")
 
 
 class FirstTokenBody(_Body):
@@ -143,6 +150,10 @@ class _InBatch(_Body):
     request_id: str = Field(min_length=1, max_length=253)
 
 
+class PrefillDoneEvent(PrefillDoneBody, _InBatch):
+    event: Literal["prefill_done"]
+
+
 class FirstTokenEvent(FirstTokenBody, _InBatch):
     event: Literal["first_token"]
 
@@ -158,7 +169,8 @@ class CompletedEvent(CompletedBody, _InBatch):
 class EventBatch(_Body):
     """Lifecycle events in one call, applied in order (a gateway batching its telemetry)."""
 
-    events: list[Annotated[FirstTokenEvent | ProgressEvent | CompletedEvent, Field(discriminator="event")]] = Field(
+    events: list[Annotated[PrefillDoneEvent | FirstTokenEvent | ProgressEvent | CompletedEvent,
+                           Field(discriminator="event")]] = Field(
         min_length=1, max_length=1000
     )
 
@@ -212,9 +224,9 @@ def bounded_bodies(*, max_tokens: int, ttft_ms: tuple[float, float], tpot_ms: tu
         return create_model(cls.__name__, __base__=cls, __module__=__name__, __doc__=cls.__doc__, **own)
 
     out = {cls.__name__: bounded(cls) for cls in (
-        RouteBody, SloRouteBody, PredictBody, DispatchedBody, FirstTokenBody, ProgressBody, CompletedBody,
-        FirstTokenEvent, ProgressEvent, CompletedEvent)}
-    event = out["FirstTokenEvent"] | out["ProgressEvent"] | out["CompletedEvent"]
+        RouteBody, SloRouteBody, PredictBody, DispatchedBody, PrefillDoneBody, FirstTokenBody, ProgressBody,
+        CompletedBody, PrefillDoneEvent, FirstTokenEvent, ProgressEvent, CompletedEvent)}
+    event = out["PrefillDoneEvent"] | out["FirstTokenEvent"] | out["ProgressEvent"] | out["CompletedEvent"]
     out["EventBatch"] = create_model(
         "EventBatch", __base__=EventBatch, __module__=__name__, __doc__=EventBatch.__doc__,
         events=(list[Annotated[event, Field(discriminator="event")]], Field(min_length=1, max_length=1000)))

@@ -1,4 +1,4 @@
-"""Request lifecycle on the registry's load matrix: dispatch, first token, progress, completion.
+"""Request lifecycle on the registry's load matrix: dispatch, prefill done, first token, progress, completion.
 
 Each call moves a request's share of the load between columns of its
 endpoints' rows (prefill work, tokens held, the running prefill batch, the
@@ -39,7 +39,8 @@ class InFlight:
     model_version: str | None = None
     first_token_s: float | None = None
     tokens_generated: int = 0
-    prefill_released: bool = False  # its first-token accounting is done
+    prefill_released: bool = False  # its prefill endpoint's accounting is done (prefill done or first token)
+    decode_wait_released: bool = False  # its decode endpoint no longer counts it as waiting (first token)
     aggregated: bool = False  # set at dispatch: one endpoint does prefill and decode
     ttft_endpoint_id: str | None = None  # set at dispatch: where the TTFT sample belongs
 
@@ -96,6 +97,32 @@ class RequestLifecycle:
             req.ttft_endpoint_id = req.decode_id if req.aggregated else req.prefill_id
             self._inflight[req.request_id] = req
 
+    def prefill_done(
+        self,
+        request_id: str,
+        *,
+        now_s: float,
+        decode_id: str | None = None,
+        tpot_features: dict | None = None,
+        predicted_tpot_ms: float | None = None,
+    ) -> None:
+        """A disaggregated request's prefill returned: release its prefill share; attach decode if given.
+
+        Dynamo's frontend learns this when the prefill worker answers with the
+        transfer metadata, and only then picks the decode worker: the request
+        leaves the prefill endpoint's queue now, not at its first token (KV
+        transfer and decode admission lie between). decode_id: the decode pick
+        made now (assign_decode); the request waits there until its first token.
+        """
+        with self._lock:
+            req = self._get(request_id)
+            if req.aggregated:
+                raise RegistryError(f"request {request_id!r} is aggregated on {req.decode_id}: it has no prefill to finish")
+            if decode_id is not None:
+                self.assign_decode(request_id, decode_id, tpot_features=tpot_features,
+                                   predicted_tpot_ms=predicted_tpot_ms)
+            self._release_prefill_side(req, now_s)
+
     def assign_decode(
         self,
         request_id: str,
@@ -122,7 +149,7 @@ class RequestLifecycle:
             req.tpot_features = tpot_features
             req.predicted_tpot_ms = predicted_tpot_ms
             self._f[d, LC_RUN] += 1
-            if not req.prefill_released:
+            if not req.decode_wait_released:
                 self._f[d, LC_WAIT] += 1
             self._f[d, DECODE_TIF] += req.input_tokens + req.tokens_generated
             self._add_min(self._decoding[d], d, MIN_ITL, request_id, req.itl_ms)
@@ -223,6 +250,20 @@ class RequestLifecycle:
             return next(iter(self._inflight), None)
 
     def _release_prefill(self, req: InFlight, now_s: float) -> None:
+        # The first token: nothing of the request waits anywhere any more.
+        self._release_prefill_side(req, now_s)
+        if req.decode_wait_released:
+            return
+        req.decode_wait_released = True
+        if req.decode_id is not None:
+            d = self._index[req.decode_id]
+            self._f[d, LC_WAIT] -= 1
+            if req.aggregated:
+                self._f[d, PREFILL_TIF] -= req.uncached_tokens
+                self._remove_min(self._awaiting[d], d, MIN_TTFT, req.request_id)
+                self._next_batch(d, now_s)
+
+    def _release_prefill_side(self, req: InFlight, now_s: float) -> None:
         if req.prefill_released:
             return
         req.prefill_released = True
@@ -233,13 +274,6 @@ class RequestLifecycle:
             self._f[p, PREFILL_TIF] -= req.uncached_tokens
             self._remove_min(self._awaiting[p], p, MIN_TTFT, req.request_id)
             self._next_batch(p, now_s)
-        if req.decode_id is not None:
-            d = self._index[req.decode_id]
-            self._f[d, LC_WAIT] -= 1
-            if req.aggregated:
-                self._f[d, PREFILL_TIF] -= req.uncached_tokens
-                self._remove_min(self._awaiting[d], d, MIN_TTFT, req.request_id)
-                self._next_batch(d, now_s)
 
     def _start_batch_if_idle(self, i: int, uncached_tokens: float, t_s: float) -> None:
         # Nothing awaiting a first token: the endpoint starts on this request at once.

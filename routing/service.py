@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from routing.config import RouterConfig
 from routing.features import ROLES, TTFT_FEATURES, feature_matrix, view_feature_matrix
@@ -37,80 +37,12 @@ from routing.online_calibration import online_calibration
 from routing.predictor import LatencyPredictor, ProfileEstimator
 from routing.registry import Endpoint, EndpointRegistry
 from routing.samples import SampleStore
+from routing.service_metrics import ServiceMetrics
 from routing.topology import read_domain_labels
 
 log = logging.getLogger("sla_planner.routing")
 
 _EXPIRE_EVERY_S = 5.0
-_PICK_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
-
-
-class ServiceMetrics:
-    """The service's Prometheus metrics, registered in `registry`."""
-
-    def __init__(self, registry: CollectorRegistry):
-        self.registry = registry
-        self.requests = Counter(
-            "router_requests", "Route calls by outcome (routed, shed, error) and mode",
-            ["outcome", "mode", "tier"], registry=registry,
-        )
-        self.pick_seconds = Histogram(
-            "router_pick_seconds", "Time to pick endpoints, s", buckets=_PICK_BUCKETS_S, registry=registry
-        )
-        self.topology_fallback = Counter(
-            "router_topology_fallback", "Requests routed across domains under policy fallback", registry=registry
-        )
-        self.lifecycle = Counter(
-            "router_lifecycle_events", "Request lifecycle calls by event", ["event"], registry=registry
-        )
-        self.lost = Counter(
-            "router_requests_lost", "In-flight requests dropped without completion: ttl (older than inflight_ttl_s) "
-            "or capacity (the oldest, when inflight_max_requests were in flight)", ["reason"], registry=registry,
-        )
-        self.samples_refused = Counter(
-            "router_samples_refused", "Samples from HTTP callers not stored: implausible (latency outside the "
-            "profile's bounds) or quota (the source's share of the store used up)", ["reason"], registry=registry,
-        )
-        self.publish = Counter(
-            "router_model_publish", "Model publications by result (accepted, rejected)", ["result"], registry=registry
-        )
-        self.active_model = Gauge(
-            "router_active_model", "1 for the active latency model version (profile = estimate)", ["version"],
-            registry=registry,
-        )
-        self.prediction_ratio = Histogram(
-            "router_observed_over_predicted", "Observed / predicted latency per sample", ["target"],
-            buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0), registry=registry,
-        )
-        self.endpoints = Gauge("router_endpoints", "Registered endpoints by role", ["role"], registry=registry)
-        self.in_flight = Gauge("router_requests_in_flight", "Requests dispatched and not completed", registry=registry)
-        self.samples_stored = Gauge("router_samples_stored", "Training samples held", registry=registry)
-        self.samples_evicted = Gauge(
-            "router_samples_evicted", "Training samples evicted since start (store is bounded)", registry=registry
-        )
-        # labels() costs a lock and a dict build per call; the hot calls keep the children.
-        self._request_children: dict[tuple[str, str, str], object] = {}
-        self._lifecycle_children: dict[str, object] = {}
-        self._ratio_children: dict[str, object] = {}
-
-    def count_request(self, outcome: str, mode: str, tier: str) -> None:
-        key = (outcome, mode, tier)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self.requests.labels(*key)
-        child.inc()
-
-    def count_event(self, event: str) -> None:
-        child = self._lifecycle_children.get(event)
-        if child is None:
-            child = self._lifecycle_children[event] = self.lifecycle.labels(event)
-        child.inc()
-
-    def observe_ratio(self, target: str, observed_over_predicted: float) -> None:
-        child = self._ratio_children.get(target)
-        if child is None:
-            child = self._ratio_children[target] = self.prediction_ratio.labels(target)
-        child.observe(observed_over_predicted)
 
 
 class RoutingService:
@@ -248,7 +180,11 @@ class RoutingService:
         prefill_id: str | None,
         decode_id: str | None,
     ) -> None:
-        """Record a request routed elsewhere (features and predictions computed now)."""
+        """Record a request routed elsewhere (features and predictions computed now).
+
+        decode_id None with a prefill_id: the decode endpoint is picked when
+        prefill returns (Dynamo's frontend does so) and given with prefill_done.
+        """
         with self._lock:
             now_s = self.clock()
             self._maybe_expire(now_s)
@@ -256,21 +192,8 @@ class RoutingService:
             feats = {}
             preds = {}
             for eid in (prefill_id, decode_id):
-                if eid is None:
-                    continue
-                slot = self.registry.slot_of(eid)
-                if slot is None:
-                    self.registry.get(eid)  # raises UnknownEndpointError
-                hit = (request.prefix_cache_hit_frac_by_endpoint or {}).get(eid, request.prefix_cache_hit_frac)
-                f = self.registry.raw_features(
-                    slot, input_tokens=request.input_tokens, prefix_cache_hit_frac=hit, now_s=now_s
-                )
-                x = feature_matrix("tpot", role=f["role"], **{k: f[k] for k in f if k != "role"})
-                feats[eid] = f
-                preds[eid] = (
-                    float(model.predict("ttft", np.ascontiguousarray(x[:, : len(TTFT_FEATURES)]))[0]),
-                    float(model.predict("tpot", x)[0]),
-                )
+                if eid is not None:
+                    feats[eid], preds[eid] = self._features_now(eid, request, model, now_s)
             ttft_eid = prefill_id if prefill_id is not None else decode_id
             hit = feats[ttft_eid]["prefix_cache_hit_frac"] if ttft_eid else 0.0
             if self.registry.in_flight(request.request_id) is None:
@@ -287,6 +210,40 @@ class RoutingService:
                 model_version=model.version,
             ))
             self.metrics.count_event("dispatched")
+
+    def prefill_done(self, request_id: str, *, decode_id: str | None = None) -> None:
+        """A disaggregated request's prefill returned; decode_id: the decode endpoint picked now.
+
+        The request leaves its prefill endpoint's queue; its TPOT features and
+        prediction are taken on decode_id now, as a decode pick after prefill
+        (Dynamo's frontend) sees it.
+        """
+        with self._lock:
+            now_s = self.clock()
+            req = self.registry.in_flight(request_id)
+            if req is None:
+                self.registry.prefill_done(request_id, now_s=now_s)  # raises UnknownRequestError
+            feats = pred = None
+            if decode_id is not None:
+                route = RouteRequest(request_id=request_id, input_tokens=req.input_tokens,
+                                     prefix_cache_hit_frac=req.ttft_features["prefix_cache_hit_frac"]
+                                     if req.ttft_features else 0.0)
+                feats, preds = self._features_now(decode_id, route, self.predictor.snapshot(), now_s)
+                pred = preds[1]
+            self.registry.prefill_done(request_id, now_s=now_s, decode_id=decode_id, tpot_features=feats,
+                                       predicted_tpot_ms=pred)
+            self.metrics.count_event("prefill_done")
+
+    def _features_now(self, eid: str, request: RouteRequest, model, now_s: float) -> tuple[dict, tuple[float, float]]:
+        # An endpoint's raw features for this request now, and the model's TTFT and TPOT predictions on them.
+        slot = self.registry.slot_of(eid)
+        if slot is None:
+            self.registry.get(eid)  # raises UnknownEndpointError
+        hit = (request.prefix_cache_hit_frac_by_endpoint or {}).get(eid, request.prefix_cache_hit_frac)
+        f = self.registry.raw_features(slot, input_tokens=request.input_tokens, prefix_cache_hit_frac=hit, now_s=now_s)
+        x = feature_matrix("tpot", role=f["role"], **{k: f[k] for k in f if k != "role"})
+        return f, (float(model.predict("ttft", np.ascontiguousarray(x[:, : len(TTFT_FEATURES)]))[0]),
+                   float(model.predict("tpot", x)[0]))
 
     def first_token(self, request_id: str, *, observed_ttft_ms: float | None = None, source: str | None = None) -> int:
         with self._lock:

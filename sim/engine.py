@@ -496,4 +496,5 @@ class FleetSim:
             finish_s=_np(self.finish_s),
             isl_tokens=self.trace.isl_tokens,
             osl_tokens=self.trace.osl_tokens,
+            prefill_done_s=_np(self.prefill_done_s),
         )

@@ -16,6 +16,7 @@ class RequestResults:
     finish_s: np.ndarray
     isl_tokens: np.ndarray
     osl_tokens: np.ndarray
+    prefill_done_s: np.ndarray | None = None  # when each request's prefill returned (None: not recorded)
 
     @property
     def ttft_ms(self) -> np.ndarray:

@@ -2,9 +2,13 @@
 
 A replay runs with a `RecordingRouter` that remembers where each request went.
 The finished requests are then turned into the routing service's request
-lifecycle calls, in time order: `dispatched` at arrival (prefill and decode
-endpoint, as the router picks both at once), `first_token` with the observed
-TTFT, `completed` with the observed mean TPOT. Fed into a real
+lifecycle calls, in time order, as the simulated fleet routed them: the
+simulator picks a decode worker when prefill ends, as Dynamo's frontend does,
+so by default `dispatched` at arrival names the prefill endpoint only and
+`prefill_done` at the end of prefill names the decode endpoint (its TPOT
+features are taken then); `decode_pick="at_dispatch"` names both at arrival
+instead, as a router that picks both at once (llm-d's) would. Then
+`first_token` with the observed TTFT, `completed` with the observed mean TPOT. Fed into a real
 `routing.service.RoutingService` on the simulated clock (`record_samples`),
 or over HTTP into a running one, they produce the service's own training
 samples: features computed by its registry exactly as at serving time (from
@@ -34,10 +38,12 @@ from sim.fleet import DecodeWorker, PrefillWorker
 from sim.routing import Router
 from sim.traces import Trace
 
-EventKind = Literal["dispatched", "first_token", "completed"]
-# Tie order at one instant: a request is dispatched before its first token,
-# which comes before its completion (a one-token request has both at once).
-_KIND_ORDER: dict[str, int] = {"dispatched": 0, "first_token": 1, "completed": 2}
+EventKind = Literal["dispatched", "prefill_done", "first_token", "completed"]
+DecodePick = Literal["after_prefill", "at_dispatch"]
+# Tie order at one instant: a request is dispatched before its prefill returns,
+# which comes before its first token and its completion (a one-token request
+# has both at once).
+_KIND_ORDER: dict[str, int] = {"dispatched": 0, "prefill_done": 1, "first_token": 2, "completed": 3}
 
 
 class RecordingRouter:
@@ -79,6 +85,7 @@ class RoutedRequests:
     decode_wid: np.ndarray
     prefill_domains: tuple[str, ...]
     decode_domains: tuple[str, ...]
+    prefill_done_s: np.ndarray | None = None  # when prefill returned (None: not recorded)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -130,6 +137,7 @@ def simulate_routed(
         decode_wid=np.frombuffer(rec.decode_wid, dtype=np.int64).copy(),
         prefill_domains=tuple(domains[i % len(domains)] for i in range(n_prefill)),
         decode_domains=tuple(domains[i % len(domains)] for i in range(n_decode)),
+        prefill_done_s=r.prefill_done_s,
     )
 
 
@@ -169,11 +177,19 @@ def endpoints(routed: RoutedRequests) -> list[dict]:
     return out
 
 
-def lifecycle_events(routed: RoutedRequests) -> list[LifecycleEvent]:
+def lifecycle_events(routed: RoutedRequests, *, decode_pick: DecodePick = "after_prefill") -> list[LifecycleEvent]:
     """All finished requests' lifecycle calls, in time order (see module docstring).
 
+    decode_pick: "after_prefill" (the simulator's own routing, and Dynamo's:
+    a prefill_done call names the decode endpoint; needs routed.prefill_done_s)
+    or "at_dispatch" (both endpoints at dispatch, no prefill_done call).
     Requests that did not finish, or never got a prefill worker, are left out.
     """
+    if decode_pick not in ("after_prefill", "at_dispatch"):
+        raise ValueError(f"decode_pick must be 'after_prefill' or 'at_dispatch', got {decode_pick!r}")
+    late = decode_pick == "after_prefill"
+    if late and routed.prefill_done_s is None:
+        raise ValueError("decode_pick='after_prefill' needs the requests' prefill_done_s (not recorded)")
     done = np.flatnonzero(np.isfinite(routed.finish_s) & np.isfinite(routed.first_token_s) & (routed.prefill_wid >= 0))
     ttft_ms = (routed.first_token_s - routed.arrival_s) * 1e3
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -187,9 +203,12 @@ def lifecycle_events(routed: RoutedRequests) -> list[LifecycleEvent]:
         t0, t1, t2 = float(routed.arrival_s[i]), float(routed.first_token_s[i]), float(routed.finish_s[i])
         keyed.append((t0, 0, i, LifecycleEvent(
             t0, "dispatched", rid, prefill_endpoint_id=endpoint_id("prefill", int(routed.prefill_wid[i])),
-            decode_endpoint_id=decode_id, input_tokens=int(routed.isl_tokens[i]))))
-        keyed.append((t1, 1, i, LifecycleEvent(t1, "first_token", rid, observed_ttft_ms=float(ttft_ms[i]))))
-        keyed.append((t2, 2, i, LifecycleEvent(
+            decode_endpoint_id=None if late else decode_id, input_tokens=int(routed.isl_tokens[i]))))
+        if late and decode_id is not None:
+            tp = float(routed.prefill_done_s[i])
+            keyed.append((tp, 1, i, LifecycleEvent(tp, "prefill_done", rid, decode_endpoint_id=decode_id)))
+        keyed.append((t1, 2, i, LifecycleEvent(t1, "first_token", rid, observed_ttft_ms=float(ttft_ms[i]))))
+        keyed.append((t2, 3, i, LifecycleEvent(
             t2, "completed", rid, output_tokens=osl,
             observed_tpot_ms=float(tpot_ms[i]) if decode_id is not None else None)))
     keyed.sort(key=lambda k: (k[0], k[1], k[2]))
@@ -200,6 +219,8 @@ class LifecycleSink(Protocol):
     """Where lifecycle calls go: an in-process RoutingService or an HTTP client with the same calls."""
 
     def dispatched(self, event: LifecycleEvent) -> None: ...
+
+    def prefill_done(self, event: LifecycleEvent) -> None: ...
 
     def first_token(self, event: LifecycleEvent) -> None: ...
 
@@ -223,6 +244,9 @@ class ServiceSink:
             RouteRequest(request_id=event.request_id, input_tokens=event.input_tokens),
             prefill_id=event.prefill_endpoint_id, decode_id=event.decode_endpoint_id,
         )
+
+    def prefill_done(self, event: LifecycleEvent) -> None:
+        self.service.prefill_done(event.request_id, decode_id=event.decode_endpoint_id)
 
     def first_token(self, event: LifecycleEvent) -> None:
         self.service.first_token(event.request_id, observed_ttft_ms=event.observed_ttft_ms)
@@ -253,6 +277,10 @@ class HttpSink:
             "prefill_endpoint_id": event.prefill_endpoint_id, "decode_endpoint_id": event.decode_endpoint_id,
             "input_tokens": event.input_tokens})
 
+    def prefill_done(self, event: LifecycleEvent) -> None:
+        self._post("POST", f"/v1/requests/{event.request_id}/prefill_done",
+                   {"decode_endpoint_id": event.decode_endpoint_id})
+
     def first_token(self, event: LifecycleEvent) -> None:
         self._post("POST", f"/v1/requests/{event.request_id}/first_token", {"observed_ttft_ms": event.observed_ttft_ms})
 
@@ -275,7 +303,9 @@ def replay_events(events: list[LifecycleEvent], sink: LifecycleSink) -> Iterator
         yield ev
 
 
-def record_samples(routed: RoutedRequests, *, profile_dir: str, profile=None) -> list[dict]:
+def record_samples(
+    routed: RoutedRequests, *, profile_dir: str, profile=None, decode_pick: DecodePick = "after_prefill"
+) -> list[dict]:
     """The training samples a routing service records for these requests, oldest first.
 
     Runs the lifecycle calls through a real RoutingService (its registry
@@ -283,13 +313,14 @@ def record_samples(routed: RoutedRequests, *, profile_dir: str, profile=None) ->
     the simulated clock, so `recorded_at_s` is simulated seconds.
     profile_dir: the routing service's profile folder (its latency estimate);
     profile: that folder's EngineProfile when already loaded.
+    decode_pick: when the decode endpoint is named (lifecycle_events).
     """
     from connectors.profiles import load_profile_dir
     from routing.config import RouterConfig
     from routing.registry import Endpoint
     from routing.service import RoutingService
 
-    events = lifecycle_events(routed)
+    events = lifecycle_events(routed, decode_pick=decode_pick)
     capacity = max(1, 2 * sum(1 for e in events if e.kind == "completed"))
     config = RouterConfig(profile_dir=profile_dir, samples={"capacity": capacity})
     sink = ServiceSink(None)

@@ -16,20 +16,22 @@ from tests.fixtures_retrain import FLEET_PROFILE, require_data, simulated_reques
 NAN = float("nan")
 
 
-def routed(arrival, first, finish, isl, osl, pwid, dwid) -> RoutedRequests:
+def routed(arrival, first, finish, isl, osl, pwid, dwid, prefill_done=None) -> RoutedRequests:
     a = lambda v, t=float: np.asarray(v, dtype=t)  # noqa: E731
     return RoutedRequests(a(arrival), a(first), a(finish), a(isl, np.int64), a(osl, np.int64), a(pwid, np.int64),
-                          a(dwid, np.int64), ("zone-a/rack-1",), ("zone-a/rack-1", "zone-b/rack-2"))
+                          a(dwid, np.int64), ("zone-a/rack-1",), ("zone-a/rack-1", "zone-b/rack-2"),
+                          None if prefill_done is None else a(prefill_done))
 
 
-# A at 0 s (100 tokens in, 3 out) on prefill-0/decode-0: first token 0.05 s, done 0.07 s.
-# B at 0.01 s (200 in, 1 out) on prefill-0 only: first token = finish = 0.06 s.
+# A at 0 s (100 tokens in, 3 out) on prefill-0/decode-0: prefill done 0.04 s, first token 0.05 s, done 0.07 s.
+# B at 0.01 s (200 in, 1 out) on prefill-0 only: prefill done = first token = finish = 0.06 s.
 # C at 0.02 s never finished: left out.
-TWO = routed([0.0, 0.01, 0.02], [0.05, 0.06, NAN], [0.07, 0.06, NAN], [100, 200, 50], [3, 1, 9], [0, 0, 0], [0, -1, 1])
+TWO = routed([0.0, 0.01, 0.02], [0.05, 0.06, NAN], [0.07, 0.06, NAN], [100, 200, 50], [3, 1, 9], [0, 0, 0], [0, -1, 1],
+             prefill_done=[0.04, 0.06, 0.03])
 
 
 def test_lifecycle_events_in_time_order_with_observed_latencies():
-    evs = lifecycle_events(TWO)
+    evs = lifecycle_events(TWO, decode_pick="at_dispatch")
     assert [(e.t_s, e.kind, e.request_id) for e in evs] == [
         (0.0, "dispatched", "r0"), (0.01, "dispatched", "r1"), (0.05, "first_token", "r0"),
         (0.06, "first_token", "r1"), (0.06, "completed", "r1"), (0.07, "completed", "r0")]
@@ -40,6 +42,37 @@ def test_lifecycle_events_in_time_order_with_observed_latencies():
     assert evs[2].observed_ttft_ms == pytest.approx(50.0)
     assert evs[5].observed_tpot_ms == pytest.approx(10.0) and evs[5].output_tokens == 3
     assert evs[4].observed_tpot_ms is None
+
+
+def test_decode_is_named_when_prefill_returns_by_default():
+    """The simulator (like Dynamo's frontend) picks decode when prefill ends: the events say so then."""
+    evs = lifecycle_events(TWO)
+    assert [(e.t_s, e.kind, e.request_id) for e in evs] == [
+        (0.0, "dispatched", "r0"), (0.01, "dispatched", "r1"), (0.04, "prefill_done", "r0"),
+        (0.05, "first_token", "r0"), (0.06, "first_token", "r1"), (0.06, "completed", "r1"),
+        (0.07, "completed", "r0")]
+    assert (evs[0].prefill_endpoint_id, evs[0].decode_endpoint_id) == ("prefill-0", None)
+    assert evs[2].decode_endpoint_id == "decode-0"
+    with pytest.raises(ValueError, match="needs the requests' prefill_done_s"):
+        lifecycle_events(routed([0.0], [0.1], [0.2], [10], [5], [0], [0]))
+    with pytest.raises(ValueError, match="decode_pick must be"):
+        lifecycle_events(TWO, decode_pick="later")
+
+
+def test_decode_features_are_taken_when_prefill_returns():
+    """A's TPOT features see B, dispatched to decode-0 while A prefilled; named at dispatch, they would not."""
+    require_data(FLEET_PROFILE)
+    # A at 0 s, prefill done 0.5 s; B at 0.1 s, prefill done 0.2 s, both decode on decode-0.
+    two = routed([0.0, 0.1], [0.55, 0.25], [1.55, 1.25], [1000, 2000], [101, 101], [0, 0], [0, 0],
+                 prefill_done=[0.5, 0.2])
+    late = {(s["target"], s["request_id"]): s for s in record_samples(two, profile_dir=str(FLEET_PROFILE))}
+    early = {(s["target"], s["request_id"]): s for s in record_samples(
+        two, profile_dir=str(FLEET_PROFILE), decode_pick="at_dispatch")}
+    a_late, a_early = late["tpot", "r0"]["features"], early["tpot", "r0"]["features"]
+    assert a_early["running_requests"] == 0 and a_early["decode_tokens_in_flight"] == 0
+    # at 0.5 s B (2000 in) holds decode-0 and has had its first token at 0.25 s
+    assert a_late["running_requests"] == 1 and a_late["decode_tokens_in_flight"] == 2000
+    assert late["tpot", "r0"]["observed_ms"] == early["tpot", "r0"]["observed_ms"] == pytest.approx(10.0)
 
 
 def test_endpoints_carry_topology_domains():

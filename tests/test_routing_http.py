@@ -187,6 +187,42 @@ def test_externally_routed_requests_are_tracked(api):
     assert client.post("/v1/requests/ext-1/completed", json={"output_tokens": 3}).status_code == 200
 
 
+def test_decode_named_when_prefill_returns(api):
+    """Dynamo's frontend order over HTTP: dispatched to prefill only, prefill_done names decode."""
+    client, svc = api
+    before = client.get("/v1/samples", params={"limit": 1}, headers=AUTH).json()["stats"]["last_seq"]
+    assert client.post("/v1/requests/dyn-1/dispatched",
+                       json={"prefill_endpoint_id": "p0", "input_tokens": 2500}).status_code == 201
+    loads = {e["id"]: e["load"] for e in client.get("/v1/endpoints").json()}
+    assert loads["p0"]["prefill_tokens_in_flight"] >= 2500 and svc.registry.in_flight("dyn-1").decode_id is None
+    resp = client.post("/v1/requests/dyn-1/prefill_done", json={"decode_endpoint_id": "d0"})
+    assert resp.status_code == 200 and resp.json() == {"request_id": "dyn-1", "samples_recorded": 0}
+    req = svc.registry.in_flight("dyn-1")
+    assert req.decode_id == "d0" and req.tpot_features["role"] == "decode" and req.predicted_tpot_ms > 0
+    loads = {e["id"]: e["load"] for e in client.get("/v1/endpoints").json()}
+    assert loads["p0"]["prefill_tokens_in_flight"] == 0 and loads["d0"]["decode_tokens_in_flight"] >= 2500
+    assert client.post("/v1/requests/dyn-1/first_token", json={"observed_ttft_ms": 300.0}).json()[
+        "samples_recorded"] == 1
+    assert client.post("/v1/requests/dyn-1/completed", json={"output_tokens": 40, "observed_tpot_ms": 9.0}).json()[
+        "samples_recorded"] == 1
+    page = client.get("/v1/samples", params={"after_seq": before}, headers=AUTH).json()["samples"]
+    assert [(s["target"], s["endpoint_id"]) for s in page if s["request_id"] == "dyn-1"] == [
+        ("ttft", "p0"), ("tpot", "d0")]
+    # refusals name what is wrong
+    client.post("/v1/requests/dyn-2/dispatched", json={"prefill_endpoint_id": "p0", "input_tokens": 10})
+    bad = client.post("/v1/requests/dyn-2/prefill_done", json={"decode_endpoint_id": "nope"})
+    assert bad.status_code == 404 and bad.json()["message"] == "unknown endpoint 'nope'"
+    assert svc.registry.in_flight("dyn-2").decode_id is None  # nothing half-applied
+    assert client.post("/v1/requests/never/prefill_done", json={}).status_code == 404
+    wrong = client.post("/v1/requests/dyn-2/prefill_done", json={"decode_endpoint_id": "p1"})
+    assert wrong.status_code == 422 and "has role prefill, expected decode" in wrong.json()["message"]
+    both = client.post("/v1/requests/events", json={"events": [
+        {"event": "prefill_done", "request_id": "dyn-2", "decode_endpoint_id": "d1"},
+        {"event": "completed", "request_id": "dyn-2", "output_tokens": 2}]}).json()["results"]
+    assert [r["status"] for r in both] == [200, 200]
+    assert client.post("/v1/requests/dyn-3/dispatched", json={"input_tokens": 1}).status_code == 422
+
+
 @pytest.mark.parametrize("body, field", [
     pytest.param({"input_tokens": 10, "slo": {"ttft_ms": -5}}, "body.slo.ttft_ms", id="negative SLO"),
     pytest.param({"input_tokens": 10}, "body.slo", id="missing SLO with SLO routing on"),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from routing.features import feature_matrix, features_from_samples
+from routing.features import RAW_FIELDS, feature_matrix, features_from_samples
 from routing.picker import RouteRequest, dispatch_record
 from routing.lifecycle import InFlight
 from routing.registry import Endpoint
@@ -209,6 +211,48 @@ def test_two_stage_dispatch_for_simulators():
     with pytest.raises(RegistryError, match="expected decode"):
         reg.dispatched(inflight("q", prefill="p0"))
         reg.assign_decode("q", "p0")
+
+
+def test_prefill_done_releases_prefill_and_picks_decode_then():
+    """Dynamo's order: dispatch to prefill; prefill returns -> decode named; first token from decode."""
+    reg = fleet(("p0", "prefill"), ("d0", "decode"), ("d1", "decode"))
+    feats = dict.fromkeys(RAW_FIELDS, 0.0)
+    reg.dispatched(replace(inflight("a", prefill="p0", input_tokens=1000, t=0.0), ttft_features=feats | {"role": "prefill"}))
+    reg.dispatched(inflight("b", prefill="p0", input_tokens=400, t=0.1))
+    assert (load(reg, "p0")["prefill_tokens_in_flight"], load(reg, "p0")["waiting_requests"]) == (1400, 2)
+    assert load(reg, "d0")["running_requests"] == 0  # no decode named yet
+    # a's prefill returns at 0.5 s: it leaves p0's queue (b's batch starts), waits on d0 for KV + admission
+    reg.prefill_done("a", now_s=0.5, decode_id="d0", tpot_features=feats | {"role": "decode"},
+                    predicted_tpot_ms=9.0)
+    assert (load(reg, "p0")["prefill_tokens_in_flight"], load(reg, "p0")["running_requests"]) == (400, 1)
+    assert _batch(reg, "p0", 0.75) == (400, 250, 0)  # (0.75 - 0.5) s
+    assert (load(reg, "d0")["waiting_requests"], load(reg, "d0")["running_requests"]) == (1, 1)
+    assert load(reg, "d0")["decode_tokens_in_flight"] == 1000
+    (ttft,) = reg.first_token("a", now_s=0.6)  # TTFT sample on p0's features at dispatch; p0 not released twice
+    assert ttft.endpoint_id == "p0" and ttft.observed_ms == pytest.approx(600.0)
+    assert load(reg, "p0")["prefill_tokens_in_flight"] == 400 and load(reg, "d0")["waiting_requests"] == 0
+    (tpot,) = reg.completed("a", now_s=1.6, output_tokens=101)
+    assert (tpot.endpoint_id, tpot.predicted_ms, tpot.observed_ms) == ("d0", 9.0, pytest.approx(10.0))
+    assert load(reg, "d0")["running_requests"] == 0
+    # b: prefill done without a decode pick (a one-token answer), then completion
+    reg.prefill_done("b", now_s=0.9)
+    assert load(reg, "p0")["requests_in_flight"] == 0 and load(reg, "p0")["prefill_tokens_in_flight"] == 0
+    reg.completed("b", now_s=0.9, output_tokens=1, observed_ttft_ms=900.0)
+    assert load(reg, "p0")["prefill_tokens_in_flight"] == 0 and reg.in_flight_count() == 0
+
+
+def test_prefill_done_refusals_name_the_request():
+    reg = fleet(("p0", "prefill"), ("d0", "decode"), ("a0", "aggregated"))
+    reg.dispatched(inflight("agg", decode="a0"))
+    with pytest.raises(RegistryError, match="'agg' is aggregated on a0"):
+        reg.prefill_done("agg", now_s=1.0)
+    reg.dispatched(inflight("both", prefill="p0", decode="d0"))
+    with pytest.raises(RegistryError, match="already has decode endpoint d0"):
+        reg.prefill_done("both", now_s=1.0, decode_id="d0")
+    with pytest.raises(UnknownRequestError):
+        reg.prefill_done("never", now_s=1.0)
+    reg.prefill_done("both", now_s=1.0)  # decode named at dispatch: prefill_done only releases prefill
+    assert load(reg, "p0")["running_requests"] == 0 and load(reg, "d0")["waiting_requests"] == 1
 
 
 def _batch(reg, eid, t):
