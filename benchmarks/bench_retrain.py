@@ -52,12 +52,11 @@ sys.path.insert(0, str(ROOT))
 from connectors.profiles import load_profile_dir  # noqa: E402
 from routing.features import FEATURE_SET_VERSION  # noqa: E402
 from routing.predictor import ProfileEstimator  # noqa: E402
-from routing.model_export import to_document  # noqa: E402
 from routing.training.config import TrainingConfig  # noqa: E402
 from routing.training.data import prepare_samples  # noqa: E402
-from routing.training.evaluation import STRATA, evaluate_all  # noqa: E402
+from routing.training.evaluation import STRATA  # noqa: E402
 from routing.training.fit import fit_all  # noqa: E402
-from routing.training.gate import gate  # noqa: E402
+from routing.training.publish import decide_candidate  # noqa: E402
 from routing.training.split import splits_for  # noqa: E402
 from sim.samples import record_samples, simulate_routed  # noqa: E402
 from sim.traces import time_window  # noqa: E402
@@ -137,12 +136,14 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
     t0 = time.perf_counter()
     models = fit_all(prepared, cfg)
     fit_s = time.perf_counter() - t0
-    doc = to_document(models, version="bench", metrics={})
-    ev = evaluate_all(prepared, cfg, candidate_document=doc, current_document=None, estimate=estimate)
-    decision = gate(ev.candidate, estimate=ev.estimate, current=None, current_version=None, force=False, cfg=cfg)
+    # As the retrain flow decides: a target whose trees are worse than the estimate is kept on it.
+    cand = decide_candidate(models, prepared, cfg, version="bench", created_at_s=None, current_document=None,
+                            current_version=None, estimate=estimate, force=False)
+    ev, doc, decision, models = cand.evaluation, cand.document, cand.decision, cand.models
     splits = splits_for(prepared, cfg)
     out = {"samples_used": len(used), "fit_s": round(fit_s, 2), "document_bytes": len(json.dumps(doc)),
-           "gate": decision.code, "strata": strata_of(ev.candidate)}
+           "gate": decision.code, "gate_reason": decision.reason, "kept_estimate": list(cand.kept_estimate),
+           "strata": strata_of(ev.candidate)}
     for t in ("ttft", "tpot"):
         c, e = ev.candidate[t], ev.estimate[t]
         n_tr, n_cal, n_hold = splits[t].sizes()
@@ -153,6 +154,8 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
             "p90_loss": round(c["p90_loss"], 5), "estimate_mape": round(e["mape"], 5),
             "served": {k: round(v, 5) for k, v in c["served"].items()} if "served" in c else None,
             "estimate_p90_loss": round(e["p90_loss"], 5), "iterations": models[t].iterations,
+            "point_model": "estimate" if t in cand.kept_estimate else models[t].mean_kind,
+            "point_selection": {k: round(v, 5) for k, v in models[t].point_selection.items()},
             "p90_calibration_factor": round(math.exp(models[t].p90_log_offset), 4),
             "buckets": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in b.items()}
                         for b in c["buckets"] if b["n"]],

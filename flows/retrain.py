@@ -103,7 +103,7 @@ def retrain_flow(
         return _result(decision, version, current_version, prepared, published=None)
 
     models = train_models(prepared, cfg)
-    document, evaluation, decision = evaluate_models(
+    document, evaluation, decision, models = evaluate_models(
         prepared, models, cfg=cfg, version=version, created_at_s=now, current_document=current_document,
         current_version=current_version, estimate=estimate, force=force,
     )
@@ -219,6 +219,11 @@ def model_card(
             if m.relative_selection:
                 kind += (" (calibration MAPE " + ", ".join(f"{k} {_pct(v)}" for k, v in m.relative_selection.items())
                          + ")")
+            if m.mean_kind == "flat":
+                kind += f": flat, the estimate x{np.exp(m.mean.log_factor):.3f} (no trees)"
+            if m.point_selection:
+                kind += ("; chosen on the newer half of the calibration slice, MAPE "
+                         + ", ".join(f"{k} {_pct(v)}" for k, v in m.point_selection.items()))
             lines.append(f"| {t} | {kind} | {m.iterations['mean']} | {m.fit_s:.2f} | |")
             factor = f"x{np.exp(m.p90_log_offset):.3f}"
             if m.p90_bucket_offsets is not None:

@@ -113,13 +113,13 @@ def model_document(
 
 def export_target(models: TargetModels) -> tuple[dict, dict]:
     """(mean, p90) as REG dicts of the safe format: trees on log latency, link "log"."""
-    mean = export_hist_gradient_boosting(models.mean)
-    if models.p90_kind == "flat":
-        # No trees: one all-zero tree (the format needs one) under the calibration below.
+    def flat(log_factor: float) -> dict:
+        # No trees: one all-zero tree (the format needs one) under a constant log ratio.
         zero = bucket_tree(0, (0.0,), (0.0,))
-        p90 = {"kind": "hist_gradient_boosting", "link": "identity", "baseline": 0.0, "trees": [zero]}
-    else:
-        p90 = export_hist_gradient_boosting(models.p90)
+        return {"kind": "hist_gradient_boosting", "link": "identity", "baseline": log_factor, "trees": [zero]}
+
+    mean = flat(models.mean.log_factor) if models.mean_kind == "flat" else export_hist_gradient_boosting(models.mean)
+    p90 = flat(0.0) if models.p90_kind == "flat" else export_hist_gradient_boosting(models.p90)
     for reg in (mean, p90):
         if reg["link"] != "identity":
             raise ValueError(f"export_target {models.target}: expected an identity-link model, got {reg['link']}")

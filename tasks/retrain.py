@@ -16,12 +16,12 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.router_admin import RouterAdminClient
 from routing.features import TARGETS
-from routing.model_export import to_document
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples, prepare_samples
-from routing.training.evaluation import Evaluation, evaluate_all
+from routing.training.evaluation import Evaluation
 from routing.training.fit import TargetModels, fit_all
-from routing.training.gate import GateDecision, decide_publish
+from routing.training.gate import GateDecision
+from routing.training.publish import decide_candidate
 from tasks.collect import network_task
 
 
@@ -84,18 +84,17 @@ def evaluate_models(
     current_version: str | None,
     estimate,
     force: bool,
-) -> tuple[dict, Evaluation, GateDecision]:
+) -> tuple[dict, Evaluation, GateDecision, dict[str, TargetModels]]:
     """The candidate document, its held-out comparison with the current model and the estimate (with the
-    probe-grid report), the decision."""
-    draft = to_document(models, version=version, metrics={}, created_at_s=created_at_s)
-    evaluation = evaluate_all(
-        prepared, cfg, candidate_document=draft, current_document=current_document, estimate=estimate
-    )
-    decision, evaluation = decide_publish(
-        draft, evaluation, prepared, cfg, current_version=current_version, force=force, estimate=estimate,
-    )
-    document = dict(draft, metrics=evaluation.metrics(), notes=decision.reason[:4096])
-    return document, evaluation, decision
+    probe-grid report), the decision, and the models the document holds (a target whose trees were worse
+    than the estimate kept on the estimate: routing.training.publish)."""
+    candidate = decide_candidate(models, prepared, cfg, version=version, created_at_s=created_at_s,
+                                 current_document=current_document, current_version=current_version,
+                                 estimate=estimate, force=force)
+    if candidate.kept_estimate:
+        get_run_logger().warning("keeping the profile estimate for %s: %s", ", ".join(candidate.kept_estimate),
+                                 candidate.decision.reason)
+    return candidate.document, candidate.evaluation, candidate.decision, candidate.models
 
 
 @task(**network_task)

@@ -134,7 +134,8 @@ def test_p90_trees_kept_only_when_they_beat_the_flat_p90_on_newer_rows(estimate,
     y = d.y_ms / 1.3 * bias(d.x)
     d = TargetData("ttft", d.x, y, d.recorded_at_s, d.seq, {}, estimate_ms=d.estimate_ms, estimate_name=d.estimate_name)
     split = time_split(d.n, holdout_frac=0.2, calibration_frac=0.2)
-    m = fit_target(d, split, CFG.model_copy(update={"calibration_frac": 0.2}))
+    # The point model's own choice is tested below: here the point stays trees, the p90 alone is chosen.
+    m = fit_target(d, split, CFG.model_copy(update={"calibration_frac": 0.2, "point_select": False}))
     assert m.p90_kind == kind, m.p90_selection
     other = "trees" if kind == "flat" else "flat"
     assert m.p90_selection[kind] < m.p90_selection[other]
@@ -144,6 +145,53 @@ def test_p90_trees_kept_only_when_they_beat_the_flat_p90_on_newer_rows(estimate,
     _, p90 = document_predictions(doc, "ttft", d.x[h], estimate)
     np.testing.assert_allclose(p90, m.predict(d.x[h], d.estimate_ms[h])[1], rtol=1e-9)
     assert 0.84 <= np.mean(d.y_ms[h] <= p90) <= 0.96
+
+
+def _with_ratio(d: TargetData, ratio: np.ndarray) -> TargetData:
+    return TargetData(d.target, d.x, d.estimate_ms * ratio, d.recorded_at_s, d.seq, {}, estimate_ms=d.estimate_ms,
+                      estimate_name=d.estimate_name)
+
+
+def test_point_trees_are_kept_only_when_they_beat_the_flat_point_on_newer_rows(estimate):
+    d = data("tpot", estimate, seed=4)
+    running = d.x[:, FEATURES["tpot"].index("running_requests")]
+    noise = np.random.default_rng(5).lognormal(0, 0.03, d.n)
+    split = time_split(d.n, holdout_frac=0.2, calibration_frac=0.2)
+    cfg = CFG.model_copy(update={"calibration_frac": 0.2})
+    # The training window ran 1 + 2% per running request over the estimate; the newer rows run a flat 1.2:
+    # trees carry the old pattern, the estimate x the median ratio of the older calibration half does not.
+    drifted = np.where(np.arange(d.n) < split.train.stop, 1 + 0.02 * running, 1.2) * noise
+    m = fit_target(_with_ratio(d, drifted), split, cfg)
+    assert m.mean_kind == "flat" and m.p90_kind == "flat", m.point_selection
+    assert m.point_selection["flat"] < 0.05 < m.point_selection["trees"]
+    assert m.iterations["mean"] == 0 and m.base == d.estimate_name
+    h = split.holdout
+    doc = to_document({"tpot": m, "ttft": fit_target(data("ttft", estimate, n=600), time_split(
+        600, holdout_frac=0.2, calibration_frac=0.1), CFG)}, version="flat-point", metrics={})
+    mean, p90 = document_predictions(doc, "tpot", d.x[h], estimate)
+    np.testing.assert_allclose(mean / d.estimate_ms[h], 1.2, rtol=0.02)  # the median ratio, published
+    assert 0.84 <= np.mean(d.estimate_ms[h] * drifted[h] <= p90) <= 0.96
+    # The same pattern kept by the newer rows: the trees are needed and kept.
+    steady = (1 + 0.02 * running) * noise
+    kept = fit_target(_with_ratio(d, steady), split, cfg)
+    assert kept.mean_kind == "trees" and kept.point_selection["trees"] < kept.point_selection["flat"]
+    # Off, or with relative models refused, the trees stay whatever the newer rows say.
+    assert fit_target(_with_ratio(d, drifted), split, cfg.model_copy(update={"point_select": False})).mean_kind == (
+        "trees")
+    never = fit_target(_with_ratio(d, drifted), split, cfg.model_copy(update={"relative_to_estimate": "never"}))
+    assert never.mean_kind == "trees" and never.base is None and never.point_selection == {}
+
+
+def test_point_half_mape_by_hand():
+    from routing.training.fit import _point_half_mape
+
+    # log ratios: older half 0 and log 2 (median log sqrt 2); newer half log 2, log 2.
+    lr = np.log([1.0, 2.0, 2.0, 2.0])
+    got = _point_half_mape(np.array([0.0, 0.0, np.log(1.1), -np.log(1.1)]), lr)
+    # trees: |1.1 - 1| and |1/1.1 - 1| -> mean 0.0955; flat: predicts sqrt 2 for 2 -> |sqrt2/2 - 1| = 0.2929
+    assert got["trees"] == pytest.approx((0.1 + (1 - 1 / 1.1)) / 2)
+    assert got["flat"] == pytest.approx(1 - np.sqrt(2) / 2)
+    assert _point_half_mape(np.zeros(1), np.zeros(1))["flat"] == float("inf")
 
 
 def m_tpot(estimate):

@@ -217,7 +217,8 @@ def test_prefill_done_releases_prefill_and_picks_decode_then():
     """Dynamo's order: dispatch to prefill; prefill returns -> decode named; first token from decode."""
     reg = fleet(("p0", "prefill"), ("d0", "decode"), ("d1", "decode"))
     feats = dict.fromkeys(RAW_FIELDS, 0.0)
-    reg.dispatched(replace(inflight("a", prefill="p0", input_tokens=1000, t=0.0), ttft_features=feats | {"role": "prefill"}))
+    a = replace(inflight("a", prefill="p0", input_tokens=1000, t=0.0), ttft_features=feats | {"role": "prefill"})
+    reg.dispatched(a)
     reg.dispatched(inflight("b", prefill="p0", input_tokens=400, t=0.1))
     assert (load(reg, "p0")["prefill_tokens_in_flight"], load(reg, "p0")["waiting_requests"]) == (1400, 2)
     assert load(reg, "d0")["running_requests"] == 0  # no decode named yet

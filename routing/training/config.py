@@ -74,6 +74,14 @@ class TrainingConfig(StrictModel):
         "factor (flat p90); else publish the flat one. Trees fitted on older load can be confidently wrong on "
         "newer load, the estimate's shape holds",
     )
+    point_select: bool = Field(
+        True,
+        description="when the samples carry the estimate (and relative_to_estimate is not never), keep the point trees (relative or absolute, as "
+        "relative_to_estimate chose) only when their MAPE on the newer half of the calibration slice is lower "
+        "than the estimate times a factor from its older half (the median ratio); else publish that flat "
+        "model, with a flat p90, both calibrated on the whole slice. Trees that learned the training window's "
+        "load can be worse than the estimate on newer load, and a model worse than the estimate is never published",
+    )
     served_calibration: OnlineCalibrationConfig = Field(
         default_factory=OnlineCalibrationConfig,
         description="the routing service's online p90 calibration (its online_calibration setting): the held-out "

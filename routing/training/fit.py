@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,7 +30,8 @@ class TargetModels:
     its columns in the full FEATURES[target] rows.
     base: the estimate's name when the models predict ratios to it (None: ms).
     p90_kind: "flat" when the p90 is the estimate times the calibration (no trees);
-    p90_selection / relative_selection: the calibration-slice losses the choices were made on.
+    mean_kind: "flat" when the point model is the estimate times a factor (no trees);
+    p90_selection / relative_selection / point_selection: the calibration-slice losses the choices were made on.
     """
 
     target: Target
@@ -47,6 +49,8 @@ class TargetModels:
     p90_kind: Literal["trees", "flat"] = "trees"
     p90_selection: dict[str, float] = field(default_factory=dict)
     relative_selection: dict[str, float] = field(default_factory=dict)
+    mean_kind: Literal["trees", "flat"] = "trees"
+    point_selection: dict[str, float] = field(default_factory=dict)
 
     def predict(self, x: np.ndarray, estimate_ms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(mean, p90) latency, ms, straight from the scikit-learn models (x: full FEATURES[target] rows;
@@ -74,12 +78,11 @@ def log_estimate(estimate_ms: np.ndarray) -> np.ndarray:
 def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetModels:
     """Fit the mean and p90 models of one target on the split's training rows.
 
-    The calibration rows, when there are any, drive early stopping and the p90
-    calibration offset; the holdout rows are not touched. With the samples'
-    estimate (data.estimate_ms) and cfg.relative_to_estimate "always" (or
-    "select" and a lower calibration MAPE of the relative point model), the
-    models fit log(latency / estimate) and are relative to it; with "select",
-    both point models are fitted (one more fit).
+    The calibration rows, when there are any, drive early stopping, the p90 calibration offset and
+    the choices; the holdout rows are not touched. With the samples' estimate (data.estimate_ms) and
+    cfg.relative_to_estimate "always" (or "select" and a lower calibration MAPE of the relative point
+    model: one more fit), the models fit log(latency / estimate) and are relative to it; with
+    cfg.point_select the point trees give way to the estimate times a factor when that does better.
     """
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
@@ -90,7 +93,8 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
         has_calibration = split.calibration.stop > split.calibration.start
         candidates = [True, False] if cfg.relative_to_estimate == "select" and has_calibration else [True]
     log_est = log_estimate(data.estimate_ms) if data.estimate_ms is not None else 0.0
-    x_tr, x_cal = data.x[split.train][:, columns], data.x[split.calibration][:, columns]
+    cal = split.calibration
+    x_tr, x_cal = data.x[split.train][:, columns], data.x[cal][:, columns]
     if x_tr.shape[0] < 2:
         raise ValueError(f"fit_target {data.target}: need at least 2 training rows, got {x_tr.shape[0]}")
     common = dict(
@@ -122,9 +126,16 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
                 relative_mape["relative" if relative else "absolute"] = float(np.mean(np.abs(np.exp(pred) - 1)))
         relative = candidates[0] if len(candidates) == 1 else relative_mape["relative"] <= relative_mape["absolute"]
         y_tr, y_cal, val, mean = fits[relative]
-        p90 = HistGradientBoostingRegressor(loss="quantile", quantile=QUANTILE, **common, **early).fit(x_tr, y_tr, **val)
+        point_selection = _point_selection(mean, data, split, cfg, x_cal=x_cal, y_cal=y_cal)
+        mean_kind = "flat" if point_selection and point_selection["flat"] < point_selection["trees"] else "trees"
+        if mean_kind == "flat":  # the estimate times the calibration slice's median ratio; a flat p90
+            relative, (y_tr, y_cal) = True, (np.log(data.y_ms[r]) - log_est[r] for r in (split.train, cal))
+            mean, p90 = FlatModel(float(np.median(y_cal))), FlatModel()
+        else:
+            p90 = HistGradientBoostingRegressor(loss="quantile", quantile=QUANTILE, **common, **early)
+            p90.fit(x_tr, y_tr, **val)
         p90, offset, by_bucket, kind, selection = _calibrated_p90(p90, data, split, cfg, x_cal=x_cal, y_cal=y_cal,
-                                                                  relative=relative)
+                                                                  relative=relative and mean_kind == "trees")
     return TargetModels(
         target=data.target,
         mean=mean,
@@ -138,10 +149,33 @@ def fit_target(data: TargetData, split: Split, cfg: TrainingConfig) -> TargetMod
         columns=columns,
         p90_bucket_offsets=by_bucket,
         base=data.estimate_name if relative else None,
-        p90_kind=kind,
+        p90_kind="flat" if mean_kind == "flat" else kind,
         p90_selection=selection,
         relative_selection=relative_mape,
+        mean_kind=mean_kind,
+        point_selection=point_selection,
     )
+
+
+def _point_selection(mean, data: TargetData, split: Split, cfg: TrainingConfig, *, x_cal: np.ndarray,
+                     y_cal: np.ndarray) -> dict[str, float]:
+    """The calibration-slice MAPEs point_select chooses on ({} when it does not apply)."""
+    if not (cfg.point_select and data.estimate_ms is not None and cfg.relative_to_estimate != "never"
+            and y_cal.size):
+        return {}
+    log_ratio = np.log(data.y_ms[split.calibration]) - log_estimate(data.estimate_ms[split.calibration])
+    return _point_half_mape(mean.predict(x_cal) - y_cal, log_ratio)
+
+
+def _point_half_mape(tree_residuals: np.ndarray, log_ratio: np.ndarray) -> dict[str, float]:
+    """MAPE on the newer half of the calibration rows: the point trees (their log residuals) and the
+    estimate times the median ratio of the older half (flat); inf when the slice has under 2 rows."""
+    half = log_ratio.size // 2
+    if half < 1:
+        return {"trees": 0.0, "flat": math.inf}
+    flat = log_ratio[half:] - float(np.median(log_ratio[:half]))
+    return {"trees": float(np.mean(np.abs(np.exp(tree_residuals[half:]) - 1))),
+            "flat": float(np.mean(np.abs(np.exp(-flat) - 1)))}
 
 
 def _calibrated_p90(p90, data: TargetData, split: Split, cfg: TrainingConfig, *, x_cal: np.ndarray,
@@ -167,12 +201,18 @@ def _calibrated_p90(p90, data: TargetData, split: Split, cfg: TrainingConfig, *,
 
 
 class FlatModel:
-    """A p90 'model' with no trees: 0 in log-ratio space, so the p90 is the estimate times the calibration."""
+    """A 'model' with no trees: a constant log ratio, so the prediction is the estimate times a factor.
+
+    As the p90: 0, the calibration supplies the factor; as the point model, the median log ratio.
+    """
 
     n_iter_ = 0
 
+    def __init__(self, log_factor: float = 0.0):
+        self.log_factor = log_factor
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return np.zeros(len(x))
+        return np.full(len(x), self.log_factor)
 
 
 def fit_all(prepared: PreparedSamples, cfg: TrainingConfig) -> dict[Target, TargetModels]:
