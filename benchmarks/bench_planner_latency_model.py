@@ -38,7 +38,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from bench_retrain import DATA, PROFILE_DIR, samples_cached  # noqa: E402
+from bench_retrain import DATA, DEFAULT_DECODE_PICK, PROFILE_DIR, samples_cached  # noqa: E402
 from connectors.profiles import load_profile_dir  # noqa: E402
 from planner.profile_checks import ProfileRangeWarning  # noqa: E402
 from planner.ttft_view import ProfileTtftView  # noqa: E402
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p}: benchmark data not found (../shared/data beside the project)", file=sys.stderr)
             return 2
     load_start = os.getloadavg()[0]
-    samples, info = samples_cached(SCENARIO, quick=False, cache_dir=args.samples_cache)
+    recordings, info = samples_cached(SCENARIO, quick=False, cache_dir=args.samples_cache)
+    samples = recordings[DEFAULT_DECODE_PICK]  # decode named when prefill returns, as the fleet routes
     doc, training = train_document(samples, max_samples=args.max_samples)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.json"
