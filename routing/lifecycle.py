@@ -117,7 +117,8 @@ class RequestLifecycle:
         with self._lock:
             req = self._get(request_id)
             if req.aggregated:
-                raise RegistryError(f"request {request_id!r} is aggregated on {req.decode_id}: it has no prefill to finish")
+                raise RegistryError(
+                    f"request {request_id!r} is aggregated on {req.decode_id}: it has no prefill to finish")
             if decode_id is not None:
                 self.assign_decode(request_id, decode_id, tpot_features=tpot_features,
                                    predicted_tpot_ms=predicted_tpot_ms)

@@ -62,6 +62,14 @@ def test_a_target_worse_than_the_estimate_is_published_as_the_estimate(estimate)
     ttft_mean, _ = document_predictions(cand.document, "ttft", xt, estimate)
     assert np.median(ttft_mean / estimate.predict("ttft", xt)) == pytest.approx(1.3, rel=0.02)
     assert ev.candidate["ttft"]["mape"] < ev.estimate["ttft"]["mape"] / 5
+    # The model card says what is published and why.
+    from flows.retrain import model_card
+
+    card = model_card({"router_url": "http://r", "version": "v-test", "current_version": None,
+                       "estimate": "profile:x"}, prepared, CFG, cand.decision, evaluation=ev, models=cand.models)
+    assert "# Latency model v-test: PUBLISHED" in card
+    assert f"**Decision** `publish`: {cand.decision.reason}" in card
+    assert "| tpot | point, relative to profile:" in card and ": flat, the estimate x1.000 (no trees)" in card
 
 
 def test_nothing_is_replaced_when_both_targets_or_neither_are_worse(estimate):

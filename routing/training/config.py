@@ -76,9 +76,10 @@ class TrainingConfig(StrictModel):
     )
     point_select: bool = Field(
         True,
-        description="when the samples carry the estimate (and relative_to_estimate is not never), keep the point trees (relative or absolute, as "
-        "relative_to_estimate chose) only when their MAPE on the newer half of the calibration slice is lower "
-        "than the estimate times a factor from its older half (the median ratio); else publish that flat "
+        description="when the samples carry the estimate (and relative_to_estimate is not never), keep the point "
+        "trees (relative or absolute, as relative_to_estimate chose) only when their MAPE on the newer half of "
+        "the calibration slice is lower than the estimate times a factor from its older half (the median "
+        "ratio); else publish that flat "
         "model, with a flat p90, both calibrated on the whole slice. Trees that learned the training window's "
         "load can be worse than the estimate on newer load, and a model worse than the estimate is never published",
     )
