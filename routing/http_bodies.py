@@ -116,6 +116,11 @@ class PredictBody(_Body):
 
 
 class DispatchedBody(_Body):
+    # At least one endpoint, and said in the schema so a client generated from it knows.
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": [k], "properties": {k: {"type": "string"}}}
+        for k in ("prefill_endpoint_id", "decode_endpoint_id")]})
+
     prefill_endpoint_id: str | None = Field(None, description="disaggregated: the prefill endpoint")
     decode_endpoint_id: str | None = Field(
         None, description="the decode (or aggregated) endpoint; none with a prefill endpoint: decode is picked when "
