@@ -25,7 +25,7 @@ from routing.training.data import PreparedSamples, TargetData
 from routing.training.evaluation import Evaluation, evaluate_all
 from routing.training.fit import FlatModel, TargetModels, log_estimate
 from routing.training.split import Split, splits_for
-from routing.training.gate import GATE_METRICS, GateDecision, decide_publish, worse_than_estimate
+from routing.training.gate import _NAMES, GATE_METRICS, GateDecision, decide_publish, worse_than_estimate
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,6 @@ def decide_candidate(
     document = dict(document, notes=decision.reason[:4096])
     return Candidate(document, evaluation, decision, models, kept_estimate=tuple(worse))
 
-
-_NAMES = {"mape": "MAPE", "p90_loss": "p90 loss"}
 
 
 def _decide(models, prepared, cfg, version, created_at_s, current_document, current_version, estimate, force):
