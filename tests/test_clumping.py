@@ -7,11 +7,13 @@ window, one Poisson standard deviation is 10, so a busiest window of 110 (7.333 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from planner import clumping
 from planner.clumping import clumping_index, interval_clumping, sizing_basis
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
 from planner.pipeline import interpolate_replicas, predict_load
@@ -23,24 +25,34 @@ from tests.test_sizing_burst import hist  # the same per-interval history, 15 s 
 NAN = float("nan")
 
 
-@pytest.mark.parametrize("n, peak_count, previous, expected", [
-    pytest.param(400, 110, 400, 1.0, id="z = (110 - 100) / 10 = 1"),
-    pytest.param(400, 130, 400, 9.0, id="z = 3 -> 9"),
-    pytest.param(400, 95, 400, 0.0, id="peak below the mean window -> 0"),
+STEP_FROM_560 = (560 - 400 - 2 * 960 ** 0.5) / 4  # 24.51: a step beyond 2 SDs of the counts' difference
+
+
+@pytest.mark.parametrize("n, peak_count, previous, after, expected", [
+    pytest.param(400, 110, 400, None, 1.0, id="z = (110 - 100) / 10 = 1"),
+    pytest.param(400, 130, 400, None, 9.0, id="z = 3 -> 9"),
+    pytest.param(400, 95, 400, None, 0.0, id="peak below the mean window -> 0"),
     # a trend from 240 to 400 raises the last window by 160/4 x 3/8 = 15 without clumping
-    pytest.param(400, 125, 240, 1.0, id="trend 15 taken off: (125 - 100 - 15) / 10"),
-    pytest.param(400, 125, 560, 1.0, id="a falling trend counts the same"),
-    pytest.param(400, 110, 0, 0.0, id="after an empty interval the trend covers it"),
+    pytest.param(400, 125, 240, None, 1.0, id="trend 15 taken off: (125 - 100 - 15) / 10"),
+    # from 460 the trend is 60/4 x 3/8 = 5.625; the step (60 - 2 sqrt(860)) / 4 = 0.34 is within the noise
+    pytest.param(400, 115.625, 460, None, 1.0, id="a falling trend counts the same"),
+    pytest.param(400, 110, 0, None, 0.0, id="after an empty interval the trend covers it"),
+    # the interval started at the previous interval's rate: its first window may hold 560/4 = 140
+    pytest.param(400, 125, 560, None, ((25 - STEP_FROM_560) / 10) ** 2, id="a step down from the previous rate"),
+    # a burst starting inside the interval: the next interval's rate, (1200 - 400 - 2 x 40) / 4 = 180
+    pytest.param(400, 300, 400, 1200, 4.0, id="a burst starting inside: (300 - 100 - 180) / 10 = 2"),
+    pytest.param(400, 300, 400, None, 400.0, id="the same peak with no next interval yet: z = 20"),
+    pytest.param(400, 110, 400, 450, 1.0, id="a next count within the noise: no step"),
 ])
-def test_interval_clumping_by_hand(n, peak_count, previous, expected):
+def test_interval_clumping_by_hand(n, peak_count, previous, after, expected):
     got = interval_clumping(num_requests=n, peak_rps=peak_count / 15.0, previous_requests=previous,
-                            interval_s=60.0, window_s=15.0)
+                            next_requests=after, interval_s=60.0, window_s=15.0)
     assert got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("kw", [
     dict(num_requests=0.0), dict(num_requests=NAN), dict(peak_rps=None), dict(peak_rps=-1.0),
-    dict(previous_requests=NAN), dict(window_s=60.0), dict(window_s=0.0),
+    dict(previous_requests=NAN), dict(next_requests=NAN), dict(window_s=60.0), dict(window_s=0.0),
 ])
 def test_interval_clumping_without_a_reading(kw):
     base = dict(num_requests=400.0, peak_rps=110 / 15, previous_requests=400.0, interval_s=60.0, window_s=15.0)
@@ -83,6 +95,34 @@ def _clumped_history(clump: int, *, rps: float, minutes: int, seed: int) -> Load
     counts = np.histogram(arrivals, bins=np.concatenate(([0.0], ends)))[0].astype(float)
     peaks = [peak_rate_rps(arrivals, end_s=e, scenario=ReplaySettings()) for e in ends]
     return hist(list(counts), peaks)
+
+
+def _bursty_history(*, seed: int, minutes: int = 12) -> LoadHistory:
+    """Bursts like Azure code's: 50 rps for 40-150 s, then 3 rps for 40-150 s, switching at any second of a
+    minute; independent (Poisson) arrivals within each stretch."""
+    rng = np.random.default_rng(seed)
+    edges = np.cumsum(rng.uniform(40.0, 150.0, size=4 * minutes))
+    edges = np.concatenate(([0.0], edges[edges < 60.0 * minutes], [60.0 * minutes]))
+    parts = [rng.uniform(a, b, size=rng.poisson((50.0 if i % 2 else 3.0) * (b - a)))
+             for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+    arrivals = np.sort(np.concatenate(parts))
+    ends = 60.0 * np.arange(1, minutes + 1)
+    counts = np.histogram(arrivals, bins=np.concatenate(([0.0], ends)))[0].astype(float)
+    return hist(list(counts), [peak_rate_rps(arrivals, end_s=e, scenario=ReplaySettings()) for e in ends])
+
+
+def test_bursts_starting_and_ending_inside_minutes_are_not_clumps(monkeypatch):
+    max_index = PredictorConfig().clumping_max_index
+    histories = [_bursty_history(seed=seed) for seed in range(5)]
+
+    def median_index() -> float:
+        return float(np.median([clumping_index(h, lookback_intervals=10, min_intervals=4)[0] for h in histories]))
+
+    assert median_index() < max_index
+    # Read against the previous minute's linear trend alone, a burst's onset or end looks like a clump
+    # (Azure code x8's independent tenants read 22 so, and were sized on the p90 band).
+    monkeypatch.setattr(clumping, "STEP_SIGMAS", math.inf)
+    assert median_index() > 2 * max_index
 
 
 def _median_index(clump: int, rps: float) -> float:
