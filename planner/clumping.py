@@ -111,7 +111,7 @@ def clumping_index(
         return None, f"clumping: {len(values)} intervals with requests and a peak rate, {min_intervals} needed"
     index = statistics.median(values)
     return index, (f"clumping: index {index:.2f} (median over {len(values)} intervals of the busiest "
-                   f"{history.peak_window_s:g} s beyond Poisson and trend)")
+                   f"{history.peak_window_s:g} s beyond Poisson, trend and steps)")
 
 
 def sizing_basis(
