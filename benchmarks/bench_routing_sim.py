@@ -5,8 +5,9 @@ from the control-quality benchmark) with each router: round-robin,
 least-loaded, and the routing service's SLO-aware picker in-process (profile
 estimate; its default configuration, then strategies `least` and `most` with
 the other defaults). The picker runs as the service would: the adapter makes
-the lifecycle calls (dispatched, first token, completed), so the registry's own
-load is what the service would hold.
+the lifecycle calls in Dynamo's order (dispatched, prefill done with the decode
+pick, first token after the KV transfer, completed), so the registry's own load
+is what the service would hold.
 
 For the default picker it also records, per request, the estimate the picker
 used for the chosen endpoints against what the simulated engine then did, and

@@ -7,14 +7,15 @@ would (KV usage, waiting and running requests). The picker then chooses with its
 latency model (the profile estimate unless a trained model is given), SLO
 headroom and topology rules, exactly as the HTTP service would.
 
-It also makes the lifecycle calls the service gets from the frontend, so the
-registry's own load (prompt tokens awaiting prefill, context tokens decoding,
-strictest SLOs in flight) is what the service would hold: `dispatched` with
-the prefill pick, `first_token` when prefill ends (the decode pick: in a
-disaggregated fleet the prefill engine produces the first token, and the
-frontend learns it then), `assign_decode` with the decode pick, and
-`completed` once the decode worker has finished the request (noticed at the
-next pick that looks at that worker).
+It also makes the lifecycle calls the service gets from the frontend, in
+Dynamo's order, so the registry's own load (prompt tokens awaiting prefill,
+requests waiting for decode admission, context tokens decoding, strictest SLOs
+in flight) is what the service would hold: `dispatched` with the prefill pick;
+`prefill_done` with the decode pick, made when prefill returns (Dynamo's
+PrefillRouter picks decode only then); `first_token` once the decode worker has
+admitted the request and emitted its first token, after the KV transfer; and
+`completed` once it has finished the request. The last two are noticed at the
+next pick that looks at that worker, and the first token carries its true time.
 
 Every simulated request is marked critical, so the picker never sheds: the
 simulator serves everything it is given (a shed request would be an SLA miss the
@@ -70,6 +71,7 @@ class PickerRouter:
         self.sim = None
         self._registered: dict[str, object] = {}
         self._decoding: dict[str, set[int]] = {}  # decode worker name -> requests assigned there
+        self._first_due: dict[str, set[int]] = {}  # decode worker name -> those without their first token yet
         self._prefilling: dict[str, deque[int]] = {}  # prefill worker name -> requests sent there, oldest first
         self.picks = 0
 
@@ -87,6 +89,7 @@ class PickerRouter:
                 self.registry.deregister(name)
                 del self._registered[name]
                 self._decoding.pop(name, None)
+                self._first_due.pop(name, None)
                 self._prefilling.pop(name, None)
         for name, w in live.items():
             if name not in self._registered:
@@ -103,6 +106,7 @@ class PickerRouter:
                 kv = min(w.batch_tokens / cap, 1.0)
                 waiting, running = float(len(w.queue)), float(len(w.batch))
             else:
+                self._release_first_tokens(w)
                 self._complete_finished(w, now_s)
                 kv = min(w.kv_tokens_at(now_s) / cap, 1.0)
                 waiting, running = float(len(w.pending) + w.incoming), float(w.n)
@@ -111,10 +115,11 @@ class PickerRouter:
             )
 
     def _release_prefilled(self, w: PrefillWorker, now_s: float) -> None:
-        """`first_token` for requests whose prefill the worker has finished (its queue is FIFO).
+        """`first_token` for requests whose prefill the worker has finished without a decode pick (FIFO queue).
 
-        The decode pick releases most of them at the exact moment; this catches
-        the rest (single-token outputs never reach a decode pick).
+        The decode pick's `prefill_done` releases most of them at the exact
+        moment; single-token outputs never reach a decode pick: prefill's token
+        is their first and last.
         """
         mine = self._prefilling.get(w.name)
         if not mine:
@@ -122,8 +127,20 @@ class PickerRouter:
         while len(mine) > len(w.queue) + len(w.batch):
             key = str(mine.popleft())
             req = self.registry.in_flight(key)
-            if req is not None and req.first_token_s is None:
+            if req is not None and not req.prefill_released:
                 self.registry.first_token(key, now_s=now_s)
+
+    def _release_first_tokens(self, w: DecodeWorker) -> None:
+        """`first_token`, at its true time, for the requests the worker has admitted since the last look."""
+        due = self._first_due.get(w.name)
+        if not due or len(due) <= w.incoming + len(w.pending) + len(w.first_due):
+            return
+        first_s = self.sim.first_token_s
+        for rid in [r for r in due if first_s[r] == first_s[r]]:  # not NaN: first token out
+            due.discard(rid)
+            req = self.registry.in_flight(str(rid))
+            if req is not None and req.first_token_s is None:
+                self.registry.first_token(str(rid), now_s=float(first_s[rid]))
 
     def _complete_finished(self, w: DecodeWorker, now_s: float) -> None:
         """`completed` for the requests the worker has finished since the last look."""
@@ -171,17 +188,17 @@ class PickerRouter:
             self._registered[source.name] = source
         self._observe(workers, now)
         key = str(rid)
-        tracked = self.registry.in_flight(key) is not None
-        if tracked:
-            self.registry.first_token(key, now_s=now)
+        req = self.registry.in_flight(key)
         result = self.picker.pick_decode(self._request(rid, isl_tokens), self.registry, now, prefill_id=source.name)
         self.picks += 1
-        if result.decode is None:
-            return None
         choice = result.decode
-        if tracked and self.registry.in_flight(key).decode_id is None:
-            self.registry.assign_decode(
-                key, choice.endpoint_id, tpot_features=choice.features, predicted_tpot_ms=choice.predicted_tpot_ms
-            )
-            self._decoding.setdefault(choice.endpoint_id, set()).add(rid)
-        return self._registered[choice.endpoint_id]
+        if req is not None and req.decode_id is None:
+            # No decode worker: prefill has still returned; the frontend asks again later.
+            decode = {} if choice is None else dict(
+                decode_id=choice.endpoint_id, tpot_features=choice.features,
+                predicted_tpot_ms=choice.predicted_tpot_ms)
+            self.registry.prefill_done(key, now_s=now, **decode)
+            if choice is not None:
+                self._decoding.setdefault(choice.endpoint_id, set()).add(rid)
+                self._first_due.setdefault(choice.endpoint_id, set()).add(rid)
+        return None if choice is None else self._registered[choice.endpoint_id]

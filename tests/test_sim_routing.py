@@ -12,6 +12,7 @@ from planner.config import SloTarget
 from routing.config import PickerConfig
 from sim.config import SimConfig
 from sim.engine import FleetSim
+from sim.fleet import TransferModel
 from sim.lookup import ProfileTables
 from sim.picker_router import PickerRouter
 from sim.routing import RoundRobinRouter, make_router
@@ -115,6 +116,34 @@ def test_picker_router_feeds_the_registry_lifecycle_and_drains_it(tables, profil
     assert router.registry.in_flight_count() == 1  # only the extra request
     assert sum(router.registry.load_of(w.name, now_s=t)["requests_in_flight"] for w in sim.decode_serving) == 1
     assert sum(router.registry.load_of(w.name, now_s=t)["prefill_tokens_in_flight"] for w in sim.prefill_serving) == 0
+
+
+def test_picker_router_follows_dynamos_order(tables, profile):
+    # Dynamo's frontend picks decode when prefill returns; the first token comes after the KV
+    # transfer. With a 0.5 s transfer, request 0 sits between the two: released from its prefill
+    # endpoint, waiting on its decode endpoint, no first token yet. Request 1's picks later
+    # notice its first token, recorded at the true time.
+    slow = TransferModel(same_rack_latency_s=0.5, same_zone_latency_s=0.5, cross_zone_latency_s=0.5)
+    router = make_router("picker", profile=profile, slo=SloTarget(ttft_ms=200, itl_ms=10), seed=0)
+    trace = Trace("t", np.array([0.0, 2.0]), np.array([1000, 1000]), np.array([50, 50]))
+    sim = FleetSim(trace, tables, router=router, initial_prefill=1, initial_decode=1,
+                   config=SimConfig(startup_s=0.0, transfer=slow))
+    t = 0.0
+    while not sim.prefill_done_s[0] == sim.prefill_done_s[0]:  # NaN until prefill returns
+        t += 0.01
+        sim.run_until(t)
+    first = router.registry.in_flight("0")
+    assert first.prefill_released and first.decode_id is not None and first.first_token_s is None
+    (p,), (d,) = sim.prefill_serving, sim.decode_serving
+    assert router.registry.load_of(p.name, now_s=t)["requests_in_flight"] == 0
+    assert router.registry.load_of(p.name, now_s=t)["prefill_tokens_in_flight"] == 0
+    assert router.registry.load_of(d.name, now_s=t)["requests_in_flight"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim.run_to_completion()
+    assert first.first_token_s == pytest.approx(sim.first_token_s[0])
+    assert first.first_token_s >= sim.prefill_done_s[0] + 0.5
+    assert router.registry.in_flight("1") is not None  # no later pick looked at request 1's end
 
 
 def test_default_picker_beats_least_loaded_and_bin_packing_loses_on_a_busy_fleet(tables, profile):
