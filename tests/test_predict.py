@@ -592,3 +592,47 @@ def test_arima_with_no_fitting_order_answers_last_value(monkeypatch):
     p = make_predictor("arima").fit(minutes(30), y)
     assert p.fallback_reason_ == "no ARIMA order fits this window: last value"
     assert p.predict(1)[0] == y[-1]
+
+
+@pytest.mark.parametrize("y, expected", [
+    pytest.param([1.0, NAN, 3.0, NAN], [NAN, 1.0, 1.0, 3.0], id="a gap carries the last value"),
+    pytest.param([NAN, NAN, 2.0, 5.0], [NAN, NAN, NAN, 2.0], id="nothing before the first value"),
+    pytest.param([4.0], [NAN], id="one point"),
+])
+def test_previous_value_by_hand(y, expected):
+    from planner.predictors.base import previous_value
+
+    np.testing.assert_array_equal(previous_value(np.array(y)), np.array(expected))
+
+
+def test_auto_candidates_fit_as_a_direct_fit_does():
+    # auto fits its candidates on its own validated series without validating again: the same models.
+    from planner.predictors.auto import CANDIDATES
+
+    rng = np.random.default_rng(5)
+    t, y = minutes(60), np.abs(rng.normal(100.0, 20.0, 60))
+    y[[7, 30]] = NAN
+    auto = make_predictor("auto").fit(t, y)
+    for name, model in auto.models_.items():
+        direct = CANDIDATES[name].from_params().fit(t, y)
+        np.testing.assert_array_equal(model.predict(3), direct.predict(3))
+        np.testing.assert_array_equal(model.predict_quantile(0.9, 2), direct.predict_quantile(0.9, 2))
+
+
+def test_nested_single_threaded_limits_hold_and_restore():
+    # auto's candidates enter the limit inside auto's own: the inner one must neither lift it on leaving
+    # nor leave the pools limited once the outer one is left.
+    from threadpoolctl import threadpool_info
+
+    from planner.predictors.base import single_threaded
+
+    def threads() -> dict[str, int]:
+        return {p["filepath"]: p["num_threads"] for p in threadpool_info()}
+
+    before = threads()
+    with single_threaded():
+        limited = {f for f, n in threads().items() if n == 1}
+        with single_threaded(with_sklearn=True):
+            assert all(threads()[f] == 1 for f in limited)
+        assert all(threads()[f] == 1 for f in limited)
+    assert {f: n for f, n in threads().items() if f in before} == before

@@ -96,14 +96,17 @@ class AutoPredictor(PredictorBase):
         models = {}
         for name in names:
             model = old.get(name) or CANDIDATES[name].from_params(warm_start=self.warm_start, **params.get(name, {}))
-            models[name] = model.fit(t, v)
+            models[name] = model._fit_regular(t, v)  # t, v: already validated (check_series)
         self.models_ = models
 
         start = max(1, v.size - int(self.score_window))
-        books = self._out_of_sample(t, v, models, start, reuse)
-        eligible = self._score(t, v, models, books, start)
+        keys = [round(x, 3) for x in t[start:].tolist()]  # _key of each time scored
+        books = self._out_of_sample(t, keys, v, models, start, reuse)
+        # Each candidate's out-of-sample forecasts for the scored points (NaN where it has none).
+        recent = {name: np.array([book.get(k, np.nan) for k in keys]) for name, book in books.items()}
+        eligible = self._score(v, models, recent, start)
         self.chosen_, self.weights_ = self._weigh(eligible)
-        self.insample_ = self._honest_insample(t, v, models, books, start)
+        self.insample_ = self._honest_insample(v, models, recent, start)
         # Remember this fit's forecasts: the next fit scores them out of sample for free.
         t_next = _key(t[-1] + self.interval_s_)
         for name, model in models.items():
@@ -112,8 +115,11 @@ class AutoPredictor(PredictorBase):
         self.books_ = books
         return self
 
-    def _score(self, t, v, models, books, start) -> dict[str, float]:
-        """Set scores_ ({name: (MAE ratio to last value, t-statistic, points)}); return the eligible ones' ratios."""
+    def _score(self, v, models, recent_books, start) -> dict[str, float]:
+        """Set scores_ ({name: (MAE ratio to last value, t-statistic, points)}); return the eligible ones' ratios.
+
+        recent_books: {candidate: its out-of-sample forecasts for v[start:]}.
+        """
         recent = slice(start, v.size)
         actual = v[recent]
         base_err = np.abs(actual - models["constant"].insample_[recent])
@@ -122,9 +128,7 @@ class AutoPredictor(PredictorBase):
         for name, model in models.items():
             if name == "constant" or model.fallback_reason_:
                 continue  # still answering with last value: nothing to compare
-            book = books[name]
-            pred = np.array([book.get(_key(x), np.nan) for x in t[recent]])
-            err = np.abs(actual - pred)
+            err = np.abs(actual - recent_books[name])
             ok = np.isfinite(err) & np.isfinite(base_err)
             n = int(ok.sum())
             if n < 2:
@@ -156,23 +160,23 @@ class AutoPredictor(PredictorBase):
             return best, {n: w / total for n, w in inv.items()}
         return best, {best: 1.0}
 
-    def _honest_insample(self, t, v, models, books, start) -> np.ndarray:
+    def _honest_insample(self, v, models, recent_books, start) -> np.ndarray:
         """The weighted in-sample predictions, out-of-sample ones over the scoring window.
 
         There the honest forecasts replace in-sample ones, so the residual
-        quantile is not flattered by fitted parameters.
+        quantile is not flattered by fitted parameters (where every weighted
+        part has one). recent_books: as for `_score`.
         """
         ins = sum(w * models[n].insample_ for n, w in self.weights_.items())
-        for i in range(start, v.size):
-            parts = [
-                w * (models[n].insample_[i] if n == "constant" else books[n].get(_key(t[i]), np.nan))
-                for n, w in self.weights_.items()
-            ]
-            if all(np.isfinite(parts)):
-                ins[i] = sum(parts)
+        parts = [
+            w * (models[n].insample_[start:] if n == "constant" else recent_books[n])
+            for n, w in self.weights_.items()
+        ]
+        honest = np.logical_and.reduce([np.isfinite(p) for p in parts])
+        ins[start:][honest] = sum(parts)[honest]
         return ins
 
-    def _out_of_sample(self, t, v, models, start, reuse) -> dict:
+    def _out_of_sample(self, t, keys, v, models, start, reuse) -> dict:
         """{candidate: {target time: one-step forecast made from data before it}} over the scoring window.
 
         Forecasts kept from earlier fits (warm start) are reused; any missing
@@ -180,10 +184,14 @@ class AutoPredictor(PredictorBase):
         `out_of_sample`, so a cold start scores on the same honest basis:
         one filter pass for Kalman and exponential smoothing, the held-out
         forecasts gradient boosting already made, a refit per point otherwise.
+        keys: `_key` of each time from t[start] on.
         """
         from_key = _key(t[start])
         old = getattr(self, "books_", {}) if reuse else {}
         books = {}
+        finite = np.isfinite(v)
+        first = int(np.flatnonzero(finite)[0])
+        scored = [i for i in range(max(start, first + 1), v.size) if finite[i]]
         for name, model in models.items():
             if name == "constant":
                 continue
@@ -191,13 +199,12 @@ class AutoPredictor(PredictorBase):
             books[name] = book
             if model.fallback_reason_:
                 continue
-            first = int(np.flatnonzero(np.isfinite(v))[0])
-            missing = [i for i in range(max(start, first + 1), v.size) if np.isfinite(v[i]) and _key(t[i]) not in book]
+            missing = [i for i in scored if keys[i - start] not in book]
             if not missing:
                 continue
             for i, f in zip(missing, model.out_of_sample(missing), strict=True):
                 if np.isfinite(f):
-                    book[_key(t[i])] = float(f)
+                    book[keys[i - start]] = float(f)
         return books
 
     def _predict(self, h: int) -> np.ndarray:

@@ -21,10 +21,12 @@ Fitted attributes every predictor sets:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +102,7 @@ def check_series(t_s, y, *, who: str) -> tuple[np.ndarray, np.ndarray]:
 
 def interval_of(t: np.ndarray) -> float:
     """Bin width of a regularised series, seconds (1.0 for a single point)."""
-    return float(np.min(np.diff(t))) if t.size > 1 else 1.0
+    return float((t[1:] - t[:-1]).min()) if t.size > 1 else 1.0  # np.diff's subtraction and np.min's reduction
 
 
 def fill_gaps(y: np.ndarray) -> np.ndarray:
@@ -120,11 +122,10 @@ def last_finite(y: np.ndarray) -> float:
 def previous_value(y: np.ndarray) -> np.ndarray:
     """Last-value one-step predictions: out[i] = last finite y before i (NaN if none)."""
     out = np.full(y.size, np.nan)
-    last = np.nan
-    for i in range(y.size):
-        out[i] = last
-        if math.isfinite(y[i]):
-            last = y[i]
+    # Index of the last finite value up to each point (-1: none yet).
+    last = np.maximum.accumulate(np.where(np.isfinite(y), np.arange(y.size), -1))[:-1]
+    seen = last >= 0
+    out[1:][seen] = y[last[seen]]
     return out
 
 
@@ -231,13 +232,39 @@ class PredictorBase:
 
     def fit(self, t_s, y):
         """Validate the hyperparameters, then learn from (t_s seconds, y); returns self."""
+        return self._fit_validated(t_s, y, None)
+
+    def _fit_regular(self, t: np.ndarray, v: np.ndarray):
+        """`fit` on a series `check_series` already returned (`auto`'s candidates fit its stored series).
+
+        Such a series is a regular float grid, on which `check_series` answers
+        the same arrays, so it is not validated again.
+        """
+        return self._fit_validated(t, v, (t, v, t, v))
+
+    def _fit_validated(self, t_s, y, checked: tuple | None):
+        """`fit`'s work: checked seeds `_checked_series` (t_s, y, and their validated arrays) for this fit only."""
         who = type(self).__name__
         for p in self.param_table():
             p.check(getattr(self, p.name), who=who)
-        if not self.limit_threads:
-            return self._fit(t_s, y)
-        with single_threaded():
-            return self._fit(t_s, y)
+        self._series_memo = checked
+        try:
+            if not self.limit_threads:
+                return self._fit(t_s, y)
+            with single_threaded():
+                return self._fit(t_s, y)
+        finally:
+            self.__dict__.pop("_series_memo", None)
+
+    def _checked_series(self, t_s, y) -> tuple[np.ndarray, np.ndarray]:
+        """`check_series(t_s, y)`, validated once per fit: `_extends_previous` and `_set_series` both ask."""
+        memo = self.__dict__.get("_series_memo")
+        if memo is not None and memo[0] is t_s and memo[1] is y:
+            return memo[2], memo[3]
+        t, v = check_series(t_s, y, who=type(self).__name__)
+        if "_series_memo" in self.__dict__:  # inside a fit
+            self._series_memo = (t_s, y, t, v)
+        return t, v
 
     def _fit(self, t_s, y):
         """Learn from the series and set the fitted attributes; returns self."""
@@ -255,7 +282,7 @@ class PredictorBase:
         forecasts, fit times) keeps matching when runs start a few seconds
         apart; the values are untouched.
         """
-        t, v = check_series(t_s, y, who=type(self).__name__)
+        t, v = self._checked_series(t_s, y)
         if align:
             shift = (t[0] - self.t_s_[0]) / self.interval_s_
             t = t - (shift - round(shift)) * self.interval_s_
@@ -281,7 +308,7 @@ class PredictorBase:
         if not getattr(self, "warm_start", False) or not hasattr(self, "t_s_"):
             return False
         try:
-            t, v = check_series(t_s, y, who=type(self).__name__)
+            t, v = self._checked_series(t_s, y)
         except ValueError:
             return False  # the fit itself reports it
         old_t, old_v, step = self.t_s_, self.y_, self.interval_s_
@@ -291,10 +318,10 @@ class PredictorBase:
         k0 = round(shift)
         if abs(shift - k0) > _MAX_PHASE_FRAC:
             return False
-        old_idx = np.arange(t.size) + k0
-        both = (old_idx >= 0) & (old_idx < old_v.size - _REVISABLE_POINTS)
-        a = v[both]
-        b = old_v[old_idx[both]]
+        # The overlap: new points i whose old index i + k0 is in 0 .. old_v.size - _REVISABLE_POINTS - 1.
+        lo, hi = max(0, -k0), max(0, min(t.size, old_v.size - _REVISABLE_POINTS - k0))
+        a = v[lo:hi]
+        b = old_v[lo + k0:hi + k0] if hi > lo else old_v[:0]
         ok = np.isfinite(a) & np.isfinite(b)
         if not ok.any():
             return True  # no overlap to disagree with (e.g. the planner was down for a while)
@@ -428,7 +455,30 @@ def single_threaded(*, with_sklearn: bool = False):
     130 s with OpenBLAS's default threads and 2.9 s with one, and a boosted
     model's one-row predict 0.4 s instead of milliseconds.
     """
-    return _thread_pools(with_sklearn or "sklearn" in sys.modules).limit(limits=1)
+    return _limit_once(with_sklearn or "sklearn" in sys.modules)
+
+
+# Per thread: with_sklearn of each single_threaded context entered and not yet left, innermost last.
+_LIMITS = threading.local()
+
+
+@contextlib.contextmanager
+def _limit_once(with_sklearn: bool):
+    """Limit the pools to one thread, unless an enclosing context already did for the same (or more) pools.
+
+    Nested limits (auto's candidates inside auto's fit) would set and restore
+    the same single thread; they cost a pass over every pool each.
+    """
+    active = _LIMITS.__dict__.setdefault("active", [])
+    if active and (active[-1] or not with_sklearn):
+        yield
+        return
+    with _thread_pools(with_sklearn).limit(limits=1):
+        active.append(with_sklearn)
+        try:
+            yield
+        finally:
+            active.pop()
 
 
 def check_horizon(horizon: int, who: str) -> int:

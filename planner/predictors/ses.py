@@ -15,6 +15,8 @@ the levels at fixed parameters. Neither imports statsmodels or pandas (about
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.optimize import minimize
 
@@ -35,8 +37,16 @@ def initial_level(z: np.ndarray) -> float:
     z = np.asarray(z, dtype=float)
     if z.size < 10:
         return z[0]
+    return np.squeeze(_line_pinv().dot(np.atleast_2d(z).T[:10]))[0]
+
+
+@functools.cache
+def _line_pinv() -> np.ndarray:
+    """The pseudo-inverse of [1, k] for k = 1..10 (`initial_level`'s design matrix): the same on every call."""
     exog = np.c_[np.ones(10), np.arange(10) + 1]
-    return np.squeeze(np.linalg.pinv(exog).dot(np.atleast_2d(z).T[:10]))[0]
+    pinv = np.linalg.pinv(exog)
+    pinv.flags.writeable = False
+    return pinv
 
 
 def _grid_sse(z: np.ndarray, level0: float) -> list[float]:
