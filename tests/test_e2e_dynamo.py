@@ -127,6 +127,10 @@ def run(dyn):
     # 126 s after it and held 30 s more by the stabilization window, past the former 240 s wait).
     stack.wait_for(scaled_down, timeout_s=LOW_S + HIGH_S + TAIL_S + 4 * INTERVAL_S,
                    what="a scale-down after the load fell")
+    # Runs complete a little after they decide, later still on a busy machine: the snapshot waits for
+    # five (CI 2026-11-26: the scale-down came early and the snapshot held 4 completed runs).
+    stack.wait_for(lambda: len(stack.runs_in("COMPLETED")) >= 5, timeout_s=8 * INTERVAL_S,
+                   what="five completed planner runs")
     newest = stack.decisions()[-1]
     stack.wait_for(lambda: any(e["decision_id"] == newest.decision_id for e in dyn.events("ack")),
                    timeout_s=120, what=f"the executor to carry out decision {newest.decision_id}")
