@@ -62,7 +62,7 @@ def gate(
             c, e = candidate[t][k], estimate[t][k]
             if _worse(c, e):
                 return GateDecision(False, "refused_estimate",
-                                    f"{t} {_NAMES[k]} {c:.2%} is worse than the profile estimate's {e:.2%}")
+                                    f"{t} {METRIC_LABELS[k]} {c:.2%} is worse than the profile estimate's {e:.2%}")
     summary = _summary(candidate)
     if current is None:
         return GateDecision(True, "publish", f"no model published yet; candidate ({summary}) beats the profile estimate")
@@ -81,7 +81,7 @@ def gate(
             limit = current[t][k] * (1 + cfg.max_regression_frac)
             if candidate[t][k] > limit:
                 return GateDecision(False, "refused_current",
-                                    f"{t} {_NAMES[k]} {candidate[t][k]:.2%} regresses past the current model "
+                                    f"{t} {METRIC_LABELS[k]} {candidate[t][k]:.2%} regresses past the current model "
                                     f"{current_version}'s {current[t][k]:.2%} (+{cfg.max_regression_frac:.0%} allowed)")
     regression = stratum_regression(candidate, current, cfg)
     if regression is not None:
@@ -92,7 +92,8 @@ def gate(
                         f"(candidate {summary}; current {_summary(current)})")
 
 
-_NAMES = {"mape": "MAPE", "p90_loss": "p90 loss"}
+# How each gate metric is named in reasons and model cards.
+METRIC_LABELS = {"mape": "MAPE", "p90_loss": "p90 loss"}
 
 
 def worse_than_estimate(candidate: Mapping[Target, Mapping], estimate: Mapping[Target, Mapping]) -> list[Target]:
@@ -125,7 +126,7 @@ def stratum_regression(candidate: Mapping[Target, Mapping], current: Mapping[Tar
                     continue
                 limit = k_[k] * (1 + cfg.stratum_max_regression_frac)
                 if c[k] > limit:
-                    return (f"{t} stratum {c['name']} (n={c['n']}): {_NAMES[k]} {c[k]:.2%} regresses past the "
+                    return (f"{t} stratum {c['name']} (n={c['n']}): {METRIC_LABELS[k]} {c[k]:.2%} regresses past the "
                             f"current model's {k_[k]:.2%} (+{cfg.stratum_max_regression_frac:.0%} allowed)")
     return None
 

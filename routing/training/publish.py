@@ -25,7 +25,7 @@ from routing.training.data import PreparedSamples, TargetData
 from routing.training.evaluation import Evaluation, evaluate_all
 from routing.training.fit import FlatModel, TargetModels, log_estimate
 from routing.training.split import Split, splits_for
-from routing.training.gate import _NAMES, GATE_METRICS, GateDecision, decide_publish, worse_than_estimate
+from routing.training.gate import GATE_METRICS, METRIC_LABELS, GateDecision, decide_publish, worse_than_estimate
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def decide_candidate(
         return Candidate(document, evaluation, decision, trained)
     note = "; ".join(
         f"{t} keeps the profile estimate (trained: " + ", ".join(
-            f"{_NAMES[k]} {evaluation.candidate[t][k]:.2%} vs the estimate's {evaluation.estimate[t][k]:.2%}"
+            f"{METRIC_LABELS[k]} {evaluation.candidate[t][k]:.2%} vs the estimate's {evaluation.estimate[t][k]:.2%}"
             for k in GATE_METRICS) + ")" for t in worse)
     splits = splits_for(prepared, cfg)
     for calibrated in (True, False):
