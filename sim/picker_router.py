@@ -193,7 +193,7 @@ class PickerRouter:
         self.picks += 1
         choice = result.decode
         if req is not None and req.decode_id is None:
-            # No decode worker: prefill has still returned; the frontend asks again later.
+            # Prefill has returned either way; with no decode worker to go to the frontend asks again later.
             decode = {} if choice is None else dict(
                 decode_id=choice.endpoint_id, tpot_features=choice.features,
                 predicted_tpot_ms=choice.predicted_tpot_ms)

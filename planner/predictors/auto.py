@@ -100,7 +100,7 @@ class AutoPredictor(PredictorBase):
         self.models_ = models
 
         start = max(1, v.size - int(self.score_window))
-        keys = [round(x, 3) for x in t[start:].tolist()]  # _key of each time scored
+        keys = [_key(x) for x in t[start:].tolist()]  # each scored time's key, computed once
         books = self._out_of_sample(t, keys, v, models, start, reuse)
         # Each candidate's out-of-sample forecasts for the scored points (NaN where it has none).
         recent = {name: np.array([book.get(k, np.nan) for k in keys]) for name, book in books.items()}
