@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from planner.config import ProfileConfig
 from routing.features import FEATURE_SETS, TARGETS
-from routing.predictor import ProfileEstimator
+from routing.predictor import DEFAULT_PREFILL_TOKEN_BUDGET, ProfileEstimator
 from routing.training.buckets import bucket_labels
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples
@@ -50,6 +50,7 @@ ARTIFACT_KEY = "retrain-model-card"
 def retrain_flow(
     router_url: str = "http://127.0.0.1:8080",
     profile_dir: str | None = None,
+    prefill_token_budget: int | None = DEFAULT_PREFILL_TOKEN_BUDGET,
     token_env: str = "SLA_ROUTER_TOKEN",
     training: TrainingConfig | None = None,
     force: bool = False,
@@ -64,6 +65,7 @@ def retrain_flow(
     Args:
         router_url: the routing service's base URL; its admin token is read from $token_env.
         profile_dir: the profile folder the routing service's estimate uses (the gate's floor).
+        prefill_token_budget: the routing service's prefill_token_budget (its estimate's batches; None: one).
         token_env: environment variable holding the routing service's admin bearer token.
         training: hyperparameters, sample minimums and gate margins (default: TrainingConfig()).
         force: publish even when not better than the current model (never when worse than the estimate).
@@ -88,12 +90,12 @@ def retrain_flow(
     samples = fetch_samples(router_url, token_env=token_env, max_samples=max_samples)
     # The published model is read after the samples, as close to publishing as possible.
     current_version, current_document, estimate_name = fetch_current_model(router_url, token_env=token_env)
-    if estimate_name and estimate_name != f"profile:{profile.name}":
-        logger.warning("the routing service's estimate is %s but profile_dir holds %s", estimate_name, profile.name)
-    estimate = ProfileEstimator(profile)
-    prepared = prepare_features(samples, cfg, estimate=estimate)
+    estimate = ProfileEstimator(profile, prefill_token_budget=prefill_token_budget)
     context = {"router_url": router_url, "version": version, "current_version": current_version,
-               "estimate": f"profile:{profile.name}", "force": force}
+               "estimate": f"profile:{estimate.name}", "force": force}
+    if estimate_name and estimate_name != context["estimate"]:
+        logger.warning("router estimate %s is not %s: relative models are refused", estimate_name, context["estimate"])
+    prepared = prepare_features(samples, cfg, estimate=estimate)
 
     shortage = check_sample_counts(prepared, cfg)
     if shortage is not None:

@@ -283,6 +283,12 @@ class RouterConfig(StrictModel):
     """The routing service's whole configuration."""
 
     profile_dir: str = Field(description="Dynamo profiler folder: the latency estimate when no model is published")
+    prefill_token_budget: int | None = Field(
+        8192, ge=1,
+        description="the engines' prefill token budget per batch (vLLM max_num_batched_tokens): the estimate drains "
+        "queued prompt work in batches of at most this many tokens; null: as one batch. Part of the estimate's "
+        "name, so a relative model is only served by a router with the budget it was trained on",
+    )
     picker: PickerConfig = Field(default_factory=PickerConfig)
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     metrics_max_age_s: float = Field(

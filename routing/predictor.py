@@ -7,15 +7,21 @@ and TPOT from pre-deployment profiling data (no training needed):
   the uncached prompt work that will be done when this request's prefill is:
   the tokens awaiting a first token there (prefill_tokens_in_flight, the
   router's lifecycle count, which includes the running batch) plus the
-  request's own uncached tokens, as if prefilled in one batch. Engines batch
-  queued prompts (vLLM's chunked prefill), so queued work runs at the
-  throughput of a large batch, not of each prompt alone, and the running
+  request's own uncached tokens, as if prefilled in batches of at most the
+  engines' prefill token budget (vLLM's max_num_batched_tokens, 8192 by
+  default; a prompt longer than the budget runs alone, at its own profiled
+  time, after the work queued ahead of it). Engines batch queued prompts
+  (vLLM's chunked prefill), so queued work runs at the throughput of a full
+  batch, not of each prompt alone, and the running
   batch is on average half done while the request itself is not yet in a
   batch: measured against the simulator's batching engine on Azure and
   Mooncake traces this is unbiased within ~10 ms, where "own prefill time +
   queued tokens / throughput at the own length" over-predicted short prompts
   behind a queue by 30-60 ms (benchmarks/bench_routing_sim.py, estimate
-  error section). Without lifecycle counts (prefill_tokens_in_flight 0 but
+  error section). Without the budget, a backlog of 1M tokens was estimated
+  as one 1M-token prompt at the throughput measured at the longest profiled
+  one: 11% above the batches of 8192 an engine runs, so a loaded fleet's TTFT
+  ratio to the estimate drifted with the queue's depth. Without lifecycle counts (prefill_tokens_in_flight 0 but
   requests waiting, e.g. metrics pushed for traffic routed elsewhere) the
   waiting requests count as this prompt's length each. Beyond the longest
   profiled prompt the time grows linearly at the throughput measured there
@@ -68,14 +74,25 @@ class LatencyModelLike(Protocol):
     def predict(self, target: Target, x: np.ndarray, *, quantile: Literal["mean", "p90"] = "mean") -> np.ndarray: ...
 
 
+DEFAULT_PREFILL_TOKEN_BUDGET = 8192
+
+
 class ProfileEstimator:
     """TTFT/TPOT (ms) from an EngineProfile (planner.profile), on feature rows."""
 
     version = None
 
-    def __init__(self, profile):
-        """profile: planner.profile.EngineProfile (prefill and decode profiles, name)."""
-        self.name = profile.name
+    def __init__(self, profile, *, prefill_token_budget: int | None = DEFAULT_PREFILL_TOKEN_BUDGET):
+        """profile: planner.profile.EngineProfile (prefill and decode profiles, name).
+
+        prefill_token_budget: the engines' max_num_batched_tokens (queued prompt work drains in batches of at
+        most this many tokens); None: all of it as one batch (the estimate before the budget). The name (a
+        relative model's `base`) carries it, so a model fitted on one estimate is never served on the other.
+        """
+        if prefill_token_budget is not None and prefill_token_budget < 1:
+            raise ValueError(f"prefill_token_budget must be >= 1 or None, got {prefill_token_budget}")
+        self.prefill_token_budget = prefill_token_budget
+        self.name = profile.name if prefill_token_budget is None else f"{profile.name};budget={prefill_token_budget}"
         self.max_kv_tokens = float(profile.decode.max_kv_tokens)
         lo, hi = profile.prefill.isl_range_tokens
         self._isl = np.geomspace(lo, hi, _ISL_POINTS)
@@ -108,13 +125,13 @@ class ProfileEstimator:
             # Known running batch: what is left of it, then the queue behind it
             # and this prompt as the next batch.
             batch = x[:, _COL["prefill_batch_tokens"]]
-            left_ms = np.maximum(self.prefill_ms(batch) - x[:, _COL["prefill_batch_elapsed_ms"]], 0.0)
+            left_ms = np.maximum(self.drain_ms(batch) - x[:, _COL["prefill_batch_elapsed_ms"]], 0.0)
             queued = x[:, _COL["prefill_queued_tokens"]]
             prefill_ms = np.where(
-                (in_flight > 0) & (batch > 0), left_ms + self.prefill_ms(uncached + queued), self.prefill_ms(uncached + ahead)
+                (in_flight > 0) & (batch > 0), left_ms + self._behind_ms(queued, uncached), self._behind_ms(ahead, uncached)
             )
         else:
-            prefill_ms = self.prefill_ms(uncached + ahead)
+            prefill_ms = self._behind_ms(ahead, uncached)
         if is_prefill.all():
             return prefill_ms
         step_ms = self._tpot(x)
@@ -130,6 +147,28 @@ class ProfileEstimator:
         return np.where(
             tokens <= self._isl_max, np.interp(tokens, self._isl, self._ttft_ms), tokens * self._ms_per_token_beyond
         )
+
+    def drain_ms(self, tokens: np.ndarray) -> np.ndarray:
+        """Time to prefill `tokens` of queued prompt work, ms: full batches of the token budget, then the rest
+        as one batch (without a budget, prefill_ms of all of it)."""
+        tokens = np.asarray(tokens, dtype=float)
+        budget = self.prefill_token_budget
+        if budget is None:
+            return self.prefill_ms(tokens)
+        full = np.floor(tokens / budget)
+        rest = tokens - full * budget
+        one = float(self.prefill_ms(np.array([float(budget)]))[0])
+        return np.where(tokens <= budget, self.prefill_ms(tokens),
+                        full * one + np.where(rest > 0, self.prefill_ms(np.maximum(rest, 1.0)), 0.0))
+
+    def _behind_ms(self, ahead: np.ndarray, uncached: np.ndarray) -> np.ndarray:
+        """A prompt of `uncached` tokens behind `ahead` queued tokens: drained together, or, when the prompt
+        alone is over the budget, the queue first and then the prompt alone (an engine runs it by itself)."""
+        together = self.drain_ms(ahead + uncached)
+        if self.prefill_token_budget is None:
+            return together
+        alone = self.drain_ms(ahead) * (ahead > 0) + self.prefill_ms(uncached)
+        return np.where(uncached > self.prefill_token_budget, alone, together)
 
     def _tpot(self, x: np.ndarray) -> np.ndarray:
         # Scraped KV usage can be seconds old; the router's own count of context

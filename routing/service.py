@@ -79,7 +79,7 @@ class RoutingService:
             max_nodes=config.models.max_nodes,
         )
         self.predictor = LatencyPredictor(
-            estimate=ProfileEstimator(profile), models=self.models, quantile=config.picker.slo.prediction,
+            estimate=ProfileEstimator(profile, prefill_token_budget=config.prefill_token_budget), models=self.models, quantile=config.picker.slo.prediction,
             online=online_calibration(config.online_calibration),
         )
         self.picker = Picker(config.picker, self.predictor, rng=config.seed)
@@ -169,7 +169,7 @@ class RoutingService:
 
     @property
     def estimate_name(self) -> str:
-        return f"profile:{self.profile_name}"
+        return f"profile:{self.predictor.estimate.name}"
 
     # -- lifecycle -----------------------------------------------------------
 

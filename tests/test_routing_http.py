@@ -63,7 +63,7 @@ def route(client, **body):
 def test_health_and_openapi(api):
     client, _ = api
     health = client.get("/healthz").json()
-    assert health["status"] == "ok" and health["endpoints"] == 4 and health["estimate"] == "profile:H200_TP1P_TP1D"
+    assert health["status"] == "ok" and health["endpoints"] == 4 and health["estimate"] == "profile:H200_TP1P_TP1D;budget=8192"
     spec = client.get("/openapi.json").json()
     assert {"/v1/route", "/v1/models", "/v1/models/rollback", "/v1/samples", "/metrics"} <= set(spec["paths"])
     assert spec["paths"]["/v1/models"]["post"]["security"] == [{"HTTPBearer": []}]

@@ -300,12 +300,42 @@ def test_estimate_follows_the_running_batch_and_the_queue(estimate_picker, ahead
 
 
 def test_estimate_grows_linearly_beyond_the_longest_profiled_prompt(estimate_picker):
-    hi = int(h200_profile().prefill.isl_range_tokens[1])  # 16372 tokens
+    hi = int(h200_profile().prefill.isl_range_tokens[1])  # 16372 tokens, over the 8192 budget
     at_hi = _estimate_ttft(estimate_picker, input_tokens=hi)
-    # 3x the longest profiled prompt takes 3x as long (the throughput measured there), not
-    # the clamped TTFT at the longest; behind a batch of 2x that just started, the same.
+    # A prompt over the budget runs alone: 3x the longest profiled prompt takes 3x as long (the
+    # throughput measured there), not the clamped TTFT at the longest.
     assert _estimate_ttft(estimate_picker, input_tokens=3 * hi) == pytest.approx(3 * at_hi, rel=1e-6)
-    assert _estimate_ttft(estimate_picker, input_tokens=hi, ahead=((2 * hi, 1.0),)) == pytest.approx(3 * at_hi, rel=1e-6)
+    # Without a budget, the work ahead counts as one prompt: behind a batch of 2x that just started, 3x.
+    blind = Picker(PickerConfig(), LatencyPredictor(estimate=ProfileEstimator(h200_profile(), prefill_token_budget=None)),
+                   rng=0)
+    assert _estimate_ttft(blind, input_tokens=hi, ahead=((2 * hi, 1.0),)) == pytest.approx(3 * at_hi, rel=1e-6)
+
+
+# B = P(8192) = 169.86 ms, the time of one full batch of the budget; P(n) as above.
+@pytest.mark.parametrize("ahead, input_tokens, expected", [
+    pytest.param(((20000, 1.0),), 1000, lambda P: 2 * P(8192) + P(3616) + P(1000),
+                 id="20000 just started: two full batches and P(3616) left, then P(1000)"),
+    pytest.param(((32768, 1.0),), 1000, lambda P: 4 * P(8192) + P(1000),
+                 id="32768 just started: four full batches, then the request alone, 4B + P(1000)"),
+    pytest.param(((3000, 1.0), (20000, 1.005)), 1000, lambda P: P(3000) + 2 * P(8192) + P(3616 + 1000),
+                 id="20000 queued behind a running 3000: P(3000) + 2B + P(4616)"),
+    pytest.param(((3000, 1.0), (4000, 1.005)), 10000, lambda P: P(3000) + P(4000) + P(10000),
+                 id="a 10000 prompt, over the budget, after a queued 4000: P(3000) + P(4000) + P(10000)"),
+])
+def test_estimate_drains_queued_work_in_batches_of_the_budget(estimate_picker, ahead, input_tokens, expected):
+    assert estimate_picker.predictor.estimate.prefill_token_budget == 8192
+    profile = h200_profile()
+    expected_ms = expected(lambda n: float(profile.prefill.ttft_ms_at(n)))
+    got = _estimate_ttft(estimate_picker, input_tokens=input_tokens, ahead=ahead)
+    assert got == pytest.approx(expected_ms, rel=0.01)
+
+
+def test_estimate_name_carries_the_budget():
+    assert ProfileEstimator(h200_profile()).name == "H200_TP1P_TP1D;budget=8192"
+    assert ProfileEstimator(h200_profile(), prefill_token_budget=2048).name == "H200_TP1P_TP1D;budget=2048"
+    assert ProfileEstimator(h200_profile(), prefill_token_budget=None).name == "H200_TP1P_TP1D"
+    with pytest.raises(ValueError, match="prefill_token_budget must be >= 1"):
+        ProfileEstimator(h200_profile(), prefill_token_budget=0)
 
 
 def test_topology_candidates_follow_registry_changes_between_picks():
