@@ -7,6 +7,7 @@ rows, a real profile, a real in-process routing service.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,33 @@ def test_router_multiplies_by_its_estimate_and_refuses_another_estimate(document
     np.testing.assert_allclose(pinned.predict("ttft", x),
                                parse_model_document(doc).predict("ttft", x, quantile="p90")
                                * estimate.predict("ttft", x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("budget, name", [
+    pytest.param(4096, "profile:H200_TP1P_TP1D;budget=4096", id="another token budget"),
+    pytest.param(None, "profile:H200_TP1P_TP1D", id="no budget (all queued work as one batch)"),
+])
+def test_a_router_with_another_token_budget_refuses_the_model(document, budget, name):
+    from routing.config import RouterConfig
+    from routing.service import RoutingService
+
+    doc, _ = document
+    assert doc["base"] == "profile:H200_TP1P_TP1D;budget=8192"  # the estimate the model was fitted on
+    service = RoutingService(RouterConfig(profile_dir=str(PROFILE_DIR), prefill_token_budget=budget),
+                             profile=load_profile_dir(PROFILE_DIR), clock=lambda: 0.0)
+    assert service.estimate_name == name
+    with pytest.raises(ValueError, match=f"this router's estimate is '{re.escape(name)}'"):
+        service.publish(doc)
+    assert service.models.active is None
+
+
+def test_router_config_refuses_a_token_budget_below_one():
+    from pydantic import ValidationError
+
+    from routing.config import RouterConfig
+
+    with pytest.raises(ValidationError, match="prefill_token_budget"):
+        RouterConfig(profile_dir=str(PROFILE_DIR), prefill_token_budget=0)
 
 
 def test_a_retained_relative_model_of_another_estimate_is_not_served(document, estimate):
