@@ -46,13 +46,16 @@ def add_endpoint_routes(app: FastAPI, svc: RoutingService, levels: list[str], ad
             tags=["endpoints"], summary="Register or update an endpoint", dependencies=admin)(register)
 
     @app.delete("/v1/endpoints/{endpoint_id}", response_model=RemovedOut, responses=error_responses(401, 403, 404, 422),
-                tags=["endpoints"], summary="Remove an endpoint", dependencies=admin)
-    async def deregister(endpoint_id: str = Path(max_length=253)):
+                tags=["endpoints"], summary="Remove an endpoint (drain=true: after its requests in flight)",
+                dependencies=admin)
+    async def deregister(endpoint_id: str = Path(max_length=253),
+                         drain: bool = Query(False, description="stop picking it now, remove it after its last "
+                                             "request in flight (whose completion still makes samples)")):
         try:
-            n = svc.deregister(endpoint_id)
+            n = svc.deregister(endpoint_id, drain=drain)
         except UnknownEndpointError as exc:
             return error_response(404, "unknown_endpoint", str(exc))
-        return {"id": endpoint_id, "detached_requests": n}
+        return {"id": endpoint_id, "detached_requests": 0 if drain else n, "draining_requests": n if drain else 0}
 
 
 def add_model_routes(app: FastAPI, svc: RoutingService, admin: list, data: list) -> None:

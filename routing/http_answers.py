@@ -85,6 +85,7 @@ class EndpointOut(BaseModel):
     domains: dict[str, str]
     max_kv_tokens: int | None
     gpus: int
+    draining: bool = False  # not picked any more; removed after its last request in flight
     load: dict[str, Any]
 
 
@@ -95,7 +96,8 @@ class RegisteredOut(BaseModel):
 
 class RemovedOut(BaseModel):
     id: str
-    detached_requests: int
+    detached_requests: int  # removed at once: its requests in flight, no longer counted anywhere
+    draining_requests: int = 0  # drain: requests still in flight there; removed after the last completes
 
 
 class OkOut(BaseModel):

@@ -5,7 +5,9 @@ endpoints' rows (prefill work, tokens held, the running prefill batch, the
 strictest SLO in flight) and returns the training samples it completes: the
 features recorded at dispatch with the latency observed. `RequestLifecycle`
 is a base of EndpointRegistry and works on its state (`_f`, `_index`,
-`_endpoints`, `_awaiting`, `_decoding`, `_inflight`, `_lock`).
+`_endpoints`, `_awaiting`, `_decoding`, `_inflight`, `_lock`); each call that
+releases a request ends with `_reap_drained`, which removes a draining
+endpoint once its last request has left.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class RequestLifecycle:
                 self.assign_decode(request_id, decode_id, tpot_features=tpot_features,
                                    predicted_tpot_ms=predicted_tpot_ms)
             self._release_prefill_side(req, now_s)
+            self._reap_drained()
 
     def assign_decode(
         self,
@@ -168,7 +171,9 @@ class RequestLifecycle:
             _check_latency("observed_ttft_ms", ttft_ms)
             self._release_prefill(req, now_s)
             req.first_token_s = now_s
-            return self._sample(req, "ttft", ttft_ms, req.predicted_ttft_ms, now_s=now_s)
+            samples = self._sample(req, "ttft", ttft_ms, req.predicted_ttft_ms, now_s=now_s)
+            self._reap_drained()
+            return samples
 
     def progress(
         self, request_id: str, *, now_s: float, tokens_generated: int, observed_tpot_ms: float | None = None
@@ -183,6 +188,7 @@ class RequestLifecycle:
             if req.first_token_s is None:
                 self._release_prefill(req, now_s)
                 req.first_token_s = now_s
+                self._reap_drained()
             if req.decode_id is not None:
                 self._f[self._index[req.decode_id], DECODE_TIF] += tokens_generated - req.tokens_generated
             req.tokens_generated = tokens_generated
@@ -229,6 +235,7 @@ class RequestLifecycle:
                 self._f[d, DECODE_TIF] -= req.input_tokens + req.tokens_generated
                 self._remove_min(self._decoding[d], d, MIN_ITL, request_id)
             del self._inflight[request_id]
+            self._reap_drained()
             return samples
 
     def expire(self, *, now_s: float, ttl_s: float) -> list[str]:

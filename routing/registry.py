@@ -86,11 +86,12 @@ class EndpointRegistry(RequestLifecycle):
         self._decoding: list[dict[str, float]] = [{} for _ in range(self._cap)]  # req -> ITL SLO
         self._inflight: dict[str, InFlight] = {}
         self._by_role: dict[str, np.ndarray] = {r: np.empty(0, dtype=np.int64) for r in ROLES}
+        self._draining: set[int] = set()  # slots not picked any more, removed after their last request
 
     # -- endpoints -------------------------------------------------------
 
     def register(self, endpoint: Endpoint) -> bool:
-        """Add an endpoint, or update one with the same id (its load is kept).
+        """Add an endpoint, or update one with the same id (its load is kept; a draining one is picked again).
 
         Returns True when it was new. Raises RegistryError on a bad role,
         max_kv_tokens or domain level.
@@ -128,13 +129,39 @@ class EndpointRegistry(RequestLifecycle):
             for j, level in enumerate(self.levels):
                 value = endpoint.domains.get(level)
                 self._codes[i, j] = MISSING if value is None else self._interned[j].setdefault(value, len(self._interned[j]))
+            self._draining.discard(i)
             self._rebuild_roles()
             return new
+
+    def drain(self, endpoint_id: str) -> int:
+        """Stop picking an endpoint and remove it after its last request in flight, whose lifecycle calls
+        still count there and still make samples (a scale-down's engine finishes what it holds). Returns
+        how many are in flight there; with none it is removed at once. Registering it again undoes this."""
+        with self._lock:
+            i = self._require(endpoint_id)
+            n = len(self._awaiting[i].keys() | self._decoding[i].keys())
+            if n == 0:
+                self.deregister(endpoint_id)
+                return 0
+            self._draining.add(i)
+            self._rebuild_roles()
+            return n
+
+    def is_draining(self, endpoint_id: str) -> bool:
+        with self._lock:
+            return self._require(endpoint_id) in self._draining
+
+    def _reap_drained(self) -> None:
+        """Remove the draining endpoints whose last request has left (lifecycle calls end with this)."""
+        if self._draining:
+            for i in [i for i in self._draining if not self._awaiting[i] and not self._decoding[i]]:
+                self.deregister(self._endpoints[i].id)
 
     def deregister(self, endpoint_id: str) -> int:
         """Remove an endpoint; requests in flight on it are detached. Returns how many."""
         with self._lock:
             i = self._require(endpoint_id)
+            self._draining.discard(i)
             detached = set(self._awaiting[i]) | set(self._decoding[i])
             for rid in detached:
                 req = self._inflight.get(rid)
@@ -169,8 +196,12 @@ class EndpointRegistry(RequestLifecycle):
     def __len__(self) -> int:
         return len(self._index)
 
+    def __contains__(self, endpoint_id: object) -> bool:
+        return endpoint_id in self._index
+
     def candidates(self, role: Role) -> np.ndarray:
-        """Slot indices of the endpoints with this role (a fresh array each registry change)."""
+        """Slot indices of the endpoints with this role, draining ones left out (a fresh array each registry
+        change)."""
         return self._by_role[role]
 
     def endpoint_ids(self, idx: np.ndarray) -> list[str]:
@@ -315,7 +346,7 @@ class EndpointRegistry(RequestLifecycle):
         return old
 
     def _rebuild_roles(self) -> None:
-        live = [(i, e.role) for i, e in enumerate(self._endpoints) if e is not None]
+        live = [(i, e.role) for i, e in enumerate(self._endpoints) if e is not None and i not in self._draining]
         self._by_role = {r: np.array([i for i, role in live if role == r], dtype=np.int64) for r in ROLES}
 
 

@@ -282,9 +282,11 @@ class RoutingService:
             self._count_endpoints()
             return new
 
-    def deregister(self, endpoint_id: str) -> int:
+    def deregister(self, endpoint_id: str, *, drain: bool = False) -> int:
+        """Remove an endpoint: at once (its requests in flight detached; returns how many), or with drain when
+        its last request in flight completes (not picked meanwhile; returns how many are still there)."""
         with self._lock:
-            n = self.registry.deregister(endpoint_id)
+            n = self.registry.drain(endpoint_id) if drain else self.registry.deregister(endpoint_id)
             self._count_endpoints()
             return n
 
@@ -298,7 +300,7 @@ class RoutingService:
             return [
                 {
                     "id": e.id, "role": e.role, "url": e.url, "domains": dict(e.domains),
-                    "max_kv_tokens": e.max_kv_tokens, "gpus": e.gpus,
+                    "max_kv_tokens": e.max_kv_tokens, "gpus": e.gpus, "draining": self.registry.is_draining(e.id),
                     "load": self.registry.load_of(e.id, now_s=now_s),
                 }
                 for e in self.registry.endpoints()

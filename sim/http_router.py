@@ -148,15 +148,15 @@ class HttpRouter:
         return endpoint_id[len(self.pod_prefix):] if endpoint_id.startswith(self.pod_prefix) else ""
 
     def sync_endpoints(self) -> bool:
-        """Register ready workers and remove the rest; False when the router is unreachable."""
+        """Register ready workers and drain the rest; False when the router is unreachable."""
         if self.sim is None:
             return True
         serving = {self.endpoint_id(w): w for w in (*self.sim.prefill_serving, *self.sim.decode_serving)}
         if serving.keys() == self.registered:
             return True
         try:
-            for eid in sorted(self.registered - serving.keys()):
-                resp = self.client.call("DELETE", f"/v1/endpoints/{eid}", admin=True)
+            for eid in sorted(self.registered - serving.keys()):  # drained: its requests still report there
+                resp = self.client.call("DELETE", f"/v1/endpoints/{eid}?drain=true", admin=True)
                 if resp.status_code not in (200, 404):
                     raise RuntimeError(f"DELETE /v1/endpoints/{eid}: HTTP {resp.status_code}: {resp.text[:200]}")
                 self.registered.discard(eid)

@@ -12,7 +12,8 @@ the way a Dynamo deployment does:
   default pod-name mapping attributes to the pools); `/status` as JSON.
 - every request is routed by the routing service over HTTP (`/v1/route`),
   and its first token and completion are reported back as lifecycle events;
-  workers register when ready and deregister when they start draining, and
+  workers register when ready and are drained there when they start draining
+  (not picked; their requests still complete with samples), and
   push their load to the router every second.
 - the virtual connector's etcd keys: a new `decision_id` makes the fleet
   start or drain workers (new ones serve after the startup delay), and

@@ -69,7 +69,8 @@ class PickerRouter:
             self.config, predictor or LatencyPredictor(estimate=ProfileEstimator(profile)), rng=np.random.default_rng(seed)
         )
         self.sim = None
-        self._registered: dict[str, object] = {}
+        self._registered: dict[str, object] = {}  # serving workers, by name
+        self._draining: dict[str, object] = {}  # workers that left with requests still on them
         self._decoding: dict[str, set[int]] = {}  # decode worker name -> requests assigned there
         self._first_due: dict[str, set[int]] = {}  # decode worker name -> those without their first token yet
         self._prefilling: dict[str, deque[int]] = {}  # prefill worker name -> requests sent there, oldest first
@@ -82,37 +83,56 @@ class PickerRouter:
     # -- registry sync ----------------------------------------------------
 
     def _sync(self, workers) -> None:
+        """Register the serving workers; drain the ones that left (not picked, counted until they finish)."""
         role = "prefill" if isinstance(workers[0], PrefillWorker) else "decode"
         live = {w.name: w for w in workers}
         for name, w in list(self._registered.items()):
             if name not in live and isinstance(w, PrefillWorker) == (role == "prefill"):
-                self.registry.deregister(name)
                 del self._registered[name]
-                self._decoding.pop(name, None)
-                self._first_due.pop(name, None)
-                self._prefilling.pop(name, None)
+                if name in self.registry and self.registry.drain(name):
+                    self._draining[name] = w
+                else:
+                    self._forget(name)
         for name, w in live.items():
             if name not in self._registered:
                 self.registry.register(Endpoint(id=name, role=role, domains=_domains(w.domain)))
                 self._registered[name] = w
+                self._draining.pop(name, None)
+
+    def _forget(self, name: str) -> None:
+        self._draining.pop(name, None)
+        self._decoding.pop(name, None)
+        self._first_due.pop(name, None)
+        self._prefilling.pop(name, None)
 
     def _observe(self, workers, now_s: float) -> None:
+        prefill = isinstance(workers[0], PrefillWorker)
+        for name, w in list(self._draining.items()):  # their lifecycle calls, until the registry removes them
+            if isinstance(w, PrefillWorker) == prefill:
+                self._lifecycle(w, now_s)
+                if name not in self.registry:
+                    self._forget(name)
         cap = self.max_kv_tokens
         for w in workers:
+            self._lifecycle(w, now_s)
             if isinstance(w, PrefillWorker):
-                self._release_prefilled(w, now_s)
                 # vLLM's KV usage on a prefill engine is the running batch's
                 # blocks; queued prompts hold none yet.
                 kv = min(w.batch_tokens / cap, 1.0)
                 waiting, running = float(len(w.queue)), float(len(w.batch))
             else:
-                self._release_first_tokens(w)
-                self._complete_finished(w, now_s)
                 kv = min(w.kv_tokens_at(now_s) / cap, 1.0)
                 waiting, running = float(len(w.pending) + w.incoming), float(w.n)
             self.registry.observe_metrics(
                 w.name, now_s=now_s, kv_usage_frac=kv, waiting_requests=waiting, running_requests=running
             )
+
+    def _lifecycle(self, w, now_s: float) -> None:
+        if isinstance(w, PrefillWorker):
+            self._release_prefilled(w, now_s)
+        else:
+            self._release_first_tokens(w)
+            self._complete_finished(w, now_s)
 
     def _release_prefilled(self, w: PrefillWorker, now_s: float) -> None:
         """`first_token` for requests whose prefill the worker has finished without a decode pick (FIFO queue).
@@ -183,9 +203,9 @@ class PickerRouter:
     ) -> DecodeWorker | None:
         now = self.sim.event_t_s
         self._sync(workers)
-        if source.name not in self._registered:  # a draining prefill worker still hands over its KV
+        gone = source.name not in self.registry  # drained and removed, yet its KV still goes to decode
+        if gone:
             self.registry.register(Endpoint(id=source.name, role="prefill", domains=_domains(source.domain)))
-            self._registered[source.name] = source
         self._observe(workers, now)
         key = str(rid)
         req = self.registry.in_flight(key)
@@ -201,4 +221,6 @@ class PickerRouter:
             if choice is not None:
                 self._decoding.setdefault(choice.endpoint_id, set()).add(rid)
                 self._first_due.setdefault(choice.endpoint_id, set()).add(rid)
+        if gone:
+            self.registry.drain(source.name)
         return None if choice is None else self._registered[choice.endpoint_id]

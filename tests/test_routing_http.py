@@ -223,6 +223,34 @@ def test_decode_named_when_prefill_returns(api):
     assert client.post("/v1/requests/dyn-3/dispatched", json={"input_tokens": 1}).status_code == 422
 
 
+def test_drained_endpoint_finishes_its_requests_with_samples_and_is_not_picked():
+    with serve(fleet=2) as (client, svc):
+        before = client.get("/v1/samples", params={"limit": 1}, headers=AUTH).json()["stats"]["last_seq"]
+        assert client.post("/v1/requests/dr-1/dispatched",
+                           json={"prefill_endpoint_id": "p0", "input_tokens": 2000}).status_code == 201
+        assert client.post("/v1/requests/dr-1/prefill_done", json={"decode_endpoint_id": "d0"}).status_code == 200
+        gone = client.delete("/v1/endpoints/d0", params={"drain": "true"}, headers=AUTH)
+        assert gone.status_code == 200 and gone.json() == {"id": "d0", "detached_requests": 0, "draining_requests": 1}
+        listed = {e["id"]: e for e in client.get("/v1/endpoints").json()}
+        assert listed["d0"]["draining"] and not listed["d1"]["draining"]
+        for k in range(4):  # every decode pick goes to d1 now
+            body = route(client, request_id=f"dr-new-{k}").json()
+            assert body["decode"]["endpoint_id"] == "d1"
+        client.post("/v1/requests/dr-1/first_token", json={"observed_ttft_ms": 120.0})
+        done = client.post("/v1/requests/dr-1/completed", json={"output_tokens": 30, "observed_tpot_ms": 9.0})
+        assert done.json()["samples_recorded"] == 1
+        assert "d0" not in {e["id"] for e in client.get("/v1/endpoints").json()}
+        page = client.get("/v1/samples", params={"after_seq": before}, headers=AUTH).json()["samples"]
+        assert [(s["target"], s["endpoint_id"]) for s in page if s["request_id"] == "dr-1"] == [
+            ("ttft", "p0"), ("tpot", "d0")]
+        from routing.registry import Endpoint
+
+        svc.register(Endpoint(id="p9", role="prefill"))
+        idle = client.delete("/v1/endpoints/p9", params={"drain": "true"}, headers=AUTH).json()
+        assert idle == {"id": "p9", "detached_requests": 0, "draining_requests": 0}  # nothing in flight: gone
+        assert client.delete("/v1/endpoints/p9", params={"drain": "true"}, headers=AUTH).status_code == 404
+
+
 @pytest.mark.parametrize("body, field", [
     pytest.param({"input_tokens": 10, "slo": {"ttft_ms": -5}}, "body.slo.ttft_ms", id="negative SLO"),
     pytest.param({"input_tokens": 10}, "body.slo", id="missing SLO with SLO routing on"),

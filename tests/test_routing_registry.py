@@ -158,6 +158,51 @@ def test_deregister_detaches_requests():
     assert reg.in_flight_count() == 0
 
 
+def _with_samples(req: InFlight) -> InFlight:
+    feats = lambda role: {k: 0.0 for k in RAW_FIELDS} | {"role": role}  # noqa: E731
+    return replace(req, ttft_features=feats("prefill"), tpot_features=feats("decode"))
+
+
+def test_drain_keeps_counting_until_the_last_request_then_removes():
+    reg = fleet(("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"), ("d1", "decode"))
+    reg.dispatched(_with_samples(inflight("r1", prefill="p0", decode="d0", t=0.0)))
+    reg.dispatched(_with_samples(inflight("r2", prefill="p1", decode="d0", t=0.0)))
+    assert reg.drain("d0") == 2 and reg.drain("p0") == 1
+    # Not picked any more, still counted and listed.
+    assert reg.endpoint_ids(reg.candidates("decode")) == ["d1"]
+    assert reg.endpoint_ids(reg.candidates("prefill")) == ["p1"]
+    assert "d0" in reg and reg.is_draining("d0") and load(reg, "d0")["requests_in_flight"] == 2
+    # r1's prefill returns: p0 has nothing left and goes; its TTFT sample is still made.
+    ttft = reg.first_token("r1", now_s=0.1)
+    assert [s.endpoint_id for s in ttft] == ["p0"] and "p0" not in reg
+    reg.first_token("r2", now_s=0.1)
+    tpot = reg.completed("r1", now_s=1.1, output_tokens=11)
+    assert [(s.target, s.endpoint_id) for s in tpot] == [("tpot", "d0")] and tpot[0].observed_ms == pytest.approx(100)
+    assert "d0" in reg and load(reg, "d0")["requests_in_flight"] == 1
+    assert reg.completed("r2", now_s=2.1, output_tokens=2) and "d0" not in reg
+    assert reg.in_flight_count() == 0 and len(reg) == 2
+
+
+def test_drain_of_an_idle_endpoint_removes_it_and_registering_again_undoes_a_drain():
+    reg = fleet(("d0", "decode"), ("d1", "decode"))
+    assert reg.drain("d1") == 0 and "d1" not in reg
+    occupy(reg, "d0", request_id="r", now_s=0.0)
+    assert reg.drain("d0") == 1 and reg.candidates("decode").size == 0
+    reg.register(Endpoint(id="d0", role="decode"))  # back before it emptied: picked again, load kept
+    assert not reg.is_draining("d0") and reg.endpoint_ids(reg.candidates("decode")) == ["d0"]
+    reg.completed("r", now_s=1.0, output_tokens=1)
+    assert "d0" in reg and load(reg, "d0")["requests_in_flight"] == 0
+    with pytest.raises(UnknownEndpointError):
+        reg.drain("zz")
+
+
+def test_expiry_completes_a_drain_whose_last_completion_never_comes():
+    reg = fleet(("d0", "decode"))
+    occupy(reg, "d0", request_id="lost", now_s=0.0)
+    assert reg.drain("d0") == 1
+    assert reg.expire(now_s=1000.0, ttl_s=900.0) == ["lost"] and "d0" not in reg
+
+
 def test_registry_errors_name_the_problem():
     reg = fleet(("p0", "prefill"), ("d0", "decode"))
     with pytest.raises(RegistryError, match="role must be one of"):

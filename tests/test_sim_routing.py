@@ -118,6 +118,40 @@ def test_picker_router_feeds_the_registry_lifecycle_and_drains_it(tables, profil
     assert sum(router.registry.load_of(w.name, now_s=t)["prefill_tokens_in_flight"] for w in sim.prefill_serving) == 0
 
 
+def test_picker_router_drains_a_scaled_down_worker_and_keeps_its_samples(tables, profile):
+    # Decode goes 3 -> 1 while busy: the two draining workers are not picked any more, their
+    # requests still complete in the registry (each with its TPOT sample), and the registry
+    # drops each worker after its last one.
+    router = make_router("picker", profile=profile, slo=SloTarget(ttft_ms=200, itl_ms=10), seed=0)
+    tpot_samples, drained_picks = [], []
+    completed = router.registry.completed
+
+    def counting(request_id, **kw):
+        out = completed(request_id, **kw)
+        tpot_samples.extend(x.endpoint_id for x in out if x.target == "tpot")
+        return out
+
+    router.registry.completed = counting
+    trace = _trace(300, rate_rps=60, seed=5)
+    sim = FleetSim(trace, tables, router=router, initial_prefill=2, initial_decode=3, config=SimConfig(startup_s=0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim.run_until(2.0)
+        busy = {w.name: w.n + len(w.pending) + w.incoming for w in sim.decode_serving}
+        sim.set_target("decode", 1, 2.0)
+        sim.run_until(2.0)
+        leaving = set(busy) - {w.name for w in sim.decode_serving}
+        assert len(leaving) == 2 and sum(busy[n] for n in leaving) > 0
+        while not sim.done:
+            sim.run_until(sim.event_t_s + 0.5)
+            drained_picks += [n for n in leaving if n in router._registered]
+    src = router.pick_prefill(len(trace.arrival_s), 100, sim.prefill_serving)  # a last look sweeps the ends
+    router.pick_decode(len(trace.arrival_s), 100, 10, src, sim.decode_serving)
+    assert sim.completed == 300 and drained_picks == []
+    assert len(tpot_samples) == 300 and leaving <= set(tpot_samples)
+    assert router.registry.in_flight_count() == 1 and not leaving & {e.id for e in router.registry.endpoints()}
+
+
 def test_picker_router_follows_dynamos_order(tables, profile):
     # Dynamo's frontend picks decode when prefill returns; the first token comes after the KV
     # transfer. With a 0.5 s transfer, request 0 sits between the two: released from its prefill
