@@ -20,8 +20,9 @@ and TPOT from pre-deployment profiling data (no training needed):
   behind a queue by 30-60 ms (benchmarks/bench_routing_sim.py, estimate
   error section). Without the budget, a backlog of 1M tokens was estimated
   as one 1M-token prompt at the throughput measured at the longest profiled
-  one: 11% above the batches of 8192 an engine runs, so a loaded fleet's TTFT
-  ratio to the estimate drifted with the queue's depth. Without lifecycle counts (prefill_tokens_in_flight 0 but
+  one: 11% above the batches of 8192 an engine runs, so a loaded fleet's
+  TTFT ratio to the estimate drifted with the queue's depth (docs/retrain.md,
+  benchmarks). Without lifecycle counts (prefill_tokens_in_flight 0 but
   requests waiting, e.g. metrics pushed for traffic routed elsewhere) the
   waiting requests count as this prompt's length each. Beyond the longest
   profiled prompt the time grows linearly at the throughput measured there
@@ -108,6 +109,7 @@ class ProfileEstimator:
             # table then holds the highest measured ITL there, on purpose.
             warnings.simplefilter("ignore")
             self._itl = np.array([profile.decode.itl_ms_many(kv, c) for c in self._ctx])
+        self._budget_ms = None if prefill_token_budget is None else float(self.prefill_ms(prefill_token_budget))
         if not (np.isfinite(self._ttft_ms).all() and np.isfinite(self._itl).all()):
             raise ValueError(f"profile {profile.name}: tabulated curves are not finite")
 
@@ -157,9 +159,8 @@ class ProfileEstimator:
             return self.prefill_ms(tokens)
         full = np.floor(tokens / budget)
         rest = tokens - full * budget
-        one = float(self.prefill_ms(np.array([float(budget)]))[0])
         return np.where(tokens <= budget, self.prefill_ms(tokens),
-                        full * one + np.where(rest > 0, self.prefill_ms(np.maximum(rest, 1.0)), 0.0))
+                        full * self._budget_ms + np.where(rest > 0, self.prefill_ms(np.maximum(rest, 1.0)), 0.0))
 
     def _behind_ms(self, ahead: np.ndarray, uncached: np.ndarray) -> np.ndarray:
         """A prompt of `uncached` tokens behind `ahead` queued tokens: drained together, or, when the prompt

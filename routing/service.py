@@ -79,8 +79,8 @@ class RoutingService:
             max_nodes=config.models.max_nodes,
         )
         self.predictor = LatencyPredictor(
-            estimate=ProfileEstimator(profile, prefill_token_budget=config.prefill_token_budget), models=self.models, quantile=config.picker.slo.prediction,
-            online=online_calibration(config.online_calibration),
+            estimate=ProfileEstimator(profile, prefill_token_budget=config.prefill_token_budget), models=self.models,
+            quantile=config.picker.slo.prediction, online=online_calibration(config.online_calibration),
         )
         self.picker = Picker(config.picker, self.predictor, rng=config.seed)
         self.samples = SampleStore(capacity=config.samples.capacity, kv_buckets=config.samples.kv_buckets,
