@@ -10,7 +10,9 @@ and TPOT from pre-deployment profiling data (no training needed):
   request's own uncached tokens, as if prefilled in batches of at most the
   engines' prefill token budget (vLLM's max_num_batched_tokens, 8192 by
   default; a prompt longer than the budget runs alone, at its own profiled
-  time, after the work queued ahead of it). Engines batch queued prompts
+  time, after the work queued ahead of it, and so does queued work whose
+  prompts average more than the budget: prefill_tokens_in_flight /
+  waiting_requests). Engines batch queued prompts
   (vLLM's chunked prefill), so queued work runs at the throughput of a full
   batch, not of each prompt alone, and the running
   batch is on average half done while the request itself is not yet in a
@@ -122,18 +124,22 @@ class ProfileEstimator:
         input_tokens = x[:, _COL["input_tokens"]]
         uncached = np.maximum(input_tokens * (1.0 - x[:, _COL["prefix_cache_hit_frac"]]), 1.0)
         in_flight = x[:, _COL["prefill_tokens_in_flight"]]
-        ahead = np.where(in_flight > 0, in_flight, x[:, _COL["waiting_requests"]] * uncached)
+        waiting = x[:, _COL["waiting_requests"]]
+        ahead = np.where(in_flight > 0, in_flight, waiting * uncached)
+        # Tokens per request awaiting there: prompts over the budget run alone, at their own time.
+        each = np.where(in_flight > 0, in_flight / np.maximum(waiting, 1.0), uncached)
         if _BATCH_PROGRESS:
             # Known running batch: what is left of it, then the queue behind it
             # and this prompt as the next batch.
             batch = x[:, _COL["prefill_batch_tokens"]]
-            left_ms = np.maximum(self.drain_ms(batch) - x[:, _COL["prefill_batch_elapsed_ms"]], 0.0)
+            left_ms = np.maximum(self.drain_ms(batch, each) - x[:, _COL["prefill_batch_elapsed_ms"]], 0.0)
             queued = x[:, _COL["prefill_queued_tokens"]]
             prefill_ms = np.where(
-                (in_flight > 0) & (batch > 0), left_ms + self._behind_ms(queued, uncached), self._behind_ms(ahead, uncached)
+                (in_flight > 0) & (batch > 0), left_ms + self._behind_ms(queued, uncached, each),
+                self._behind_ms(ahead, uncached, each)
             )
         else:
-            prefill_ms = self._behind_ms(ahead, uncached)
+            prefill_ms = self._behind_ms(ahead, uncached, each)
         if is_prefill.all():
             return prefill_ms
         step_ms = self._tpot(x)
@@ -150,26 +156,29 @@ class ProfileEstimator:
             tokens <= self._isl_max, np.interp(tokens, self._isl, self._ttft_ms), tokens * self._ms_per_token_beyond
         )
 
-    def drain_ms(self, tokens: np.ndarray) -> np.ndarray:
-        """Time to prefill `tokens` of queued prompt work, ms: full batches of the token budget, then the rest
-        as one batch (without a budget, prefill_ms of all of it)."""
+    def drain_ms(self, tokens: np.ndarray, each: np.ndarray | float = 1.0) -> np.ndarray:
+        """Time to prefill `tokens` of queued prompt work, ms, made of prompts of `each` tokens on average: full
+        batches of the token budget, then the rest as one batch; prompts over the budget one at a time, at
+        their own profiled time (without a budget, prefill_ms of all of it)."""
         tokens = np.asarray(tokens, dtype=float)
         budget = self.prefill_token_budget
         if budget is None:
             return self.prefill_ms(tokens)
         full = np.floor(tokens / budget)
         rest = tokens - full * budget
-        return np.where(tokens <= budget, self.prefill_ms(tokens),
-                        full * self._budget_ms + np.where(rest > 0, self.prefill_ms(np.maximum(rest, 1.0)), 0.0))
+        batched = np.where(tokens <= budget, self.prefill_ms(tokens),
+                           full * self._budget_ms + np.where(rest > 0, self.prefill_ms(np.maximum(rest, 1.0)), 0.0))
+        each = np.maximum(np.asarray(each, dtype=float), 1.0)
+        return np.where((each > budget) & (tokens > budget), tokens * self.prefill_ms(each) / each, batched)
 
-    def _behind_ms(self, ahead: np.ndarray, uncached: np.ndarray) -> np.ndarray:
-        """A prompt of `uncached` tokens behind `ahead` queued tokens: drained together, or, when the prompt
-        alone is over the budget, the queue first and then the prompt alone (an engine runs it by itself)."""
-        together = self.drain_ms(ahead + uncached)
+    def _behind_ms(self, ahead: np.ndarray, uncached: np.ndarray, each: np.ndarray) -> np.ndarray:
+        """A prompt of `uncached` tokens behind `ahead` queued tokens (prompts of `each` on average): drained
+        together, or, when the prompt or the queued ones are over the budget, the queue and then the prompt."""
+        together = self.drain_ms(ahead + uncached, each)
         if self.prefill_token_budget is None:
             return together
-        alone = self.drain_ms(ahead) * (ahead > 0) + self.prefill_ms(uncached)
-        return np.where(uncached > self.prefill_token_budget, alone, together)
+        after = self.drain_ms(ahead, each) * (ahead > 0) + self.prefill_ms(uncached)
+        return np.where((uncached > self.prefill_token_budget) | (each > self.prefill_token_budget), after, together)
 
     def _tpot(self, x: np.ndarray) -> np.ndarray:
         # Scraped KV usage can be seconds old; the router's own count of context

@@ -311,14 +311,15 @@ def test_estimate_grows_linearly_beyond_the_longest_profiled_prompt(estimate_pic
     assert _estimate_ttft(blind, input_tokens=hi, ahead=((2 * hi, 1.0),)) == pytest.approx(3 * at_hi, rel=1e-6)
 
 
-# B = P(8192) = 169.86 ms, the time of one full batch of the budget; P(n) as above.
+# B = P(8192) = 169.86 ms, the time of one full batch of the budget; P(n) as above. Prompts averaging
+# more than the budget (prefill_tokens_in_flight / waiting requests) run one at a time.
 @pytest.mark.parametrize("ahead, input_tokens, expected", [
-    pytest.param(((20000, 1.0),), 1000, lambda P: 2 * P(8192) + P(3616) + P(1000),
-                 id="20000 just started: two full batches and P(3616) left, then P(1000)"),
-    pytest.param(((32768, 1.0),), 1000, lambda P: 4 * P(8192) + P(1000),
-                 id="32768 just started: four full batches, then the request alone, 4B + P(1000)"),
-    pytest.param(((3000, 1.0), (20000, 1.005)), 1000, lambda P: P(3000) + 2 * P(8192) + P(3616 + 1000),
-                 id="20000 queued behind a running 3000: P(3000) + 2B + P(4616)"),
+    pytest.param(((3000, 1.0),) * 4, 1000, lambda P: P(3000) + P(8192) + P(1808),
+                 id="four 3000s, the first running: P(3000), then 9000 + 1000 in a full batch and P(1808)"),
+    pytest.param(((3000, 1.0),) * 12, 1000, lambda P: P(3000) + 4 * P(8192) + P(1232),
+                 id="twelve 3000s: P(3000), then 34000 in four full batches and P(1232)"),
+    pytest.param(((20000, 1.0), (20000, 1.005)), 1000, lambda P: 2 * 20000 * P(16372) / 16372 + P(1000),
+                 id="two 20000s, over the budget: each alone (linear beyond the profiled 16372), then P(1000)"),
     pytest.param(((3000, 1.0), (4000, 1.005)), 10000, lambda P: P(3000) + P(4000) + P(10000),
                  id="a 10000 prompt, over the budget, after a queued 4000: P(3000) + P(4000) + P(10000)"),
 ])
