@@ -159,26 +159,32 @@ class ProfileEstimator:
     def drain_ms(self, tokens: np.ndarray, each: np.ndarray | float = 1.0) -> np.ndarray:
         """Time to prefill `tokens` of queued prompt work, ms, made of prompts of `each` tokens on average: full
         batches of the token budget, then the rest as one batch; prompts over the budget one at a time, at
-        their own profiled time (without a budget, prefill_ms of all of it)."""
+        their own profiled time (without a budget, prefill_ms of all of it). Up to the budget: prefill_ms."""
         tokens = np.asarray(tokens, dtype=float)
+        out = self.prefill_ms(tokens)
         budget = self.prefill_token_budget
-        if budget is None:
-            return self.prefill_ms(tokens)
-        full = np.floor(tokens / budget)
-        rest = tokens - full * budget
-        batched = np.where(tokens <= budget, self.prefill_ms(tokens),
-                           full * self._budget_ms + np.where(rest > 0, self.prefill_ms(np.maximum(rest, 1.0)), 0.0))
-        each = np.maximum(np.asarray(each, dtype=float), 1.0)
-        return np.where((each > budget) & (tokens > budget), tokens * self.prefill_ms(each) / each, batched)
+        over = tokens > (np.inf if budget is None else budget)
+        if over.any():  # only these rows pay for the batches (this is on every pick)
+            t = tokens[over]
+            e = np.broadcast_to(np.maximum(np.asarray(each, dtype=float), 1.0), tokens.shape)[over]
+            full = np.floor(t / budget)
+            rest = t - full * budget
+            batched = full * self._budget_ms + np.where(rest > 0, self.prefill_ms(np.maximum(rest, 1.0)), 0.0)
+            out[over] = np.where(e > budget, t * self.prefill_ms(e) / e, batched)
+        return out
 
     def _behind_ms(self, ahead: np.ndarray, uncached: np.ndarray, each: np.ndarray) -> np.ndarray:
         """A prompt of `uncached` tokens behind `ahead` queued tokens (prompts of `each` on average): drained
         together, or, when the prompt or the queued ones are over the budget, the queue and then the prompt."""
-        together = self.drain_ms(ahead + uncached, each)
-        if self.prefill_token_budget is None:
-            return together
-        after = self.drain_ms(ahead, each) * (ahead > 0) + self.prefill_ms(uncached)
-        return np.where((uncached > self.prefill_token_budget) | (each > self.prefill_token_budget), after, together)
+        out = self.drain_ms(ahead + uncached, each)
+        budget = self.prefill_token_budget
+        if budget is None:
+            return out
+        after = (uncached > budget) | (each > budget)
+        if after.any():
+            a = ahead[after]
+            out[after] = self.drain_ms(a, each[after]) * (a > 0) + self.prefill_ms(uncached[after])
+        return out
 
     def _tpot(self, x: np.ndarray) -> np.ndarray:
         # Scraped KV usage can be seconds old; the router's own count of context
