@@ -1,6 +1,7 @@
 """SLO attainment of the routing policies on the same fixed fleet, in the simulator.
 
-Replays real traces through a static fleet (the best static fleet in hindsight
+Replays real traces (load multiplied by copies shifted by up to +-1 s, multiply_load's
+default: synchronised copies, the stress case) through a static fleet (the best static fleet in hindsight
 from the control-quality benchmark) with each router: round-robin,
 least-loaded, and the routing service's SLO-aware picker in-process (profile
 estimate; its default configuration, then strategies `least` and `most` with
