@@ -19,6 +19,7 @@ Files are opened with allow_pickle=False. Errors name the file and the key.
 from __future__ import annotations
 
 import json
+import threading
 import zipfile
 from pathlib import Path
 
@@ -38,6 +39,12 @@ _DATA_KEYS = {
     "decode": ("x_kv_usage", "y_context_length", "z_itl", "z_thpt_per_gpu", "max_kv_tokens"),
 }
 
+# numpy parses every array header with ast.literal_eval, and CPython 3.11 keeps the AST
+# constructor's recursion counter in state shared by all threads: two threads reading .npz
+# files at once (a what-if sweep's task runner) can fail with "SystemError: AST constructor
+# recursion depth mismatch". Reads therefore take turns.
+_READ_LOCK = threading.Lock()
+
 
 def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     """All arrays of an .npz file (no pickles); errors name the file."""
@@ -45,7 +52,7 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise ValueError(f"{path}: profile file not found")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with _READ_LOCK, np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ValueError(f"{path}: not a readable .npz file: {exc}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -315,6 +316,19 @@ def test_pickled_object_arrays_are_refused(tmp_path, h200_profile_dir):
     d = _write_profile(tmp_path, prefill, decode)
     with pytest.raises(ValueError, match="not a readable .npz file"):
         load_profile_dir(d)
+
+
+def test_profiles_read_from_many_threads_at_once_are_whole(h200_profile_dir):
+    # A what-if sweep loads a profile in every task thread; numpy parses each array header
+    # with ast, whose CPython 3.11 counter is shared by threads (a SystemError in CI once).
+    files = sorted(h200_profile_dir.rglob("*.npz"))
+    want = [read_npz(f) for f in files]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: read_npz(files[i % len(files)]), range(80)))
+    for i, arrays in enumerate(got):
+        expected = want[i % len(files)]
+        assert arrays.keys() == expected.keys()
+        assert all(np.array_equal(arrays[k], expected[k]) for k in arrays)
 
 
 def test_duplicate_isl_is_an_error():
