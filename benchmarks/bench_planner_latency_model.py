@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p}: benchmark data not found (../shared/data beside the project)", file=sys.stderr)
             return 2
     load_start = os.getloadavg()[0]
-    recordings, info, _ = samples_cached(SCENARIO, quick=False, cache_dir=args.samples_cache)
+    recordings, info, *_ = samples_cached(SCENARIO, quick=False, cache_dir=args.samples_cache)
     samples = recordings[DEFAULT_DECODE_PICK]  # decode named when prefill returns, as the fleet routes
     doc, training = train_document(samples, max_samples=args.max_samples)
     with tempfile.TemporaryDirectory() as tmp:

@@ -33,6 +33,16 @@ the share of held-out requests whose batch took later arrivals, and the MAPE of 
 prediction that knows everything at dispatch but those arrivals (each outcome
 exactly, less the prefill time the later arrivals added): the floor of any
 dispatch-time prediction while fewer than half the requests get such batch-mates.
+Join phase: a request admitted to a decode worker that is mid-step waits for that
+step to end before its first decode step, so its first token gap, and its TPOT
+(divided over osl - 1 gaps), holds a wait anywhere from 0 to one step, which
+nothing at dispatch knows, and how much of the TPOT it is depends on the output
+length, which nothing at dispatch knows either. Each TPOT stratum reports the share
+of held-out requests that joined a busy decoder, the MAPE of a prediction exact but
+for that wait (what the wait costs a prediction that ignores it), and the MAPE of one
+that knows everything, the output length included, but the phase (the step in
+progress taken as half done, the median of a uniform phase): the floor the phase
+alone sets.
 Training time: `fit_all` (4 models) on the newest 100k samples of the first
 scenario, median of --repeats runs, with the 1-minute load average around it
 (the machine is shared).
@@ -102,12 +112,12 @@ TARGETS = {"mape_max": 0.05, "p90_coverage": [0.88, 0.92], "training_s_max_100k"
            "stratum_min_holdout": 500}
 
 
-def samples_cached(sc: dict, *, quick: bool, cache_dir: Path | None) -> tuple[dict[str, list[dict]], dict, dict]:
+def samples_cached(sc: dict, *, quick: bool, cache_dir: Path | None) -> tuple[dict[str, list[dict]], dict, dict, dict]:
     """samples_for, read from / written to cache_dir when given (this benchmark's own recordings, pickled)."""
     if cache_dir is None:
         return samples_for(sc, quick=quick)
     path = cache_dir / (sc["name"].replace(" ", "_").replace("(", "").replace(")", "") + ("-quick" if quick else "")
-                        + "-lifecycles-v2.pkl")
+                        + "-lifecycles-v3.pkl")
     if path.exists():
         with path.open("rb") as f:
             return pickle.load(f)
@@ -118,9 +128,9 @@ def samples_cached(sc: dict, *, quick: bool, cache_dir: Path | None) -> tuple[di
     return out
 
 
-def samples_for(sc: dict, *, quick: bool) -> tuple[dict[str, list[dict]], dict, dict[str, float]]:
-    """The scenario's samples per decode_pick (the default and each lifecycle variant's), run facts, and
-    each request's late batch-mates' prefill time (late_batch_ms)."""
+def samples_for(sc: dict, *, quick: bool) -> tuple[dict[str, list[dict]], dict, dict[str, float], dict]:
+    """The scenario's samples per decode_pick (the default and each lifecycle variant's), run facts, each
+    request's late batch-mates' prefill time (late_batch_ms) and its decode join phase (join_phase)."""
     what_if = WhatIfScenario(trace=str(DATA / "traces" / sc["trace"]), profile_dir=str(PROFILE_DIR),
                              load_multiplier=sc["load_multiplier"], seed=0)
     trace = load_scenario_trace(what_if)
@@ -139,7 +149,16 @@ def samples_for(sc: dict, *, quick: bool) -> tuple[dict[str, list[dict]], dict, 
             "load_model": load_model(sc["load_multiplier"], what_if.jitter_s),
             "simulate_s": round(t1 - t0, 1), "record_s": round(t2 - t1, 1),
             "samples_recorded": len(samples[DEFAULT_DECODE_PICK])}
-    return samples, info, late_batch_ms(routed, ProfileTables(profile))
+    return samples, info, late_batch_ms(routed, ProfileTables(profile)), join_phase(routed)
+
+
+def join_phase(routed) -> dict[str, tuple[float, float, int]]:
+    """Per request id ("r<index>") admitted to a decode worker: (the wait for the step in progress, ms; that
+    step's length, ms, 0 on an idle worker; output tokens)."""
+    ok = np.flatnonzero(np.isfinite(routed.join_wait_s))
+    return {f"r{i}": (w, st, o) for i, w, st, o in zip(ok.tolist(), (routed.join_wait_s[ok] * 1e3).tolist(),
+                                                       (routed.join_step_s[ok] * 1e3).tolist(),
+                                                       routed.osl_tokens[ok].tolist())}
 
 
 def late_batch_ms(routed, tables) -> dict[str, float]:
@@ -167,8 +186,9 @@ def late_batch_ms(routed, tables) -> dict[str, float]:
 
 
 def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max_samples: int,
-                      late: dict[str, float] | None = None) -> dict:
-    """The scenario's figures; late: each request's late batch-mates' prefill time (late_batch_ms)."""
+                      late: dict[str, float] | None = None, join: dict[str, tuple] | None = None) -> dict:
+    """The scenario's figures; late: each request's late batch-mates' prefill time (late_batch_ms); join: its
+    decode join phase (join_phase)."""
     used = samples[-max_samples:]
     prepared = prepare_samples(used, cfg, estimate=estimate)
     t0 = time.perf_counter()
@@ -187,6 +207,11 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
         out["late_batch_mates"] = overall
         for st, figures in zip(out["strata"], per_stratum):
             st["ttft"]["late_batch_mates"] = figures
+    if join is not None:
+        overall, per_stratum = join_figures(prepared, cfg, join, used)
+        out["join_phase"] = overall
+        for st, figures in zip(out["strata"], per_stratum):
+            st["tpot"]["join_phase"] = figures
     for t in ("ttft", "tpot"):
         c, e = ev.candidate[t], ev.estimate[t]
         n_tr, n_cal, n_hold = splits[t].sizes()
@@ -209,20 +234,46 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
 def late_figures(prepared, cfg: TrainingConfig, late: dict[str, float], used: list[dict]) -> tuple[dict, list[dict]]:
     """Held-out TTFT rows overall and per stratum: the share whose prefill batch took later arrivals, and the
     floor MAPE (each outcome predicted exactly less its late batch-mates' prefill time)."""
-    data = prepared.by_target["ttft"]
-    rows = holdout_rows(data, splits_for(prepared, cfg)["ttft"], max_source_frac=cfg.holdout_max_source_frac)
-    request_of = {s["seq"]: s["request_id"] for s in used if s.get("target") == "ttft"}
-    delay = np.array([late.get(request_of.get(int(q), ""), np.nan) for q in data.seq[rows]])
+    def row(request_id: str, y_ms: float) -> tuple[float, bool]:
+        ms = late.get(request_id, np.nan)
+        return ms / y_ms, ms > 0
+    return floor_figures(prepared, cfg, used, "ttft", row)
+
+
+def join_figures(prepared, cfg: TrainingConfig, join: dict[str, tuple], used: list[dict]) -> tuple[dict, list[dict]]:
+    """Held-out TPOT rows overall and per stratum: the share admitted to a decoder mid-step; wait_mape, the MAPE
+    of each outcome predicted exactly less its join wait; floor_mape, exactly but for the join phase (the step in
+    progress taken as half done, the output length known)."""
+    def row(request_id: str, y_ms: float) -> tuple[tuple[float, float], bool]:
+        if request_id not in join:
+            return (np.nan, np.nan), False
+        wait_ms, step_ms, osl = join[request_id]
+        gaps = max(osl - 1, 1) * y_ms
+        return (wait_ms / gaps, abs(wait_ms - step_ms / 2) / gaps), step_ms > 0
+    return floor_figures(prepared, cfg, used, "tpot", row, names=("wait_mape", "floor_mape"))
+
+
+def floor_figures(prepared, cfg: TrainingConfig, used: list[dict], target: str, row,
+                  names: tuple[str, ...] = ("floor_mape",)) -> tuple[dict, list[dict]]:
+    """{"n", "share", *names} of a target's held-out rows, overall and per stratum: row(request id, outcome ms)
+    gives a row's errors, one per name (NaN: unknown; a bare float for one name), and whether it is affected;
+    each name's figure is the mean of its errors."""
+    data = prepared.by_target[target]
+    rows = holdout_rows(data, splits_for(prepared, cfg)[target], max_source_frac=cfg.holdout_max_source_frac)
+    request_of = {s["seq"]: s["request_id"] for s in used if s.get("target") == target}
     y, x = data.y_ms[rows], data.x[rows]
+    pairs = [row(request_of.get(int(q), ""), float(v)) for q, v in zip(data.seq[rows], y)]
+    error = np.array([e for e, _ in pairs], dtype=float).reshape(len(pairs), len(names))
+    hit = np.array([h for _, h in pairs], dtype=bool)
 
     def figures(sel: np.ndarray) -> dict:
-        sel = sel & np.isfinite(delay)
+        sel = sel & np.isfinite(error).all(axis=1)
         if not sel.any():
-            return {"n": 0, "share": None, "floor_mape": None}
-        return {"n": int(sel.sum()), "share": round(float(np.mean(delay[sel] > 0)), 4),
-                "floor_mape": round(float(np.mean(delay[sel] / y[sel])), 5)}
+            return {"n": 0, "share": None, **dict.fromkeys(names)}
+        return {"n": int(sel.sum()), "share": round(float(np.mean(hit[sel])), 4),
+                **{k: round(float(np.mean(error[sel, j])), 5) for j, k in enumerate(names)}}
 
-    return figures(np.ones(y.size, dtype=bool)), [figures(st.select("ttft", x)) for st in STRATA]
+    return figures(np.ones(y.size, dtype=bool)), [figures(st.select(target, x)) for st in STRATA]
 
 
 def _figures(m: dict) -> dict:
@@ -246,15 +297,13 @@ def target_misses(result: dict) -> list[str]:
     lo, hi = TARGETS["p90_coverage"]
     misses = []
     for s in result["scenarios"]:
-        blocks = [(s["name"], t, s[t] | {"n": s[t]["holdout"], "late_batch_mates": s.get("late_batch_mates")})
-                  for t in ("ttft", "tpot")]
+        blocks = [(s["name"], t, s[t] | {"n": s[t]["holdout"], "late_batch_mates": s.get("late_batch_mates"),
+                                         "join_phase": s.get("join_phase")}) for t in ("ttft", "tpot")]
         blocks += [(f"{s['name']} / {st['name']}", t, st[t]) for st in s["strata"] for t in ("ttft", "tpot")
                    if st[t]["n"] >= TARGETS["stratum_min_holdout"]]
         for where, t, m in blocks:
             if m["mape"] > TARGETS["mape_max"]:
-                late = m.get("late_batch_mates") if t == "ttft" else None
-                floor = (f"; floor {late['floor_mape']:.2%}: {late['share']:.0%} took later arrivals into their batch"
-                         if late and late["floor_mape"] is not None else "")
+                floor = _floor_words(t, m.get("late_batch_mates" if t == "ttft" else "join_phase"))
                 misses.append(f"{where} {t} MAPE {m['mape']:.2%} (n={m['n']}{floor})")
             # The p90 the router serves: with its online calibration when the run measured it.
             cov, how = ((m["served"]["p90_coverage"], "as served") if m.get("served") else (m["p90_coverage"], "fixed"))
@@ -264,6 +313,16 @@ def target_misses(result: dict) -> list[str]:
     if tt and tt["median_s"] > TARGETS["training_s_max_100k"]:
         misses.append(f"training {tt['median_s']} s for {tt['samples']} samples")
     return misses
+
+
+def _floor_words(target: str, fl: dict | None) -> str:
+    """A miss's floor, in words ("" when not measured)."""
+    if not fl or fl["floor_mape"] is None:
+        return ""
+    if target == "ttft":
+        return f"; floor {fl['floor_mape']:.2%}: {fl['share']:.0%} took later arrivals into their batch"
+    return (f"; the join wait costs a prediction that ignores it {fl['wait_mape']:.2%}, {fl['floor_mape']:.2%} "
+            f"knowing the output length: {fl['share']:.0%} joined a decoder mid-step")
 
 
 def training_time(samples: list[dict], cfg: TrainingConfig, estimate, *, n: int, repeats: int) -> dict:
@@ -312,8 +371,8 @@ def table(result: dict) -> str:
     lines += ["", "Per stratum (held-out rows, MAPE / p90 coverage; * fewer than "
               f"{TARGETS['stratum_min_holdout']} rows, not held to the targets):", "",
               "| scenario | stratum | TTFT n | TTFT MAPE | TTFT floor (late batch-mates) | TTFT p90 cov. fixed / served "
-              "| TPOT n | TPOT MAPE | TPOT p90 cov. fixed / served |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| TPOT n | TPOT MAPE | TPOT join wait / floor (join phase) | TPOT p90 cov. fixed / served |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for s in result["scenarios"]:
         for st in s["strata"]:
             cells = []
@@ -321,10 +380,10 @@ def table(result: dict) -> str:
                 m = st[t]
                 star = "*" if m["n"] < TARGETS["stratum_min_holdout"] else ""
                 cells += [f"{m['n']}{star}", "—" if m["mape"] is None else f"{m['mape']:.2%}"]
-                if t == "ttft":
-                    late = m.get("late_batch_mates") or {}
-                    cells.append("—" if late.get("floor_mape") is None
-                                 else f"{late['floor_mape']:.2%} ({late['share']:.0%} of rows)")
+                fl = m.get("late_batch_mates" if t == "ttft" else "join_phase") or {}
+                both = f"{fl['wait_mape']:.2%} / " if "wait_mape" in fl and fl["wait_mape"] is not None else ""
+                cells.append("—" if fl.get("floor_mape") is None
+                             else f"{both}{fl['floor_mape']:.2%} ({fl['share']:.0%} of rows)")
                 cells.append(_coverages(m))
             lines.append(f"| {s['name']} | {st['name']} | " + " | ".join(cells) + " |")
     tt = result["training_time"]
@@ -355,12 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     scenarios, first_samples = [], None
     for sc in [s for s in SCENARIOS if not args.only or s["name"].startswith(args.only)]:
-        recordings, info, late = samples_cached(sc, quick=args.quick, cache_dir=args.samples_cache)
+        recordings, info, late, join = samples_cached(sc, quick=args.quick, cache_dir=args.samples_cache)
         samples = recordings[DEFAULT_DECODE_PICK]
         first_samples = first_samples if first_samples is not None else samples
         res = {"name": sc["name"], "trace": sc["trace"], "load_multiplier": sc["load_multiplier"],
                "window_s": sc["window_s"], **info, **evaluate_scenario(samples, cfg, estimate,
-                                                                      max_samples=args.max_samples, late=late)}
+                                                                      max_samples=args.max_samples, late=late, join=join)}
         res["variants"] = {
             name: variant(samples, cfg.model_copy(update=update), estimate, max_samples=args.max_samples)
             for name, update in ({} if args.no_variants else VARIANTS).items()

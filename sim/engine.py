@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections import deque
 
 import numpy as np
@@ -43,19 +42,10 @@ from sim.observation import IntervalStats
 from sim.results import RequestResults
 from sim.routing import LeastLoadedRouter, Router
 from sim.traces import Trace
+from sim.typed_arrays import numpy_copy as _np
+from sim.typed_arrays import typed as _typed
 
 _PREFILL_DONE, _KV_DONE, _DECODE_SEG, _READY = 0, 1, 2, 3
-
-
-def _typed(code: str, values: np.ndarray) -> array:
-    a = array(code)
-    a.frombytes(np.ascontiguousarray(values, dtype=np.float64 if code == "d" else np.int64).tobytes())
-    return a
-
-
-def _np(a: array) -> np.ndarray:
-    """A numpy copy of a typed array."""
-    return np.frombuffer(a, dtype=np.float64 if a.typecode == "d" else np.int64).copy()
 
 
 class FleetSim:
@@ -91,6 +81,10 @@ class FleetSim:
         self.finish_s = _typed("d", np.full(n, np.nan))
         self.prefill_done_s = _typed("d", np.full(n, np.nan))
         self._join_step = _typed("q", np.zeros(n, dtype=np.int64))
+        # At decode admission: how long until the step in progress ends (the request's first gap waits
+        # for it) and that step's length; 0 on an idle worker.
+        self.join_wait_s = _typed("d", np.full(n, np.nan))
+        self.join_step_s = _typed("d", np.full(n, np.nan))
         self.next_arrival = 0
         self.completed = 0
         self.now_s = 0.0
@@ -301,6 +295,8 @@ class FleetSim:
 
     def _admit(self, d: DecodeWorker, rid: int, t: float) -> None:
         isl = self.isl[rid]
+        self.join_wait_s[rid] = d.seg_t - t if d.n and d.seg_t > t else 0.0
+        self.join_step_s[rid] = d.step_s if d.n else 0.0
         d.n += 1
         d.kv_base += isl + 1 - d.steps
         d.reserved_tokens += isl + self.osl[rid]
@@ -381,6 +377,8 @@ class FleetSim:
         elif not d.pending and self._fits(d, rid):
             # admit (inlined _admit: the hottest path)
             steps = d.steps
+            self.join_wait_s[rid] = d.seg_t - t if d.n else 0.0
+            self.join_step_s[rid] = d.step_s if d.n else 0.0
             d.n += 1
             d.kv_base += isl + 1 - steps
             d.reserved_tokens += isl + osl
@@ -497,4 +495,6 @@ class FleetSim:
             isl_tokens=self.trace.isl_tokens,
             osl_tokens=self.trace.osl_tokens,
             prefill_done_s=_np(self.prefill_done_s),
+            join_wait_s=_np(self.join_wait_s),
+            join_step_s=_np(self.join_step_s),
         )

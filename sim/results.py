@@ -17,6 +17,10 @@ class RequestResults:
     isl_tokens: np.ndarray
     osl_tokens: np.ndarray
     prefill_done_s: np.ndarray | None = None  # when each request's prefill returned (None: not recorded)
+    # At decode admission: the wait for the step in progress to end, and that step's length, s (0 on an
+    # idle worker; NaN: not admitted; None: not recorded).
+    join_wait_s: np.ndarray | None = None
+    join_step_s: np.ndarray | None = None
 
     @property
     def ttft_ms(self) -> np.ndarray:

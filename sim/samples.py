@@ -86,6 +86,8 @@ class RoutedRequests:
     prefill_domains: tuple[str, ...]
     decode_domains: tuple[str, ...]
     prefill_done_s: np.ndarray | None = None  # when prefill returned (None: not recorded)
+    join_wait_s: np.ndarray | None = None  # at decode admission, the wait for the step in progress (RequestResults)
+    join_step_s: np.ndarray | None = None  # and that step's length
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -138,6 +140,8 @@ def simulate_routed(
         prefill_domains=tuple(domains[i % len(domains)] for i in range(n_prefill)),
         decode_domains=tuple(domains[i % len(domains)] for i in range(n_decode)),
         prefill_done_s=r.prefill_done_s,
+        join_wait_s=r.join_wait_s,
+        join_step_s=r.join_step_s,
     )
 
 

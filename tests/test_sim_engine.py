@@ -119,6 +119,22 @@ def test_decode_itl_at_profiled_concurrency_within_5_percent(profile, tables, co
     assert np.nanmean(itl) == pytest.approx(expected, rel=0.05)
 
 
+def test_a_request_joining_a_busy_decoder_waits_for_the_step_in_progress(tables):
+    # A decodes alone from its first token; B's first token lands mid-step, so its first gap starts
+    # with the rest of A's step: join_wait_s, which lands B on A's step grid.
+    sim = FleetSim(_trace([0.0, 0.2], [1000, 100], [400, 3]), tables, config=FREE,
+                   initial_prefill=2, initial_decode=1)
+    sim.run_to_completion()
+    r = sim.results()
+    assert (r.join_wait_s[0], r.join_step_s[0]) == (0.0, 0.0)  # an idle decoder: nothing to wait for
+    wait, step = r.join_wait_s[1], r.join_step_s[1]
+    assert 0.0 < wait < step
+    steps_of_a = (r.first_token_s[1] + wait - r.first_token_s[0]) / step
+    assert steps_of_a == pytest.approx(round(steps_of_a), abs=1e-6) and steps_of_a >= 1
+    # B's two gaps: the wait, then two steps of the pair (each at least A's step alone).
+    assert r.finish_s[1] - r.first_token_s[1] >= wait + 2 * step
+
+
 def test_prefill_batches_within_token_budget(tables):
     # Ten 1000-token requests at once, budget 4096: batches of 4, 4, 2 (4 x 1000 <= 4096 < 5 x 1000)
     cfg = SimConfig(transfer=FREE_TRANSFER, startup_s=0.0, prefill_token_budget=4096)
