@@ -24,12 +24,15 @@ window by the allowance t, the larger of:
 
 d is about 1-2 for independent arrivals (the square of the largest of k standard
 normals) and grows with the clump size. The index is the median of d over the
-last intervals; `sizing_basis` sizes on the mean forecast while it is below a
-threshold and on the upper band otherwise. Measured (docs/control.md, "Sizing
-basis from arrival clumping"), median over each replay's runs: 0.9 on Azure conv
-x8 independent tenants, 8.4 on its synchronised copies, 1.7 / 2.9 on Mooncake x2
-tenants / synchronised, 0.0 / 264 on Azure code x8 (its bursts start and end
-inside minutes: without the step allowance its tenants read 22).
+last intervals, each read once its successor is known: the newest counts only
+while there are too few others (a burst starting inside it reads as a clump
+until the next interval shows the step). `sizing_basis` sizes on the mean
+forecast while the index is below a threshold and on the upper band otherwise.
+Measured (docs/control.md, "Sizing basis from arrival clumping"), median over
+each replay's runs: 0.8 on Azure conv x8 independent tenants, 8.4 on its
+synchronised copies, 1.7 / 2.9 on Mooncake x2 tenants / synchronised, 0.0 / 250
+on Azure code x8 (its bursts start and end inside minutes: without the step
+allowance its tenants read 22).
 
 Pure functions, no I/O.
 """
@@ -78,7 +81,8 @@ def clumping_index(
     """Median d over the newest `lookback_intervals` intervals with requests and a peak rate, and a note.
 
     Each interval's neighbours are the usable intervals (requests and a peak
-    rate) before and after it; the newest has none after it yet. None (with the
+    rate) before and after it. The newest has none after it yet and is left
+    out, unless without it fewer than `min_intervals` remain. None (with the
     reason) when the history carries no peak signal or fewer than
     `min_intervals` usable intervals.
     """
@@ -89,7 +93,7 @@ def clumping_index(
         )
     if history is None or history.peak_rps is None or history.peak_window_s is None:
         return None, "clumping: no peak-rate signal in the history"
-    # The newest usable intervals (requests and a peak rate), newest first, one more than the
+    # The newest usable intervals (requests and a peak rate), newest first, two more than the
     # lookback: each one's trend is against the usable interval before it (the oldest in the
     # whole history has none and is taken as flat). Scanning back stops there: a run reads
     # hundreds of intervals of history and needs a dozen.
@@ -97,10 +101,14 @@ def clumping_index(
     for n, peak in zip(reversed(history.num_requests), reversed(history.peak_rps)):
         if is_number(n) and n > 0 and is_number(peak):
             usable.append((n, peak))
-            if len(usable) > lookback_intervals:
+            if len(usable) > lookback_intervals + 1:
                 break
+    # The newest has no successor yet, so a burst starting inside it reads as a clump until the
+    # next interval shows the step; it counts only while there are too few others.
+    first = 1 if len(usable) > min_intervals else 0
     values: list[float] = []
-    for i, (n, peak) in enumerate(usable[:lookback_intervals]):
+    for i in range(first, min(len(usable), first + lookback_intervals)):
+        n, peak = usable[i]
         previous = usable[i + 1][0] if i + 1 < len(usable) else n
         after = usable[i - 1][0] if i > 0 else None
         d = interval_clumping(num_requests=n, peak_rps=peak, previous_requests=previous, next_requests=after,

@@ -64,9 +64,22 @@ def test_index_is_the_median_over_the_lookback():
     # d per interval: 1, 9, 0, 1 (the empty interval is skipped; the next one's trend is against 400)
     h = hist([400, 400, 0, 400, 400], [110 / 15, 130 / 15, 0.0, 95 / 15, 110 / 15])
     index, note = clumping_index(h, lookback_intervals=10, min_intervals=4)
-    assert index == pytest.approx(1.0) and "median over 4 intervals" in note
-    last2, _ = clumping_index(h, lookback_intervals=2, min_intervals=2)
-    assert last2 == pytest.approx(0.5)  # median of 0 and 1
+    assert index == pytest.approx(1.0) and "median over 4 intervals" in note  # too few to leave the newest out
+    last2, note = clumping_index(h, lookback_intervals=2, min_intervals=2)
+    assert last2 == pytest.approx(4.5) and "median over 2 intervals" in note  # 9 and 0: the newest (1) left out
+
+
+def test_a_burst_starting_in_the_newest_interval_waits_for_the_next_to_be_read():
+    # Steady 400 a minute with z = 1 (d = 1) per minute, then a burst starting inside the newest:
+    # 300 in its busiest window reads d = 400 without a next interval (test_interval_clumping_by_hand).
+    steady = [400.0] * 6
+    h = hist(steady + [400.0], [110 / 15] * 6 + [300 / 15])
+    index, note = clumping_index(h, lookback_intervals=2, min_intervals=2)
+    assert index == pytest.approx(1.0) and "median over 2 intervals" in note  # with it: the median of 400 and 1
+    # Once the next interval shows the step (1,200), the burst interval reads d = 4, the step taken off.
+    h = hist(steady + [400.0, 1200.0], [110 / 15] * 6 + [300 / 15, 330 / 15])
+    index, _ = clumping_index(h, lookback_intervals=2, min_intervals=2)
+    assert index == pytest.approx((1.0 + 4.0) / 2)
 
 
 @pytest.mark.parametrize("h, why", [
