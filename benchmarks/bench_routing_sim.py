@@ -1,8 +1,12 @@
 """SLO attainment of the routing policies on the same fixed fleet, in the simulator.
 
-Replays real traces (load multiplied by copies shifted by up to +-1 s, multiply_load's
-default: synchronised copies, the stress case) through a static fleet (the best static fleet in hindsight
-from the control-quality benchmark) with each router: round-robin,
+Replays real traces through a static fleet with each router, at one of two load
+models: independent tenants (`--load tenants`, the default: copies of a trace
+shifted by up to +-30 s; the fleets are the best static fleets in hindsight of
+the control benchmark on that load, sim_control_tenants.json) or synchronised
+copies (`--load synchronised`, the stress case: shifted by up to +-1 s, every
+burst K times at once; the fleets of the control benchmark's earlier synchronised
+table). Routers: round-robin,
 least-loaded, and the routing service's SLO-aware picker in-process (profile
 estimate; its default configuration, then strategies `least` and `most` with
 the other defaults). The picker runs as the service would: the adapter makes
@@ -21,9 +25,10 @@ Mooncake is small enough to replay again with other superposition seeds
 default picker per seed, the spread that says how much of a difference is
 noise.
 
-Writes benchmarks/results/routing_sim.json and prints a markdown table.
+Writes benchmarks/results/routing_sim_tenants.json (tenants) or routing_sim.json
+(synchronised) and prints a markdown table.
 
-Run: .venv/bin/python benchmarks/bench_routing_sim.py [--quick | --seeds-only | --case I]
+Run: .venv/bin/python benchmarks/bench_routing_sim.py [--load tenants|synchronised] [--quick | --seeds-only | --case I]
 (--quick: the first 900 s of each trace, for a look while changing things;
 --seeds-only: recompute the seed spread and keep the rest of the JSON;
 --case I: rerun one case and keep the rest.)
@@ -52,20 +57,28 @@ from sim.policies import make_policy  # noqa: E402
 from sim.replay import ReplaySettings, replay  # noqa: E402
 from sim.routing import make_router  # noqa: E402
 from sim.traces import Trace, load_trace, multiply_load  # noqa: E402
+from sim.whatif import load_model  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "traces"
 PROFILE = ROOT / "data" / "profiles" / "h200_llama8b_fp8_tp1"
-OUT = ROOT / "benchmarks" / "results" / "routing_sim.json"
+RESULTS = ROOT / "benchmarks" / "results"
 ROUTERS = ("round-robin", "least-loaded", "picker", "picker:least", "picker:most")
-# (trace, load multiplier, fleet, routers). The third is the first with two prefill workers
-# fewer: prefill queues build, which is where the estimate's view of each running batch counts.
-CASES = [
-    ("azure2023_conv.csv.gz", 8.0, "4x3", ROUTERS),
-    ("mooncake_fast25_synthetic_trace.jsonl.gz", 2.0, "8x2", ROUTERS),
-    ("azure2023_conv.csv.gz", 8.0, "2x3", ("round-robin", "least-loaded", "picker")),
-]
-SEED_CASE = CASES[1][:3]
-SEEDS = (1, 2, 3, 4)
+# Per load model: copies' shift (s), output file, and the cases (trace, load multiplier, fleet,
+# routers). Each third case is the first fleet with two prefill workers fewer: prefill queues
+# build, which is where the estimate's view of each running batch counts.
+LOADS = {
+    "tenants": (30.0, "routing_sim_tenants.json", [
+        ("azure2023_conv.csv.gz", 8.0, "4x2", ROUTERS),
+        ("mooncake_fast25_synthetic_trace.jsonl.gz", 2.0, "9x2", ROUTERS),
+        ("azure2023_conv.csv.gz", 8.0, "2x2", ("round-robin", "least-loaded", "picker")),
+    ]),
+    "synchronised": (1.0, "routing_sim.json", [
+        ("azure2023_conv.csv.gz", 8.0, "4x3", ROUTERS),
+        ("mooncake_fast25_synthetic_trace.jsonl.gz", 2.0, "8x2", ROUTERS),
+        ("azure2023_conv.csv.gz", 8.0, "2x3", ("round-robin", "least-loaded", "picker")),
+    ]),
+}
+SEEDS = (1, 2, 3, 4)  # Mooncake (each load's second case) again with other superposition seeds
 
 
 class _Recording(PickerRouter):
@@ -141,12 +154,13 @@ def _picker_config(strategy: str | None = None) -> PickerConfig:
     )
 
 
-def seed_spread(profile, tables, slo: SloTarget, cfg: PlannerConfig) -> list[dict]:
-    """Least-loaded vs the default picker on SEED_CASE for each of SEEDS."""
-    trace_name, k, fleet = SEED_CASE
+def seed_spread(profile, tables, slo: SloTarget, cfg: PlannerConfig, *, load: str) -> list[dict]:
+    """Least-loaded vs the default picker on the load's Mooncake case for each of SEEDS."""
+    jitter_s, _, cases = LOADS[load]
+    trace_name, k, fleet = cases[1][:3]
     out = []
     for seed in SEEDS:
-        trace = multiply_load(load_trace(DATA / trace_name), k, seed=seed)
+        trace = multiply_load(load_trace(DATA / trace_name), k, seed=seed, jitter_s=jitter_s)
         row = {"trace": f"{trace_name.split('.')[0]} x{k:g}", "fleet": fleet, "seed": seed}
         for label in ("least-loaded", "picker"):
             router = PickerRouter(profile, slo=slo, config=_picker_config()) if label == "picker" else make_router(label)
@@ -161,26 +175,30 @@ def seed_spread(profile, tables, slo: SloTarget, cfg: PlannerConfig) -> list[dic
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--load", choices=tuple(LOADS), default="tenants",
+                    help="copies of a trace: independent tenants (+-30 s, the default) or synchronised (+-1 s, stress)")
     ap.add_argument("--quick", action="store_true", help="first 900 s of each trace; results are not written")
     ap.add_argument("--seeds-only", action="store_true", help="only the seed spread, merged into the existing JSON")
     ap.add_argument("--case", type=int, default=None,
-                    help="only CASES[i] (0-based): its rows replace that trace and fleet's rows in the existing JSON")
+                    help="only the load's case i (0-based): its rows replace that trace and fleet's rows in the existing JSON")
     args = ap.parse_args()
     profile = load_profile_dir(PROFILE)
     tables = ProfileTables(profile)
     slo = SloTarget(ttft_ms=200, itl_ms=10)
     cfg = PlannerConfig(profile=ProfileConfig(dir=str(PROFILE)), slo=slo)
     defaults = PickerConfig().slo
+    jitter_s, out_name, all_cases = LOADS[args.load]
+    out = RESULTS / out_name
     if args.seeds_only:
-        doc = json.loads(OUT.read_text())
-        doc["seed_spread"] = seed_spread(profile, tables, slo, cfg)
+        doc = json.loads(out.read_text())
+        doc["seed_spread"] = seed_spread(profile, tables, slo, cfg, load=args.load)
         doc["seed_spread_load_average_1m_at_end"] = os.getloadavg()[0]
-        OUT.write_text(json.dumps(doc, indent=2) + "\n")
+        out.write_text(json.dumps(doc, indent=2) + "\n")
         return 0
     rows, errors = [], {}
-    cases = CASES if args.case is None else [CASES[args.case]]
+    cases = all_cases if args.case is None else [all_cases[args.case]]
     for trace_name, k, fleet, routers in cases:
-        trace = multiply_load(load_trace(DATA / trace_name), k, seed=0)
+        trace = multiply_load(load_trace(DATA / trace_name), k, seed=0, jitter_s=jitter_s)
         if args.quick:
             m = trace.arrival_s < 900.0
             trace = Trace(trace.name, trace.arrival_s[m], trace.isl_tokens[m], trace.osl_tokens[m])
@@ -189,7 +207,7 @@ def main() -> int:
             if label.startswith("picker"):
                 config = _picker_config(label.split(":", 1)[1] if ":" in label else None)
                 # the estimate error is recorded on each trace's first fleet only
-                record = label == "picker" and fleet == next(c[2] for c in CASES if c[0] == trace_name)
+                record = label == "picker" and fleet == next(c[2] for c in all_cases if c[0] == trace_name)
                 router = (_Recording if record else PickerRouter)(profile, slo=slo, config=config)
             else:
                 router = make_router(label, profile=profile, slo=slo, seed=0)
@@ -198,7 +216,7 @@ def main() -> int:
                             scenario=ReplaySettings(slo=slo, router=label.split(":")[0]), router=router)
             q = result.requests
             rows.append({
-                "trace": label_trace, "fleet": fleet, "router": label,
+                "trace": label_trace, "load_model": load_model(k, jitter_s), "fleet": fleet, "router": label,
                 "picker_strategy": router.config.slo.strategy if label.startswith("picker") else None,
                 "picker_headroom_margin_frac": router.config.slo.headroom_margin_frac if label.startswith("picker") else None,
                 "requests": int(len(trace.arrival_s)), "slo_attainment": float(result.sla_met().mean()),
@@ -209,7 +227,8 @@ def main() -> int:
             if isinstance(router, _Recording):
                 errors[label_trace] = estimate_error(router, result, slo)
             print(rows[-1], flush=True)
-    table = ["| trace | fleet | router | SLA attainment | TTFT missed | ITL missed |", "|---|---|---|---:|---:|---:|"]
+    table = [f"Load: copies shifted by up to +-{jitter_s:g} s ({args.load}).", "",
+             "| trace | fleet | router | SLA attainment | TTFT missed | ITL missed |", "|---|---|---|---:|---:|---:|"]
     for r in rows:
         name = r["router"]
         if name == "picker":
@@ -223,16 +242,18 @@ def main() -> int:
     if args.quick:
         return 0
     if args.case is not None:
-        doc = json.loads(OUT.read_text())
+        doc = json.loads(out.read_text())
         doc["rows"] = [r for r in doc["rows"] if (r["trace"], r["fleet"]) != (rows[0]["trace"], rows[0]["fleet"])] + rows
         doc.setdefault("estimate_error", {}).update(errors)
         doc[f"load_average_1m_at_end_case_{args.case}"] = os.getloadavg()[0]
-        OUT.write_text(json.dumps(doc, indent=2) + "\n")
+        out.write_text(json.dumps(doc, indent=2) + "\n")
         return 0
-    spread = seed_spread(profile, tables, slo, cfg)
-    OUT.write_text(json.dumps({
+    spread = seed_spread(profile, tables, slo, cfg, load=args.load)
+    out.write_text(json.dumps({
         "what": "SLO attainment per router on a fixed fleet (TTFT 200 ms, ITL 10 ms, H200 Llama-8B profile); "
                 "estimate error of the default picker (actual - predicted, ms) on the endpoints it chose",
+        "load_model": f"copies shifted by up to +-{jitter_s:g} s: " + (
+            "independent tenants" if args.load == "tenants" else "synchronised copies (stress case)"),
         "picker_defaults": defaults.model_dump(),
         "rows": rows, "estimate_error": errors, "seed_spread": spread,
         "load_average_1m_at_end": os.getloadavg()[0],
