@@ -129,15 +129,17 @@ class ProfileEstimator:
         # Tokens per request awaiting there: prompts over the budget run alone, at their own time.
         each = np.where(in_flight > 0, in_flight / np.maximum(waiting, 1.0), uncached)
         if _BATCH_PROGRESS:
-            # Known running batch: what is left of it, then the queue behind it
-            # and this prompt as the next batch.
+            # Known running batch: the queue behind it and this prompt as the next
+            # batch, after what is left of it (computed for those rows only: every pick runs this).
             batch = x[:, _COL["prefill_batch_tokens"]]
-            left_ms = np.maximum(self.drain_ms(batch, each) - x[:, _COL["prefill_batch_elapsed_ms"]], 0.0)
-            queued = x[:, _COL["prefill_queued_tokens"]]
-            prefill_ms = np.where(
-                (in_flight > 0) & (batch > 0), left_ms + self._behind_ms(queued, uncached, each),
-                self._behind_ms(ahead, uncached, each)
-            )
+            running = (in_flight > 0) & (batch > 0)
+            if running.any():
+                prefill_ms = self._behind_ms(np.where(running, x[:, _COL["prefill_queued_tokens"]], ahead),
+                                             uncached, each)
+                left_ms = self.drain_ms(batch[running], each[running]) - x[running, _COL["prefill_batch_elapsed_ms"]]
+                prefill_ms[running] += np.maximum(left_ms, 0.0)
+            else:
+                prefill_ms = self._behind_ms(ahead, uncached, each)
         else:
             prefill_ms = self._behind_ms(ahead, uncached, each)
         if is_prefill.all():
