@@ -243,3 +243,46 @@ def test_first_gradient_boosting_fit_limits_scikit_learn_threads():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     during = json.loads(out.stdout)
     assert during and all(threads == [1] for threads in during)
+
+
+def _auto_run(series: np.ndarray, *, hint: bool, monkeypatch) -> list[tuple]:
+    """Warm auto fits over a growing series: each fit's forecast, quantile and every candidate's state."""
+    from planner.predictors import base
+
+    checks = []
+    extends = base.PredictorBase._extends_previous
+
+    def counted(self, t_s, y):
+        known = bool(self.__dict__.get("_extends_known"))
+        if not hint:
+            self.__dict__.pop("_extends_known", None)
+        answer = extends(self, t_s, y)
+        checks.append((type(self).__name__, known, answer))
+        return answer
+
+    monkeypatch.setattr(base.PredictorBase, "_extends_previous", counted)
+    p = make_predictor("auto", warm_start=True)
+    out = []
+    for n in range(6, series.size + 1):
+        p.fit(60.0 * np.arange(1, n + 1) + 0.4 * (n % 3), series[:n])  # runs a few seconds apart
+        out.append((p.chosen_, float(p.predict(1)[0]), float(p.predict_quantile(0.9, 2)[-1]),
+                    {name: (m.insample_.tobytes(), float(m.predict(1)[0])) for name, m in p.models_.items()}))
+    monkeypatch.undo()
+    return out, checks
+
+
+def test_auto_candidates_take_autos_verdict_that_the_series_extends_the_last(monkeypatch):
+    # auto compares a new series with the one it was last fitted on; its kept candidates were fitted on that same
+    # series, so they take its verdict instead of comparing again. Every fit must come out as when each
+    # candidate compares for itself, and a fresh candidate (no previous series) gets no verdict.
+    rng = np.random.default_rng(3)
+    series = np.r_[rng.poisson(40, 30), rng.poisson(90, 30)].astype(float)
+    with_hint, checks = _auto_run(series, hint=True, monkeypatch=monkeypatch)
+    without, own_checks = _auto_run(series, hint=False, monkeypatch=monkeypatch)
+    assert with_hint == without
+    taken = [c for c in checks if c[1]]
+    assert taken and all(answer for _, _, answer in taken)  # a verdict given is a yes
+    assert {name for name, _, _ in taken} >= {"KalmanPredictor", "ExponentialSmoothingPredictor"}
+    # Each candidate was asked as often both ways; only auto's own check and cold candidates compare.
+    assert len(checks) == len(own_checks)
+    assert not any(known for name, known, _ in checks if name == "AutoPredictor")

@@ -95,8 +95,11 @@ class AutoPredictor(PredictorBase):
         params = self.candidate_params or {}
         models = {}
         for name in names:
-            model = old.get(name) or CANDIDATES[name].from_params(warm_start=self.warm_start, **params.get(name, {}))
-            models[name] = model._fit_regular(t, v)  # t, v: already validated (check_series)
+            model = old.get(name)
+            if model is None:
+                model = CANDIDATES[name].from_params(warm_start=self.warm_start, **params.get(name, {}))
+            # t, v: already validated (check_series); a kept candidate was fitted on the series this one extends.
+            models[name] = model._fit_regular(t, v, extends=name in old)
         self.models_ = models
 
         start = max(1, v.size - int(self.score_window))

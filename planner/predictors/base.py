@@ -234,20 +234,25 @@ class PredictorBase:
         """Validate the hyperparameters, then learn from (t_s seconds, y); returns self."""
         return self._fit_validated(t_s, y, None)
 
-    def _fit_regular(self, t: np.ndarray, v: np.ndarray):
+    def _fit_regular(self, t: np.ndarray, v: np.ndarray, *, extends: bool = False):
         """`fit` on a series `check_series` already returned (`auto`'s candidates fit its stored series).
 
         Such a series is a regular float grid, on which `check_series` answers
-        the same arrays, so it is not validated again.
+        the same arrays, so it is not validated again. extends: the caller
+        found that this series extends the one this predictor was last fitted
+        on (`auto`: its candidates were fitted on auto's previous series), so
+        `_extends_previous` answers yes without comparing the two again.
         """
-        return self._fit_validated(t, v, (t, v, t, v))
+        return self._fit_validated(t, v, (t, v, t, v), extends=extends)
 
-    def _fit_validated(self, t_s, y, checked: tuple | None):
-        """`fit`'s work: checked seeds `_checked_series` (t_s, y, and their validated arrays) for this fit only."""
+    def _fit_validated(self, t_s, y, checked: tuple | None, *, extends: bool = False):
+        """`fit`'s work: checked seeds `_checked_series` (t_s, y, and their validated arrays) for this fit only;
+        extends: see `_fit_regular`."""
         who = type(self).__name__
         for p in self.param_table():
             p.check(getattr(self, p.name), who=who)
         self._series_memo = checked
+        self._extends_known = extends
         try:
             if not self.limit_threads:
                 return self._fit(t_s, y)
@@ -255,6 +260,7 @@ class PredictorBase:
                 return self._fit(t_s, y)
         finally:
             self.__dict__.pop("_series_memo", None)
+            self.__dict__.pop("_extends_known", None)
 
     def _checked_series(self, t_s, y) -> tuple[np.ndarray, np.ndarray]:
         """`check_series(t_s, y)`, validated once per fit: `_extends_previous` and `_set_series` both ask."""
@@ -307,6 +313,8 @@ class PredictorBase:
         """
         if not getattr(self, "warm_start", False) or not hasattr(self, "t_s_"):
             return False
+        if self.__dict__.get("_extends_known"):
+            return True
         try:
             t, v = self._checked_series(t_s, y)
         except ValueError:
