@@ -81,11 +81,17 @@ def _bucket_moments(lo: np.ndarray, hi: np.ndarray, counts: np.ndarray) -> tuple
         near = [j for j in (i - 1, i, i + 1) if 0 <= j < len(lo) and np.isfinite(log_density[j])]
         slope = -1.0
         if len(near) > 1:
-            slope = float(np.polyfit(log_mid[near], log_density[near], 1)[0])
+            slope = _line_slope(log_mid[near].tolist(), log_density[near].tolist())
         z = _power_integral(lo[i], hi[i], slope + 1.0)
         m1[i] = _power_integral(lo[i], hi[i], slope + 2.0) / z
         m2[i] = _power_integral(lo[i], hi[i], slope + 3.0) / z
     return m1, m2
+
+
+def _line_slope(x: list[float], y: list[float]) -> float:
+    """The least-squares slope of y over x (two or three points here, so no library call's overhead)."""
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum((a - mx) ** 2 for a in x)
 
 
 def _power_integral(a: float, b: float, p: float) -> float:

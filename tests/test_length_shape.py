@@ -172,3 +172,16 @@ def test_an_observation_with_histograms_survives_a_prefect_parameter_round_trip(
     assert again.observation.isl_histogram == obs.isl_histogram
     assert again.observation.osl_histogram == obs.osl_histogram
 
+
+
+@pytest.mark.parametrize("x, y", [
+    ([4.6, 5.3], [-1.0, -2.5]),
+    ([4.6, 5.3, 6.1], [-1.0, -2.5, -2.9]),
+    ([6.8, 7.5, 8.2], [0.3, 0.3, 0.3]),  # flat: slope 0
+    ([7.5, 8.2, 8.9], [-6.0, -3.0, -7.0]),  # a peak in the middle
+])
+def test_bucket_slope_is_the_least_squares_line_through_its_neighbours(x, y):
+    # The power-law exponent of a bucket is the least-squares slope through it and its non-empty neighbours.
+    from planner.length_shape import _line_slope
+
+    assert _line_slope(x, y) == pytest.approx(float(np.polyfit(x, y, 1)[0]), rel=1e-12, abs=1e-12)
