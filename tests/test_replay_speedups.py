@@ -286,3 +286,39 @@ def test_auto_candidates_take_autos_verdict_that_the_series_extends_the_last(mon
     # Each candidate was asked as often both ways; only auto's own check and cold candidates compare.
     assert len(checks) == len(own_checks)
     assert not any(known for name, known, _ in checks if name == "AutoPredictor")
+
+
+@pytest.mark.parametrize("x", [
+    (0.3, 12.0), (0.0, 12.0), (1.0, 12.0), (1.0 - 5e-9, 12.0),  # at and near either bound of the level
+    (0.7, -40.0), (0.5, 3e9), (0.5, -3e9), (0.2, 0.0),  # a step of 1e-8 lost in a large initial level's rounding
+])
+def test_level_only_gradient_is_lbfgsbs_own_forward_difference(x):
+    # fit_level_only hands L-BFGS-B the forward difference it would otherwise take itself with SciPy's
+    # approx_derivative (absolute step 1e-8, L-BFGS-B's bounds); each entry must be the same float.
+    from scipy.optimize._numdiff import approx_derivative
+
+    z = np.random.default_rng(7).poisson(30.0, size=25).astype(float)
+    z_list = z.tolist()
+
+    def f(p):
+        return ses._sse(z, z_list, float(p[0]), float(p[1]))
+
+    x = np.array(x)
+    ref = approx_derivative(f, x, method="2-point", abs_step=1e-8, bounds=([0.0, -np.inf], [1.0, np.inf]))
+    assert ses.forward_gradient(f, x).tolist() == np.ravel(ref).tolist()
+
+
+def test_level_only_fit_with_the_gradient_given_is_the_fit_without(monkeypatch):
+    # The search L-BFGS-B runs with the gradient handed over is the one it runs estimating it: the same result.
+    from scipy import optimize
+
+    rng = np.random.default_rng(11)
+    series = [rng.poisson(rng.uniform(1, 5000), size=rng.integers(2, 80)).astype(float) for _ in range(150)]
+    series += [np.r_[np.full(20, 7.0), np.full(20, 900.0)], np.full(12, 3.0), 1e9 + rng.normal(0, 5e3, 30)]
+    fast = [ses.fit_level_only(z) for z in series]
+
+    def no_gradient(fun, x0, jac=None, **kwargs):
+        return optimize.minimize(fun, x0, **kwargs)
+
+    monkeypatch.setattr(ses, "minimize", no_gradient)
+    assert [ses.fit_level_only(z) for z in series] == fast
