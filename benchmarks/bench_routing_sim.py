@@ -252,8 +252,7 @@ def main() -> int:
     out.write_text(json.dumps({
         "what": "SLO attainment per router on a fixed fleet (TTFT 200 ms, ITL 10 ms, H200 Llama-8B profile); "
                 "estimate error of the default picker (actual - predicted, ms) on the endpoints it chose",
-        "load_model": f"copies shifted by up to +-{jitter_s:g} s: " + (
-            "independent tenants" if args.load == "tenants" else "synchronised copies (stress case)"),
+        "load_model": "; ".join(dict.fromkeys(r["load_model"] for r in rows)),  # each row's, once
         "picker_defaults": defaults.model_dump(),
         "rows": rows, "estimate_error": errors, "seed_spread": spread,
         "load_average_1m_at_end": os.getloadavg()[0],
