@@ -203,12 +203,12 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
            "gate": decision.code, "gate_reason": decision.reason, "kept_estimate": list(cand.kept_estimate),
            "strata": strata_of(ev.candidate)}
     if late is not None:
-        overall, per_stratum = late_figures(prepared, cfg, late, used)
+        overall, per_stratum = late_figures(prepared, cfg, late, used, splits)
         out["late_batch_mates"] = overall
         for st, figures in zip(out["strata"], per_stratum):
             st["ttft"]["late_batch_mates"] = figures
     if join is not None:
-        overall, per_stratum = join_figures(prepared, cfg, join, used)
+        overall, per_stratum = join_figures(prepared, cfg, join, used, splits)
         out["join_phase"] = overall
         for st, figures in zip(out["strata"], per_stratum):
             st["tpot"]["join_phase"] = figures
@@ -231,16 +231,18 @@ def evaluate_scenario(samples: list[dict], cfg: TrainingConfig, estimate, *, max
     return out
 
 
-def late_figures(prepared, cfg: TrainingConfig, late: dict[str, float], used: list[dict]) -> tuple[dict, list[dict]]:
+def late_figures(prepared, cfg: TrainingConfig, late: dict[str, float], used: list[dict],
+                 splits: dict) -> tuple[dict, list[dict]]:
     """Held-out TTFT rows overall and per stratum: the share whose prefill batch took later arrivals, and the
     floor MAPE (each outcome predicted exactly less its late batch-mates' prefill time)."""
     def row(request_id: str, y_ms: float) -> tuple[float, bool]:
         ms = late.get(request_id, np.nan)
         return ms / y_ms, ms > 0
-    return floor_figures(prepared, cfg, used, "ttft", row)
+    return floor_figures(prepared, cfg, used, splits, "ttft", row)
 
 
-def join_figures(prepared, cfg: TrainingConfig, join: dict[str, tuple], used: list[dict]) -> tuple[dict, list[dict]]:
+def join_figures(prepared, cfg: TrainingConfig, join: dict[str, tuple], used: list[dict],
+                 splits: dict) -> tuple[dict, list[dict]]:
     """Held-out TPOT rows overall and per stratum: the share admitted to a decoder mid-step; wait_mape, the MAPE
     of each outcome predicted exactly less its join wait; floor_mape, exactly but for the join phase (the step in
     progress taken as half done, the output length known)."""
@@ -250,16 +252,17 @@ def join_figures(prepared, cfg: TrainingConfig, join: dict[str, tuple], used: li
         wait_ms, step_ms, osl = join[request_id]
         gaps = max(osl - 1, 1) * y_ms
         return (wait_ms / gaps, abs(wait_ms - step_ms / 2) / gaps), step_ms > 0
-    return floor_figures(prepared, cfg, used, "tpot", row, names=("wait_mape", "floor_mape"))
+    return floor_figures(prepared, cfg, used, splits, "tpot", row, names=("wait_mape", "floor_mape"))
 
 
-def floor_figures(prepared, cfg: TrainingConfig, used: list[dict], target: str, row,
+def floor_figures(prepared, cfg: TrainingConfig, used: list[dict], splits: dict, target: str, row,
                   names: tuple[str, ...] = ("floor_mape",)) -> tuple[dict, list[dict]]:
-    """{"n", "share", *names} of a target's held-out rows, overall and per stratum: row(request id, outcome ms)
+    """{"n", "share", *names} of a target's held-out rows (splits: `splits_for` of prepared, the evaluation's),
+    overall and per stratum: row(request id, outcome ms)
     gives a row's errors, one per name (NaN: unknown; a bare float for one name), and whether it is affected;
     each name's figure is the mean of its errors."""
     data = prepared.by_target[target]
-    rows = holdout_rows(data, splits_for(prepared, cfg)[target], max_source_frac=cfg.holdout_max_source_frac)
+    rows = holdout_rows(data, splits[target], max_source_frac=cfg.holdout_max_source_frac)
     request_of = {s["seq"]: s["request_id"] for s in used if s.get("target") == target}
     y, x = data.y_ms[rows], data.x[rows]
     pairs = [row(request_of.get(int(q), ""), float(v)) for q, v in zip(data.seq[rows], y)]
