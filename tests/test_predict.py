@@ -636,3 +636,19 @@ def test_nested_single_threaded_limits_hold_and_restore():
             assert all(threads()[f] == 1 for f in limited)
         assert all(threads()[f] == 1 for f in limited)
     assert {f: n for f, n in threads().items() if f in before} == before
+
+
+@pytest.mark.parametrize("period", [2, 3, 5, 8])
+def test_ets_season_waits_until_statsmodels_can_initialise_it(period):
+    # A short season (a 5-minute cycle at 60 s bins) is added once two seasons are there *and* statsmodels'
+    # heuristic initialisation has its 10 + 2 * (period // 2) points; with 10-13 points of a 5-bin season
+    # the fit used to raise inside statsmodels and fail the planner run.
+    from planner.predictors.ets import ExponentialSmoothingPredictor
+
+    rng = np.random.default_rng(period)
+    y = 50 + 20 * np.sin(2 * np.pi * np.arange(40) / period) + rng.normal(0, 3, 40)
+    need = max(2 * period, 10 + 2 * (period // 2))
+    for n in range(5, 3 * period + 14):
+        p = ExponentialSmoothingPredictor(season_s=60.0 * period).fit(60.0 * np.arange(1, n + 1), y[:n])
+        assert (p.spec_[2] == period) == (n >= need), n
+        assert np.isfinite(p.predict(2)).all()

@@ -29,7 +29,9 @@ class ExponentialSmoothingPredictor(PredictorBase):
 
     trend: None (level only) or "add" (additive, damped when damped_trend).
     season_s: season length, seconds (86400: daily); the season is used once
-        the history spans min_seasons seasons. Default 0: no season (the
+        the history spans min_seasons seasons and at least the points
+        statsmodels needs to initialise it (two seasons, 10 + a whole season
+        for short ones). Default 0: no season (the
         seasonal variant lost to the plain one on every benchmark series).
     log1p: fit on log1p(y), so the season and errors scale with the level.
     fit_window: without a season, only the most recent this many points are fitted.
@@ -61,7 +63,7 @@ class ExponentialSmoothingPredictor(PredictorBase):
         w = fill_gaps(v[first:])
         z = np.log1p(w) if self.log1p else w
         period = int(round(self.season_s / self.interval_s_)) if self.season_s else 0
-        seasonal = period >= 2 and z.size >= self.min_seasons * period
+        seasonal = period >= 2 and z.size >= max(self.min_seasons * period, _heuristic_min_points(period))
         trend = self.trend if z.size >= 10 else None
         spec = (trend, bool(self.damped_trend) and trend is not None, period if seasonal else None)
         old_params, old_spec, optimized_at, optimized_points = prev
@@ -128,6 +130,12 @@ class ExponentialSmoothingPredictor(PredictorBase):
     def _predict(self, h: int) -> np.ndarray:
         f = np.asarray(self.result_.forecast(h), dtype=float)
         return np.expm1(f) if self.log1p else f
+
+
+def _heuristic_min_points(period: int) -> int:
+    """Fewest points statsmodels' heuristic initialisation of a season of `period` bins accepts: two seasons,
+    and 10 once the moving average has lost half a season at either end."""
+    return max(2 * period, 10 + 2 * (period // 2))
 
 
 def _level_only(z: np.ndarray, params: dict | None) -> LevelRun:
