@@ -652,3 +652,39 @@ def test_ets_season_waits_until_statsmodels_can_initialise_it(period):
         p = ExponentialSmoothingPredictor(season_s=60.0 * period).fit(60.0 * np.arange(1, n + 1), y[:n])
         assert (p.spec_[2] == period) == (n >= need), n
         assert np.isfinite(p.predict(2)).all()
+
+
+ROBUST_CONFIGS = {
+    "kalman": ("kalman", {}), "seasonal naive 300 s": ("seasonal_naive", {"season_s": 300.0}), "ets": ("ets", {}),
+    "ets trend": ("ets", {"trend": "add"}), "ets season 300 s": ("ets", {"season_s": 300.0}),
+    "ets trend season 120 s": ("ets", {"season_s": 120.0, "trend": "add"}),
+    "ets log1p season 600 s": ("ets", {"log1p": True, "season_s": 600.0}), "gbm": ("gbm", {}), "auto": ("auto", {}),
+    "auto with seasons": ("auto", {"candidates": "constant,ets,kalman,seasonal_naive", "candidate_params": {
+        "seasonal_naive": {"season_s": 300.0}, "ets": {"season_s": 300.0}}}),
+}
+ROBUST_SERIES = {
+    "counts": lambda rng, n: rng.poisson(30, n).astype(float),
+    "all zero": lambda rng, n: np.zeros(n),
+    "flat": lambda rng, n: np.full(n, 7.0),
+    "gaps": lambda rng, n: np.where(rng.random(n) < 0.3, NAN, rng.poisson(30, n)).astype(float),
+    "bursts": lambda rng, n: np.where(np.arange(n) % 7 == 0, 400.0, 0.0),
+    "huge": lambda rng, n: 1e9 + rng.normal(0, 1e6, n),
+}
+
+
+@pytest.mark.parametrize("series", list(ROBUST_SERIES))
+@pytest.mark.parametrize("config", list(ROBUST_CONFIGS))
+def test_every_predictor_forecasts_from_one_point_on(config, series):
+    # A planner run must never fail on a short or odd history: from the first point on, cold or warm-started,
+    # every configuration answers finite, non-negative forecasts and quantiles (one point with auto used to
+    # raise IndexError; a short season inside statsmodels' ValueError).
+    name, params = ROBUST_CONFIGS[config]
+    rng = np.random.default_rng(5)
+    y = ROBUST_SERIES[series](rng, 22)  # past every season's start (600 s: 20 points)
+    y[0] = 3.0 if not np.isfinite(y[0]) else y[0]
+    warm = make_predictor(name, warm_start=True, **params)
+    for n in range(1, y.size + 1):
+        for p in (make_predictor(name, **params), warm):
+            p.fit(minutes(n), y[:n])
+            f, q = p.predict(2), p.predict_quantile(0.9, 2)
+            assert np.isfinite(f).all() and np.isfinite(q).all() and (f >= 0).all() and (q >= 0).all(), (n, f, q)

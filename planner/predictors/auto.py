@@ -189,7 +189,7 @@ class AutoPredictor(PredictorBase):
         forecasts gradient boosting already made, a refit per point otherwise.
         keys: `_key` of each time from t[start] on.
         """
-        from_key = _key(t[start])
+        from_key = _key(t[start]) if start < t.size else math.inf  # one point: nothing to score yet
         old = getattr(self, "books_", {}) if reuse else {}
         books = {}
         finite = np.isfinite(v)
