@@ -287,16 +287,20 @@ def plan_interval(
     predictor_cache: MutableMapping | None = None,
     fast_path: bool = False,
     ttft_view: TtftView | None = None,
+    warmup: LoadHistory | None = None,
 ) -> PlanResult:
     """Every step of one planner interval as plain calls (the simulator, the benchmarks).
 
     predictor_cache: speed-only store of fitted predictor state; losing it never
     changes a decision beyond noise.
+    warmup: the warm-up trace's load (predictor.warmup_trace_path, binned), put
+    before a collected history shorter than predictor.history_intervals, as the
+    flow does.
     fast_path: a run the saturation trigger started between intervals: the
     decision is scale-up only, after cfg.fast_path.cooldown_s.
     ttft_view: prefill's single-request TTFT (planner.ttft_view); None: the profile's.
     """
-    steps = Steps(predict=functools.partial(predict_load, cache=predictor_cache))
+    steps = Steps(predict=functools.partial(predict_load, cache=predictor_cache, warmup=warmup))
     return plan_steps(
         apply_what_if(obs, what_if), fleet, effective_config(cfg, what_if), profile,
         now_s=now_s, steps=steps, fast_path=fast_path, ttft_view=ttft_view,

@@ -53,6 +53,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--latency-model", default=None, metavar="FILE",
                    help="a published latency-model document (JSON): the planner takes prefill TTFT from it "
                    "instead of the profile")
+    p.add_argument("--warmup-trace", default=None, metavar="FILE",
+                   help="planner policies: seed the load predictor with this trace's load while the replay's own "
+                   "history is short (predictor.warmup_trace_path; Dynamo's --load-predictor-warmup-trace)")
     p.add_argument("--engine-model", default="profile", choices=["profile", "dynamo_mocker"],
                    help="how simulated engines are timed: the profile's curves, or as Dynamo 1.6.1's mocker times "
                    "them (default: %(default)s)")
@@ -82,6 +85,7 @@ def _scenario(args: argparse.Namespace):
         servegen_rate_scale=args.servegen_rate_scale,
         max_replicas=args.max_replicas,
         latency_model_path=args.latency_model,
+        warmup_trace_path=args.warmup_trace,
         engine_model=args.engine_model,
     )
 
@@ -92,7 +96,8 @@ def _print_summary(s: dict) -> None:
 
     print(f"trace            {s['trace']} ({s['requests']:,} requests)")
     print(f"load             {s.get('load_model') or 'the trace as recorded'}")
-    print(f"policy           {s['policy']} (prefill TTFT from {s['ttft_source']})")
+    warm = f"; predictor warmed from {s['warmup_trace_path']}" if s.get("warmup_trace_path") else ""
+    print(f"policy           {s['policy']} (prefill TTFT from {s['ttft_source']}{warm})")
     print(f"engines          timed as {'the profile' if s['engine_model'] == 'profile' else 'Dynamo 1.6.1 mocker'}")
     print(f"SLA attainment   {100 * s['slo_attainment']:.2f}% "
           f"(TTFT {100 * s['ttft_attainment']:.2f}%, ITL {100 * s['itl_attainment']:.2f}%)")

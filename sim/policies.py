@@ -32,6 +32,7 @@ from planner.saturation import analyze_fleet
 from planner.ttft_view import TtftView
 from planner.types import Observation, PodMetrics
 from sim.replay import PolicyInput, PolicyOutput
+from sim.traces import load_warmup_history
 from sim.warm_start import clamp, warm_start_fleet
 
 _STATIC = re.compile(r"^static:(\d+)x(\d+)$")
@@ -56,6 +57,9 @@ class PlannerPolicy:
         self._cache: dict = {}
         self._fast_cache: dict = {}  # fast-path runs fit on windows off the scheduled grid
         self.last_plan = None
+        # The warm-up trace, read once; each run puts it before a short history, as the flow does.
+        path = cfg.predictor.warmup_trace_path
+        self._warmup = load_warmup_history(path, interval_s=cfg.adjustment_interval_s) if path else None
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
         return self.initial or warm_start_fleet(self.cfg, self.profile, first, ttft_view=self.ttft_view)
@@ -80,7 +84,7 @@ class PlannerPolicy:
             plan = plan_interval(
                 step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s,
                 predictor_cache=self._fast_cache if fast_path else self._cache, fast_path=fast_path,
-                ttft_view=self.ttft_view,
+                ttft_view=self.ttft_view, warmup=self._warmup,
             )
         self.last_plan = plan
         d = plan.decision

@@ -390,3 +390,20 @@ def jitter_within_ticks(trace: Trace, *, tick_s: float, seed: int) -> Trace:
         f"{trace.name}~jitter{tick_s:g}", arrival, trace.isl_tokens, trace.osl_tokens, trace.hash_ids,
         skipped=trace.skipped_lines, examples=trace.skipped_examples,
     )
+
+
+def load_warmup_history(path: str, *, interval_s: float) -> LoadHistory:
+    """A warm-up trace's per-interval load (predictor.warmup_trace_path), binned at interval_s seconds.
+
+    Errors name the file: a missing or malformed trace fails the run rather
+    than silently forecasting without it.
+    """
+    try:
+        trace = load_trace(path)
+    except OSError as exc:
+        raise ValueError(f"predictor.warmup_trace_path: {path}: cannot read the warm-up trace: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"predictor.warmup_trace_path: {exc}") from None
+    if len(trace) == 0:
+        raise ValueError(f"predictor.warmup_trace_path {path}: the warm-up trace holds no requests")
+    return bin_trace(trace, bin_s=interval_s)

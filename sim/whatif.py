@@ -91,6 +91,11 @@ class WhatIfScenario(WhatIf):
         None, description="a published latency-model document (JSON): planner policies take prefill TTFT from it "
         "(mean and p90 on an idle engine, as the routing service serves it) instead of the profile; None: the profile"
     )
+    warmup_trace_path: str | None = Field(
+        None, description="planner policies: a trace whose per-interval load is put before the replay's own history "
+        "while it is shorter than predictor.history_intervals (predictor.warmup_trace_path, Dynamo's "
+        "--load-predictor-warmup-trace); None: none"
+    )
 
     @field_validator("policy")
     @classmethod
@@ -185,6 +190,9 @@ def run_what_if(
     )
     if sc.fast_path is not None:
         cfg = cfg.model_copy(update={"fast_path": cfg.fast_path.model_copy(update={"enabled": sc.fast_path})})
+    if sc.warmup_trace_path is not None:
+        cfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(
+            update={"warmup_trace_path": sc.warmup_trace_path})})
     router = make_router(sc.router, profile=profile, slo=sc.slo(), seed=sc.seed)
     if sc.router == "picker" and (sc.policy == "oracle" or sc.with_oracle):
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
@@ -217,6 +225,7 @@ def run_what_if(
             "profile": profile.name,
             # the planner policies' prefill TTFT (the oracle and the static fleets size nothing)
             "ttft_source": ttft_view.source if ttft_view is not None else "profile",
+            "warmup_trace_path": sc.warmup_trace_path,  # the planner's warm-up trace (None: a cold start)
             "trace_path": str(sc.trace),
             "skipped_lines": trace.skipped_lines,
             # the whole what-if (oracle computation included); the policy's replay alone is replay_wall_s

@@ -9,27 +9,9 @@ from connectors.predictor_cache import open_predictor_cache
 from planner.config import PredictorConfig
 from planner import pipeline
 from planner.types import Forecast, LoadHistory, Observation
-from sim.traces import bin_trace, load_trace
 
 
 @task(cache_policy=NO_CACHE)
-def load_warmup_history(path: str, *, interval_s: float) -> LoadHistory:
-    """The warm-up trace's per-interval load (predictor.warmup_trace_path), binned at interval_s seconds.
-
-    Errors name the file: a missing or malformed trace fails the run rather
-    than silently forecasting without it.
-    """
-    try:
-        trace = load_trace(path)
-    except OSError as exc:
-        raise ValueError(f"predictor.warmup_trace_path: {path}: cannot read the warm-up trace: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ValueError(f"predictor.warmup_trace_path: {exc}") from None
-    if len(trace) == 0:
-        raise ValueError(f"predictor.warmup_trace_path {path}: the warm-up trace holds no requests")
-    return bin_trace(trace, bin_s=interval_s)
-
-
 def predict_with_cache(
     obs: Observation,
     *,

@@ -91,6 +91,13 @@ def test_what_if_truncated_gzip_trace_names_the_file(tmp_path):
     assert_one_line(proc, code=2, needles=(str(trace), "truncated or corrupt gzip"))
 
 
+def test_what_if_missing_warmup_trace_names_the_field_and_file(tmp_path):
+    missing = tmp_path / "warm.jsonl"
+    proc = sla_planner("what-if", "--trace", str(TRACE), "--profile", str(PROFILE), "--ttft-ms", "200",
+                       "--itl-ms", "10", "--warmup-trace", str(missing), "--no-progress")
+    assert_one_line(proc, code=2, needles=("predictor.warmup_trace_path", str(missing), "trace file not found"))
+
+
 def test_run_unreachable_etcd_names_server_and_cause(tmp_path):
     port = free_port()
     cfg = planner_config(tmp_path, connector=f"  kind: virtual\n  etcd_url: http://127.0.0.1:{port}\n")

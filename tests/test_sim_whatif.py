@@ -79,6 +79,22 @@ def test_cli_load_multiplier_and_oracle(shared_data, h200_profile_dir, tmp_path)
     assert s1["gpu_hours"] == pytest.approx(2 * s1["simulated_s"] / 3600)
 
 
+def test_cli_warms_the_planner_from_a_trace(shared_data, h200_profile_dir, tmp_path, capsys):
+    # --warmup-trace seeds the planner's load predictor as predictor.warmup_trace_path does in the deployment:
+    # the first runs forecast from the warm-up trace's load, so they size (and bill) differently from a cold
+    # start, and the summary names the trace.
+    code = shared_data / "traces" / "azure2023_code.csv.gz"
+    warm_trace = _small_azure(shared_data, tmp_path, minutes=12)
+    cold_out, warm_out = tmp_path / "cold.json", tmp_path / "warm.json"
+    args = ("--policy", "planner")
+    assert main(_cli(code, h200_profile_dir, *args, "--json", str(cold_out))) == 0
+    assert main(_cli(code, h200_profile_dir, *args, "--warmup-trace", str(warm_trace), "--json", str(warm_out))) == 0
+    cold, warm = json.loads(cold_out.read_text()), json.loads(warm_out.read_text())
+    assert cold["warmup_trace_path"] is None and warm["warmup_trace_path"] == str(warm_trace)
+    assert warm["requests"] == cold["requests"] and warm["gpu_hours"] != cold["gpu_hours"]
+    assert f"predictor warmed from {warm_trace}" in capsys.readouterr().out
+
+
 def test_cli_errors_name_the_problem(shared_data, h200_profile_dir, tmp_path, capsys):
     bad = _small_azure(shared_data, tmp_path, minutes=1, bad_line="2023-11-16 18:15:47.0,12x,5")
     assert main(_cli(bad, h200_profile_dir, "--policy", "static:1x1")) == 2

@@ -131,3 +131,37 @@ def test_a_missing_trace_fails_the_run_naming_the_field(prefect_harness, run_con
     with pytest.raises(ValueError, match=r"predictor\.warmup_trace_path: .*missing\.jsonl: trace file not found"):
         planner_flow(config=run_config(tmp_path / "missing.jsonl"),
                      replay=ReplayInputs(observation=observation(history([5, 6])), now_s=720.0), dry_run=True)
+
+
+def test_the_simulator_warms_the_predictor_from_the_trace_as_the_flow_does(prefect_harness, run_config, tmp_path,
+                                                                          h200_profile_dir):
+    # A what-if of a configuration with a warm-up trace must plan as the deployment would: the simulator's
+    # planner policy reads the same trace and its first runs forecast with the model, not last value, giving
+    # the forecast the flow gives for the same observation.
+    from flows.planner_flow import planner_flow
+    from connectors.profiles import load_profile_dir
+    from planner.types import FleetState, PoolState
+    from sim.policies import PlannerPolicy
+    from sim.replay import PolicyInput
+
+    trace = mooncake_trace(tmp_path / "warm.jsonl", [20 + i for i in range(12)])
+    obs = observation(history([3000, 3100]))
+    flow = planner_flow(config=run_config(trace), replay=ReplayInputs(observation=obs, now_s=720.0), dry_run=True)
+    fleet = FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1))
+    forecasts = {}
+    for name, path in (("cold", None), ("warm", trace)):
+        policy = PlannerPolicy(run_config(path).planner, load_profile_dir(h200_profile_dir))
+        policy.decide(PolicyInput(now_s=720.0, observation=obs, fleet=fleet, interval_index=0))
+        forecasts[name] = policy.last_plan.forecast
+    assert forecasts["cold"].predictor == "constant"
+    assert forecasts["warm"].predictor == flow["forecast"]["predictor"] == "kalman"
+    assert forecasts["warm"].num_requests == pytest.approx(flow["forecast"]["num_requests"])
+    assert any(note.startswith("warm-up trace: 12 intervals before the 2 collected") for note in forecasts["warm"].notes)
+
+
+def test_a_what_if_with_a_missing_warmup_trace_fails_naming_the_field(run_config, tmp_path, h200_profile_dir):
+    from connectors.profiles import load_profile_dir
+    from sim.policies import PlannerPolicy
+
+    with pytest.raises(ValueError, match=r"predictor\.warmup_trace_path: .*missing\.jsonl: trace file not found"):
+        PlannerPolicy(run_config(tmp_path / "missing.jsonl").planner, load_profile_dir(h200_profile_dir))
