@@ -8,7 +8,7 @@ file is the caller's job.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -102,9 +102,11 @@ class PredictorConfig(StrictModel):
     length_predictor: str | None = Field(
         None, description="predictor for mean ISL/OSL; None: the same as `name`"
     )
-    params: dict[str, dict[str, float | int | bool | str]] = Field(
+    params: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="per-predictor hyperparameters keyed by predictor name, e.g. {kalman: {min_points: 8}}",
+        description="per-predictor hyperparameters keyed by predictor name, e.g. {kalman: {min_points: 8}}; "
+        "auto's candidate_params maps its candidates to theirs, e.g. {auto: {candidate_params: {ets: {season_s: 86400}}}}; "
+        "each value is checked when the configuration is loaded",
     )
     cache_dir: str | None = Field(
         None,
@@ -128,7 +130,7 @@ class PredictorConfig(StrictModel):
                 raise ValueError(f"predictor.{field_name}: unknown predictor {value!r}; valid: {', '.join(names)}")
         for key, params in self.params.items():
             try:
-                make_predictor(key, **params)
+                make_predictor(key, **params).check_params()
             except ValueError as exc:
                 raise ValueError(f"predictor.params.{key}: {exc}") from None
         if self.clumping_min_intervals > self.clumping_lookback_intervals:

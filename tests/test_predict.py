@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -688,3 +689,35 @@ def test_every_predictor_forecasts_from_one_point_on(config, series):
             p.fit(minutes(n), y[:n])
             f, q = p.predict(2), p.predict_quantile(0.9, 2)
             assert np.isfinite(f).all() and np.isfinite(q).all() and (f >= 0).all() and (q >= 0).all(), (n, f, q)
+
+
+@pytest.mark.parametrize("name, params, message", [
+    ("ets", {"season_s": "x"}, "ExponentialSmoothingPredictor: season_s must be a number >= 0, got 'x'"),
+    ("ets", {"season_s": -60}, "season_s must be a number >= 0, got -60"),
+    ("ets", {"fit_window": 0}, "fit_window must be an integer >= 2, got 0"),
+    ("ets", {"warm_start": "no"}, "warm_start must be true or false, got 'no'"),
+    ("kalman", {"tune_window": 0}, "KalmanPredictor: tune_window must be an integer >= 2, got 0"),
+    ("kalman", {"min_points": True}, "min_points must be an integer >= 2, got True"),
+    ("arima", {"log1p": "yes"}, "ArimaPredictor: log1p must be true or false, got 'yes'"),
+    ("gbm", {"learning_rate": math.nan}, "learning_rate must be a number > 0, got nan"),
+    ("constant", {"residual_window": 0}, "residual_window must be an integer >= 1, got 0"),
+    ("auto", {"margin_frac": "x"}, "AutoPredictor: margin_frac must be a number >= 0, got 'x'"),
+    ("auto", {"candidates": "ets,nope"}, "unknown predictor 'nope'"),
+    ("auto", {"candidate_params": {"prophet": {}}}, "candidate_params names 'prophet', not a candidate"),
+    ("auto", {"candidate_params": {"ets": {"season_s": -1}}}, "ExponentialSmoothingPredictor: season_s must be"),
+])
+def test_a_bad_hyperparameter_fails_the_configuration_naming_it(name, params, message):
+    # Checked when the configuration loads, not in the first planner run that fits: one message naming the
+    # predictor's params entry, the parameter and the value.
+    with pytest.raises(ValueError, match=re.escape(f"predictor.params.{name}: ") + ".*" + re.escape(message)):
+        PredictorConfig(name=name, params={name: params})
+
+
+def test_auto_takes_its_candidates_parameters_from_the_configuration():
+    cfg = PredictorConfig(name="auto", params={"auto": {"candidate_params": {"ets": {"season_s": 300.0}}}})
+    t = minutes(40)
+    y = 50 + 30 * np.sin(2 * np.pi * np.arange(40) / 5)
+    forecast = forecast_next(history(y.tolist()), cfg)
+    assert forecast.predictor == "auto" and math.isfinite(forecast.num_requests)
+    p = make_predictor("auto", **cfg.params["auto"]).fit(t, y)
+    assert p.models_["ets"].spec_[2] == 5  # the 5-bin season the configuration asked for

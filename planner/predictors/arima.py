@@ -65,11 +65,12 @@ class ArimaPredictor(PredictorBase):
 
     name = "arima"
     PARAMS = (
-        Param("log1p", False),
-        Param("daily_harmonics", 3, "int", ge=0), Param("min_seasons", 2.0),
-        Param("max_p", 2), Param("max_q", 2), Param("max_d", 1), Param("start_pq", 1),
-        Param("concentrate_scale", True), Param("select_window", 288),
-        Param("reselect_every", 288), Param("refit_every", 24),
+        Param("log1p", False, "bool"),
+        Param("daily_harmonics", 3, "int", ge=0), Param("min_seasons", 2.0, "number", gt=0),
+        Param("max_p", 2, "int", ge=0), Param("max_q", 2, "int", ge=0), Param("max_d", 1, "int", ge=0),
+        Param("start_pq", 1, "int", ge=0),
+        Param("concentrate_scale", True, "bool"), Param("select_window", 288, "int", ge=5),
+        Param("reselect_every", 288, "int", ge=1), Param("refit_every", 24, "int", ge=1),
         Param("min_points", 10, "int", ge=5),
     )
 

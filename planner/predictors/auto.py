@@ -69,8 +69,8 @@ class AutoPredictor(PredictorBase):
     name = "auto"
     PARAMS = (
         Param("candidates", DEFAULT_CANDIDATES),
-        Param("score_window", 48, "int", ge=2), Param("margin_frac", 0.02),
-        Param("min_t", 1.0), Param("full_t", 3.0), Param("min_scored", 8, "int", ge=2),
+        Param("score_window", 48, "int", ge=2), Param("margin_frac", 0.02, "number", ge=0),
+        Param("min_t", 1.0, "number"), Param("full_t", 3.0, "number"), Param("min_scored", 8, "int", ge=2),
         Param("combine", "blend", choices=("best", "weighted", "blend")),
         Param("candidate_params", None),
     )
@@ -86,6 +86,21 @@ class AutoPredictor(PredictorBase):
         if "constant" not in names:
             names.insert(0, "constant")
         return names
+
+    def check_params(self) -> "AutoPredictor":
+        """The hyperparameters, the candidates' names and each candidate's own parameters (ValueError); self."""
+        self._check_own_params()
+        names = self._candidate_names()
+        params = self.candidate_params or {}
+        if not isinstance(params, dict):
+            raise ValueError(f"AutoPredictor: candidate_params must map candidate names to parameters, got {params!r}")
+        for name, p in params.items():
+            if name not in names:
+                raise ValueError(f"AutoPredictor: candidate_params names {name!r}, not a candidate ({', '.join(names)})")
+            if not isinstance(p, dict):
+                raise ValueError(f"AutoPredictor: candidate_params.{name} must map parameters to values, got {p!r}")
+            CANDIDATES[name].from_params(**p).check_params()
+        return self
 
     def _fit(self, t_s, y) -> "AutoPredictor":
         names = self._candidate_names()

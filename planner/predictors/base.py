@@ -27,10 +27,11 @@ import inspect
 import math
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from planner.predictors.params import Param
 
 # The bin width is the smallest step; a step that is a whole multiple of it
 # (within this tolerance) is a gap filled with NaN.
@@ -154,38 +155,10 @@ def conformal_offset(residuals: np.ndarray, q: float) -> float:
     return float(r[k - 1])
 
 
-@dataclass(frozen=True)
-class Param:
-    """One hyperparameter: its default and what `fit` accepts.
-
-    kind: "int" (an integer), "number" (an int or float) or None (anything);
-    ge / gt: lower bound; choices: the only values allowed.
-    """
-
-    name: str
-    default: Any
-    kind: str | None = None
-    ge: float | None = None
-    gt: float | None = None
-    choices: tuple | None = None
-
-    def check(self, value: Any, *, who: str) -> None:
-        """Raise ValueError naming `who`, the parameter, the bound and the value when it is not accepted."""
-        if self.choices is not None:
-            if value not in self.choices:
-                allowed = ", ".join(repr(c) for c in self.choices)
-                raise ValueError(f"{who}: {self.name} must be one of {allowed}, got {value!r}")
-            return
-        if self.kind == "int" and not (isinstance(value, int) and (self.ge is None or value >= self.ge)):
-            raise ValueError(f"{who}: {self.name} must be an integer >= {self.ge}, got {value!r}")
-        if self.kind == "number" and not (isinstance(value, (int, float)) and (self.gt is None or value > self.gt)):
-            raise ValueError(f"{who}: {self.name} must be a number > {self.gt}, got {value!r}")
-
-
 # Hyperparameters every predictor has, after its own.
 COMMON_PARAMS = (
-    Param("residual_window", 200),  # one-step residuals used for quantiles: the most recent this many
-    Param("warm_start", False),
+    Param("residual_window", 200, "int", ge=1),  # one-step residuals used for quantiles: the most recent this many
+    Param("warm_start", False, "bool"),
 )
 
 
@@ -245,12 +218,24 @@ class PredictorBase:
         """
         return self._fit_validated(t, v, (t, v, t, v), extends=extends)
 
-    def _fit_validated(self, t_s, y, checked: tuple | None, *, extends: bool = False):
-        """`fit`'s work: checked seeds `_checked_series` (t_s, y, and their validated arrays) for this fit only;
-        extends: see `_fit_regular`."""
+    def check_params(self) -> "PredictorBase":
+        """Validate the hyperparameters (ValueError naming the predictor, the parameter and the value); self.
+
+        A configuration runs it when loaded, so a bad value fails there, not in a planner run; `fit`
+        checks the predictor's own parameters again.
+        """
+        self._check_own_params()
+        return self
+
+    def _check_own_params(self) -> None:
         who = type(self).__name__
         for p in self.param_table():
             p.check(getattr(self, p.name), who=who)
+
+    def _fit_validated(self, t_s, y, checked: tuple | None, *, extends: bool = False):
+        """`fit`'s work: checked seeds `_checked_series` (t_s, y, and their validated arrays) for this fit only;
+        extends: see `_fit_regular`."""
+        self._check_own_params()
         self._series_memo = checked
         self._extends_known = extends
         try:

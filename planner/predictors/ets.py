@@ -43,10 +43,11 @@ class ExponentialSmoothingPredictor(PredictorBase):
 
     name = "ets"
     PARAMS = (
-        Param("trend", None, choices=(None, "add")), Param("damped_trend", True),
-        Param("season_s", 0.0), Param("min_seasons", 2.0),
-        Param("log1p", False),
-        Param("fit_window", 288), Param("min_points", 5, "int", ge=3), Param("refit_every", 24),
+        Param("trend", None, choices=(None, "add")), Param("damped_trend", True, "bool"),
+        Param("season_s", 0.0, "number", ge=0), Param("min_seasons", 2.0, "number", gt=0),
+        Param("log1p", False, "bool"),
+        Param("fit_window", 288, "int", ge=2), Param("min_points", 5, "int", ge=3),
+        Param("refit_every", 24, "int", ge=1),
     )
 
     def _fit(self, t_s, y, fixed: dict | None = None) -> "ExponentialSmoothingPredictor":

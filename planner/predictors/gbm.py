@@ -73,10 +73,11 @@ class GradientBoostingPredictor(PredictorBase):
 
     name = "gbm"
     PARAMS = (
-        Param("min_points", 200, "int", ge=20), Param("refit_every", 144), Param("holdout", 144),
+        Param("min_points", 200, "int", ge=20), Param("refit_every", 144, "int", ge=1),
+        Param("holdout", 144, "int", ge=0),
         # scikit-learn's HistGradientBoostingRegressor
-        Param("max_iter", 100), Param("learning_rate", 0.05), Param("max_depth", 3),
-        Param("min_samples_leaf", 50), Param("seed", 0),
+        Param("max_iter", 100, "int", ge=1), Param("learning_rate", 0.05, "number", gt=0),
+        Param("max_depth", 3, "int", ge=1), Param("min_samples_leaf", 50, "int", ge=1), Param("seed", 0, "int", ge=0),
     )
 
     def _new_model(self):

@@ -106,8 +106,8 @@ class KalmanPredictor(PredictorBase):
     name = "kalman"
     PARAMS = (
         Param("min_points", 5, "int", ge=2),
-        Param("tune_window", 120),
-        Param("retune_every", 24),
+        Param("tune_window", 120, "int", ge=2),
+        Param("retune_every", 24, "int", ge=1),
     )
     limit_threads = False
 

@@ -50,9 +50,9 @@ class ProphetPredictor(PredictorBase):
 
     name = "prophet"
     PARAMS = (
-        Param("daily_min_days", 2.0), Param("weekly_min_days", 14.0),
-        Param("changepoint_prior_scale", 0.05),
-        Param("refit_every", 6), Param("residual_ar", True), Param("min_points", 10, "int", ge=3),
+        Param("daily_min_days", 2.0, "number", gt=0), Param("weekly_min_days", 14.0, "number", gt=0),
+        Param("changepoint_prior_scale", 0.05, "number", gt=0),
+        Param("refit_every", 6, "int", ge=1), Param("residual_ar", True, "bool"), Param("min_points", 10, "int", ge=3),
     )
 
     def _new_model(self, spec: tuple[bool, bool]):
