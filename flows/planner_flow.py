@@ -28,14 +28,13 @@ from planner.ttft_view import TtftView
 from planner.types import DecisionRecord
 from routing.planner_view import TtftChoice
 from planner.whatif import WhatIf, apply_what_if, effective_config
-from sim.traces import load_warmup_history
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.correct import correct_latency
 from tasks.decide import decide_targets
 from tasks.interpolate import interpolate_replicas, load_profiling_data
 from tasks.latency_model import fetch_ttft_view
-from tasks.predict import predict_load
+from tasks.predict import load_warmup_history, predict_load
 from tasks.saturation import analyze_fleet_saturation
 
 

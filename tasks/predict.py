@@ -9,9 +9,13 @@ from connectors.predictor_cache import open_predictor_cache
 from planner.config import PredictorConfig
 from planner import pipeline
 from planner.types import Forecast, LoadHistory, Observation
+from sim import traces
 
 
-@task(cache_policy=NO_CACHE)
+# The warm-up trace's per-interval load (sim.traces.load_warmup_history, which the simulator calls too).
+load_warmup_history = task(traces.load_warmup_history, name="load_warmup_history", cache_policy=NO_CACHE)
+
+
 def predict_with_cache(
     obs: Observation,
     *,
