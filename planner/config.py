@@ -68,16 +68,21 @@ class PredictorConfig(StrictModel):
         "arrivals look independent and on the p90 while they clump (planner.clumping)",
     )
     clumping_lookback_intervals: int = Field(
-        10, ge=1, le=1440, description="size_on auto: intervals of peak-rate history the clumping index is the "
-        "median over",
+        10, ge=1, le=1440, description="size_on auto: intervals of peak-rate history the clumping index is read "
+        "over",
+    )
+    clumping_quantile: float = Field(
+        0.4, gt=0, lt=1, description="size_on auto: the clumping index is this quantile of the intervals' "
+        "readings (0.4: clumping in most of them, as synchronised copies do; a run of sub-minute bursts, as "
+        "independent tenants make, does not count)",
     )
     clumping_min_intervals: int = Field(
         4, ge=1, le=1440, description="size_on auto: intervals with requests and a peak rate the index needs; "
         "fewer: the p90",
     )
     clumping_max_index: float = Field(
-        2.2, gt=0, le=1e6, description="size_on auto: below this clumping index the mean is sized on (about 1.3 "
-        "for independent tenants, 3 for pairs of synchronised copies, 11 for eight)",
+        1.8, gt=0, le=1e6, description="size_on auto: below this clumping index the mean is sized on (about 1.2 "
+        "for independent arrivals, 2-3 for pairs of synchronised copies, 3-7 for eight at 40 rps)",
     )
     upper_quantile: float = Field(
         0.9, gt=0.5, lt=1.0, description="quantile of next-interval requests reported as the upper forecast (p90)"

@@ -141,7 +141,7 @@ def predict_load(
     forecast = dataclasses.replace(forecast, notes=warm_note + forecast.notes + shape_note, length_shape=shape)
     if cfg.size_on == "auto":
         index, index_note = clumping_index(history, lookback_intervals=cfg.clumping_lookback_intervals,
-                                           min_intervals=cfg.clumping_min_intervals)
+                                           min_intervals=cfg.clumping_min_intervals, quantile=cfg.clumping_quantile)
         _, basis_note = sizing_basis(cfg.size_on, index, max_index=cfg.clumping_max_index)
         forecast = dataclasses.replace(forecast, clumping_index=index,
                                        notes=forecast.notes + (index_note, basis_note))
