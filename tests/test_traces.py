@@ -190,6 +190,20 @@ def test_multiply_load_keeps_minute_shape(k, expected_n):
     np.testing.assert_array_equal(out.arrival_s, again.arrival_s)
 
 
+def test_copies_shifted_before_the_start_are_mirrored_not_piled_at_zero():
+    # Independent tenants: 1 rps over 10 minutes, 8 copies shifted by up to +-30 s. A copy's request
+    # shifted before 0 lands at |t|; clipped to 0, about 7 x 30 / 4 = 52 of them would arrive at once.
+    base = _trace(np.arange(0.5, 600.0, 1.0))
+    out = multiply_load(base, 8, seed=3, jitter_s=30.0)
+    a = out.arrival_s
+    assert len(out) == 8 * len(base) and np.all(a >= 0.0)
+    assert np.count_nonzero(a == 0.0) == 0
+    # The first seconds hold what a second in the middle holds (8 a second), not a pile-up.
+    assert np.count_nonzero(a < 1.0) <= 16
+    first_30 = np.count_nonzero(a < 30.0)
+    assert abs(first_30 - 8 * 30) <= 40, first_30
+
+
 def test_ticked_timestamps_are_detected_and_jittered():
     tr = _trace([0.0, 0.0, 3.0, 3.0, 9.0])
     assert detect_tick_s(tr) == 3.0
