@@ -49,7 +49,7 @@ import numpy as np
 
 from planner.types import LoadHistory, is_number
 
-__all__ = ["clumping_index", "interval_clumping", "sizing_basis"]
+__all__ = ["clumping_index", "interval_clumping", "quantile_words", "sizing_basis"]
 
 
 STEP_SIGMAS = 2.0  # a neighbour's count must differ by more than this many Poisson SDs to read as a step
@@ -124,9 +124,21 @@ def clumping_index(
     if len(values) < min_intervals:
         return None, f"clumping: {len(values)} intervals with requests and a peak rate, {min_intervals} needed"
     index = float(np.quantile(values, quantile))
-    which = "median" if quantile == 0.5 else f"{quantile * 100:g}th percentile"
+    which = quantile_words(quantile)
     return index, (f"clumping: index {index:.2f} ({which} over {len(values)} intervals of the busiest "
                    f"{history.peak_window_s:g} s beyond Poisson, trend and steps)")
+
+
+def quantile_words(quantile: float) -> str:
+    """A quantile in words: 0.5 "median", 0.33 "33rd percentile", 0.125 "12.5th percentile"."""
+    if quantile == 0.5:
+        return "median"
+    pct = round(quantile * 100, 6)
+    if pct != int(pct):
+        return f"{pct:g}th percentile"
+    n = int(pct)
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix} percentile"
 
 
 def sizing_basis(
