@@ -282,6 +282,20 @@ def load_trace(path: str | Path, *, fmt: str | None = None, skip_malformed: bool
     raise ValueError(f"{path}: unknown trace format {fmt!r}; expected one of azure, mooncake")
 
 
+def write_mooncake_jsonl(trace: Trace, path: str | Path) -> Path:
+    """Write a trace as Mooncake JSONL (`timestamp` in whole ms, `input_length`, `output_length`, and
+    `hash_ids` when the trace has them): the layout Dynamo's planner reads as a warm-up trace
+    (predictor.warmup_trace_path), so a transformed trace (multiply_load, time_window) can warm one."""
+    path = Path(path)
+    with path.open("w", encoding="utf-8") as f:
+        for i, (t_s, isl, osl) in enumerate(zip(trace.arrival_s, trace.isl_tokens, trace.osl_tokens)):
+            row = {"timestamp": int(round(float(t_s) * 1000.0)), "input_length": int(isl), "output_length": int(osl)}
+            if trace.hash_ids is not None:
+                row["hash_ids"] = [int(h) for h in trace.hash_ids[i]]
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
 def bin_trace(trace: Trace, *, bin_s: float, start_s: float = 0.0, end_s: float | None = None) -> LoadHistory:
     """Per-bin request counts and mean lengths, the series the planner's collect step rebuilds.
 

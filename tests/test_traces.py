@@ -19,9 +19,11 @@ from sim.traces import (
     detect_tick_s,
     jitter_within_ticks,
     load_trace,
+    load_warmup_history,
     multiply_load,
     scale_time,
     time_window,
+    write_mooncake_jsonl,
 )
 
 AZURE_OK = (
@@ -203,6 +205,29 @@ def test_copies_shifted_before_the_start_are_mirrored_not_piled_at_zero():
     first_30 = np.count_nonzero(a < 30.0)
     assert abs(first_30 - 8 * 30) <= 40, first_30
 
+
+
+def test_a_written_trace_reads_back_as_a_warm_up_trace(tmp_path):
+    # A transformed trace (independent tenants) exported as Mooncake JSONL reads back request for request,
+    # arrivals to the ms, and warms the planner's history with the same per-minute counts.
+    base = _trace(np.sort(np.random.default_rng(0).uniform(0, 600, 900)), isl=np.arange(1, 901), osl=np.arange(2, 902))
+    tenants = multiply_load(base, 3, seed=1, jitter_s=30.0)
+    path = write_mooncake_jsonl(tenants, tmp_path / "warm.jsonl")
+    back = load_trace(path)
+    assert detect_format(path) == "mooncake" and len(back) == len(tenants)
+    np.testing.assert_allclose(back.arrival_s, tenants.arrival_s - tenants.arrival_s[0], atol=6e-4)
+    assert sorted(back.isl_tokens.tolist()) == sorted(tenants.isl_tokens.tolist())
+    assert sorted(back.osl_tokens.tolist()) == sorted(tenants.osl_tokens.tolist())
+    assert back.hash_ids is None
+    warm = load_warmup_history(str(path), interval_s=60.0)
+    assert warm.num_requests == pytest.approx(bin_trace(back, bin_s=60.0).num_requests)
+    assert sum(warm.num_requests) == len(tenants)
+
+
+def test_a_written_trace_keeps_its_prefix_hashes(tmp_path):
+    tr = Trace("h", np.array([0.0, 1.5]), np.array([512, 1024]), np.array([3, 4]), hash_ids=[[7], [7, 9]])
+    back = load_trace(write_mooncake_jsonl(tr, tmp_path / "h.jsonl"))
+    assert back.hash_ids == [[7], [7, 9]] and back.arrival_s.tolist() == [0.0, 1.5]
 
 def test_ticked_timestamps_are_detected_and_jittered():
     tr = _trace([0.0, 0.0, 3.0, 3.0, 9.0])
