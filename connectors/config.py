@@ -274,6 +274,7 @@ def check_history_covers_window(
     *,
     window_s: float,
     interval_s: float,
+    field: str = "planner.decision.scale_down_stabilization_s",
 ) -> None:
     """Raise ValueError when the recommendation history cannot hold a whole stabilization window.
 
@@ -286,7 +287,7 @@ def check_history_covers_window(
     if connector.history_max_age_s < window_s:
         raise ValueError(
             f"connector.history_max_age_s ({connector.history_max_age_s:g} s) is shorter than "
-            f"planner.decision.scale_down_stabilization_s ({window_s:g} s): recommendations would be "
+            f"{field} ({window_s:g} s): recommendations would be "
             f"dropped while still in the window"
         )
     needed = math.ceil(window_s / interval_s) + 1

@@ -358,6 +358,20 @@ class DecisionConfig(StrictModel):
     scale_down_stabilization_s: float = Field(
         300.0, ge=0, description="scale down only to the highest target recommended over this window, s"
     )
+    independent_stabilization_s: float | None = Field(
+        None,
+        gt=0,
+        le=86_400,
+        description="when sizing took the mean forecast (predictor.size_on auto: arrivals look independent), "
+        "scale down only to the largest target that independent_stabilization_rank recommendations of this "
+        "window reached, instead of the highest over scale_down_stabilization_s, s; a one-interval burst is then "
+        "not held, a recurring one is. None: off (the highest, always)",
+    )
+    independent_stabilization_rank: int = Field(
+        2, ge=1, le=100,
+        description="with independent_stabilization_s: how many recommendations of its window must reach a target "
+        "for a scale-down to hold at it (1: the highest, as scale_down_stabilization_s)",
+    )
     wait_for_previous_s: float = Field(
         1800.0,
         ge=0,
@@ -388,6 +402,11 @@ class DecisionConfig(StrictModel):
         description="no scale-down while the load history holds fewer intervals than this (a planner that has "
         "just started forecasts from too little); 0: off",
     )
+
+    @property
+    def recommendation_window_s(self) -> float:
+        """The oldest recommendation any scale-down rule reads, s: what the decision history must keep."""
+        return max(self.scale_down_stabilization_s, self.independent_stabilization_s or 0.0)
 
     @model_validator(mode="after")
     def _zero(self) -> "DecisionConfig":

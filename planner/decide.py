@@ -255,9 +255,8 @@ def _sized_targets(
     targets, r = clamp_to_bounds(targets, cfg=cfg)
     reasons += r
     recommended = dict(targets)
-    targets, r = stabilize_scale_down(
-        targets, current=current, history=fleet.recent_targets, window_s=cfg.scale_down_stabilization_s, now_s=now_s
-    )
+    targets, r = stabilize_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
+                                      **_hold(sizing, cfg))
     reasons += r
     targets, r = hold_scale_down_in_warmup(
         targets, current=current, history_intervals=None if obs.history is None else len(obs.history),
@@ -274,6 +273,15 @@ def _sized_targets(
     reasons += r
     return targets, reasons, recommended
 
+
+def _hold(sizing: Mapping[Pool, PoolSizing], cfg: DecisionConfig) -> dict:
+    """The stabilization window and rank: the recurrence hold when both pools were sized on the mean forecast
+    (arrivals look independent) and it is configured, else HPA's highest over scale_down_stabilization_s."""
+    independent = bool(sizing) and all(s.numbers.get("sized_on_mean") == 1.0 for s in sizing.values())
+    if independent and cfg.independent_stabilization_s is not None:
+        return dict(window_s=cfg.independent_stabilization_s, rank=cfg.independent_stabilization_rank,
+                    why=" (sized on the mean forecast: arrivals look independent)")
+    return dict(window_s=cfg.scale_down_stabilization_s)
 
 
 __all__ = ["current_targets", "decide", "decide_fast_path", "finish", "in_flight_or_current"]

@@ -165,6 +165,7 @@ def size_prefill(
         "ttft_target_ms": slo.ttft_ms,
         "gpus_per_engine": float(load.gpus_per_engine),
         "length_cv_measured": measured,
+        "sized_on_mean": float(size_on == "mean"),
     }
     if requests <= 0 or isl <= 0:
         return PoolSizing("prefill", 0, numbers, f"no prefill load ({requests:g} requests, ISL {isl:g} tokens)")
@@ -215,6 +216,7 @@ def size_decode(
         "gpus_per_engine": float(load.gpus_per_engine),
         "max_kv_tokens": float(profile.max_kv_tokens),
         "length_cv_measured": measured,
+        "sized_on_mean": float(size_on == "mean"),
     }
     if requests <= 0 or osl <= 0:
         return PoolSizing("decode", 0, numbers, f"no decode load ({requests:g} requests, OSL {osl:g} tokens)")

@@ -19,32 +19,41 @@ def stabilize_scale_down(
     history: Sequence[tuple[float, int, int]],
     window_s: float,
     now_s: float,
+    rank: int = 1,
+    why: str = "",
 ) -> Step:
     """Scale down only to the highest recommendation of the last window_s seconds (never above current).
 
     history: (decided_at_s, prefill, decode) recommendations of earlier runs;
     the caller rebuilds it from stored decisions (Decision.recommended_*). An
     entry stamped after now_s (clock skew) counts as recent. Scale-ups are not
-    delayed.
+    delayed. rank k > 1: only to the k-th highest, the largest target that k of
+    the window's recommendations reached (fewer entries: the lowest of them);
+    why: said in the reason after the window.
     """
     out = dict(targets)
     reasons: list[Reason] = []
     if window_s <= 0:
         return out, reasons
+    if rank < 1:
+        raise ValueError(f"stabilize_scale_down: rank must be >= 1, got {rank!r}")
     recent = [entry for entry in history if entry[0] > now_s - window_s]
     for i, pool in enumerate(POOLS):
         t, c = targets[pool], current[pool]
         if t >= c or not recent:
             continue
-        window_max = max(int(entry[1 + i]) for entry in recent)
-        stabilized = min(c, max(t, window_max))
+        ranked = sorted((int(entry[1 + i]) for entry in recent), reverse=True)
+        held_at = ranked[min(rank, len(ranked)) - 1]
+        stabilized = min(c, max(t, held_at))
         if stabilized != t:
             out[pool] = stabilized
+            which = "highest recommendation" if rank == 1 else f"largest target {rank} recommendations reached"
             reasons.append(
                 Reason(ReasonCode.STABILIZATION_WINDOW, pool,
-                       f"{pool}: scale-down to {t} held at {stabilized}: highest recommendation in the last "
-                       f"{window_s:.0f} s was {window_max}",
-                       {"recommended_replicas": float(t), "window_max_replicas": float(window_max),
+                       f"{pool}: scale-down to {t} held at {stabilized}: {which} in the last "
+                       f"{window_s:.0f} s{why} was {held_at}",
+                       {"recommended_replicas": float(t), "window_max_replicas": float(ranked[0]),
+                        "window_held_replicas": float(held_at), "window_rank": float(rank),
                         "window_s": window_s, "window_entries": float(len(recent))})
             )
     return out, reasons

@@ -392,13 +392,17 @@ def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path,
     pytest.param({"history_max_entries": 30}, 10.0, 300.0,
                  r"connector.history_max_entries \(30\) keeps fewer than the 31 .*ceil\(300 / 10\) \+ 1",
                  id="entries: ceil(300 / 10) + 1 = 31 > 30"),
+    pytest.param({"history_max_age_s": 300.0}, 60.0, {"independent_stabilization_s": 360.0},
+                 r"connector.history_max_age_s \(300 s\) is shorter than "
+                 r"planner.decision.independent_stabilization_s \(360 s\)",
+                 id="the recurrence hold's 360 s window is the longer one"),
 ])
 def test_run_config_rejects_history_shorter_than_window(h200_profile_dir, connector, interval_s, window_s, message):
     from flows.config import PlannerRunConfig
 
     data = {
         "planner": {"adjustment_interval_s": interval_s, "profile": {"dir": str(h200_profile_dir)},
-                    "decision": {"scale_down_stabilization_s": window_s}},
+                    "decision": window_s if isinstance(window_s, dict) else {"scale_down_stabilization_s": window_s}},
         "connector": {"kind": "local", **connector},
     }
     with pytest.raises(ValueError, match=message):

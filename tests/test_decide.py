@@ -304,6 +304,68 @@ def test_stabilize_scale_down(targets, history, expected):
 
 
 @pytest.mark.parametrize(
+    "targets, history, rank, expected",
+    [
+        pytest.param(t(1, 1), [(NOW - 200, 1, 2), (NOW - 100, 2, 4)], 2, t(1, 2),
+                     id="one burst (2, 4) among two runs: held at what the other reached, (1, 2)"),
+        pytest.param(t(1, 1), [(NOW - 100, 2, 4)], 2, t(2, 4),
+                     id="a single run in the window: fewer than rank, held at the lowest of them"),
+        pytest.param(t(1, 1), [(NOW - 200, 2, 3), (NOW - 100, 2, 4)], 2, t(2, 3),
+                     id="two runs: prefill 2 reached twice, decode 3 reached twice (4 once)"),
+        pytest.param(t(1, 1), [(NOW - 250, 1, 4), (NOW - 200, 1, 2), (NOW - 100, 2, 3)], 3, t(1, 2),
+                     id="rank 3: the third highest of prefill (2, 1, 1) and decode (4, 3, 2)"),
+        pytest.param(t(1, 1), [(NOW - 100, 2, 4)], 1, t(2, 4), id="rank 1 is HPA's highest"),
+        pytest.param(t(1, 1), [(NOW - 350, 2, 4), (NOW - 340, 2, 4), (NOW - 200, 1, 1), (NOW - 10, 1, 3)], 2,
+                     t(1, 1), id="recurrences outside the window do not count"),
+    ],
+)
+def test_stabilize_scale_down_holds_what_recurred(targets, history, rank, expected):
+    out, reasons = stabilize_scale_down(targets, current=t(2, 4), history=history, window_s=300.0, now_s=NOW,
+                                        rank=rank, why=" (why)")
+    assert out == expected
+    assert all(f"in the last 300 s (why) was {out[r.pool]}" in r.message for r in reasons)
+    assert len(reasons) == sum(out[p] != targets[p] for p in ("prefill", "decode"))
+
+
+def test_stabilize_scale_down_refuses_rank_zero():
+    with pytest.raises(ValueError, match="rank must be >= 1, got 0"):
+        stabilize_scale_down(t(1, 1), current=t(2, 4), history=[(NOW, 2, 4)], window_s=300.0, now_s=NOW, rank=0)
+
+
+def _sized_on(prefill, decode, *, mean):
+    out = sizing(prefill, decode)
+    for s in out.values():
+        s.numbers["sized_on_mean"] = 1.0 if mean else 0.0
+    return out
+
+
+@pytest.mark.parametrize(
+    "mean, config, expected_decode",
+    [
+        pytest.param(True, {"independent_stabilization_s": 360.0}, 3,
+                     id="sized on the mean, recurrence hold on: decode 3 recurred (6 once, 340 s ago counts)"),
+        pytest.param(False, {"independent_stabilization_s": 360.0}, 4,
+                     id="sized on the p90 (arrivals clump): HPA's highest over 300 s, 4 (capped at current)"),
+        pytest.param(True, {}, 4, id="sized on the mean, recurrence hold off (the default): HPA's highest"),
+        pytest.param(True, {"independent_stabilization_s": 360.0, "independent_stabilization_rank": 1}, 4,
+                     id="rank 1 over 360 s: the highest"),
+    ],
+)
+def test_decide_holds_by_recurrence_only_when_arrivals_look_independent(mean, config, expected_decode):
+    history = [(NOW - 340, 2, 3), (NOW - 200, 2, 6), (NOW - 100, 2, 3)]
+    d = run(fl=fleet(2, 4, history=history), sz=_sized_on(2, 1, mean=mean), sat=None, **config)
+    assert d.decode_replicas == expected_decode and d.recommended_decode_replicas == 1
+    held = [r for r in d.reasons if r.code == ReasonCode.STABILIZATION_WINDOW]
+    recurrence = mean and "independent_stabilization_s" in config
+    assert len(held) == 1 and ("arrivals look independent" in held[0].message) == recurrence
+
+
+def test_recommendation_window_covers_both_holds():
+    assert cfg().recommendation_window_s == 300.0
+    assert cfg(independent_stabilization_s=360.0).recommendation_window_s == 360.0
+    assert cfg(independent_stabilization_s=120.0).recommendation_window_s == 300.0
+
+@pytest.mark.parametrize(
     "targets, history_intervals, min_intervals, expected",
     [
         pytest.param(t(1, 1), 1, 5, t(2, 4), id="1 of 5 intervals: both scale-downs held at current (2, 4)"),
