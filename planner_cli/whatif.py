@@ -56,6 +56,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup-trace", default=None, metavar="FILE",
                    help="planner policies: seed the load predictor with this trace's load while the replay's own "
                    "history is short (predictor.warmup_trace_path; Dynamo's --load-predictor-warmup-trace)")
+    p.add_argument("--recurrence-hold-s", type=float, default=None, metavar="S",
+                   help="planner policies: turn on the recurrence hold with this window, s "
+                   "(decision.independent_stabilization_s; docs/control.md)")
     p.add_argument("--engine-model", default="profile", choices=["profile", "dynamo_mocker"],
                    help="how simulated engines are timed: the profile's curves, or as Dynamo 1.6.1's mocker times "
                    "them (default: %(default)s)")
@@ -86,6 +89,7 @@ def _scenario(args: argparse.Namespace):
         max_replicas=args.max_replicas,
         latency_model_path=args.latency_model,
         warmup_trace_path=args.warmup_trace,
+        recurrence_hold_s=args.recurrence_hold_s,
         engine_model=args.engine_model,
     )
 
@@ -97,6 +101,7 @@ def _print_summary(s: dict) -> None:
     print(f"trace            {s['trace']} ({s['requests']:,} requests)")
     print(f"load             {s.get('load_model') or 'the trace as recorded'}")
     warm = f"; predictor warmed from {s['warmup_trace_path']}" if s.get("warmup_trace_path") else ""
+    warm += f"; recurrence hold {s['recurrence_hold_s']:g} s" if s.get("recurrence_hold_s") else ""
     print(f"policy           {s['policy']} (prefill TTFT from {s['ttft_source']}{warm})")
     print(f"engines          timed as {'the profile' if s['engine_model'] == 'profile' else 'Dynamo 1.6.1 mocker'}")
     print(f"SLA attainment   {100 * s['slo_attainment']:.2f}% "

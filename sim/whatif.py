@@ -96,6 +96,12 @@ class WhatIfScenario(WhatIf):
         "while it is shorter than predictor.history_intervals (predictor.warmup_trace_path, Dynamo's "
         "--load-predictor-warmup-trace); None: none"
     )
+    recurrence_hold_s: float | None = Field(
+        None, gt=0, le=86_400,
+        description="planner policies: the recurrence hold's window (decision.independent_stabilization_s, rank 2): "
+        "while sizing takes the mean forecast, scale down only to what two of its recommendations reached; "
+        "None: the planner's default (off)",
+    )
 
     @field_validator("policy")
     @classmethod
@@ -190,6 +196,9 @@ def run_what_if(
     )
     if sc.fast_path is not None:
         cfg = cfg.model_copy(update={"fast_path": cfg.fast_path.model_copy(update={"enabled": sc.fast_path})})
+    if sc.recurrence_hold_s is not None:
+        cfg = cfg.model_copy(update={"decision": cfg.decision.model_copy(
+            update={"independent_stabilization_s": sc.recurrence_hold_s})})
     if sc.warmup_trace_path is not None:
         cfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(
             update={"warmup_trace_path": sc.warmup_trace_path})})
@@ -226,6 +235,7 @@ def run_what_if(
             # the planner policies' prefill TTFT (the oracle and the static fleets size nothing)
             "ttft_source": ttft_view.source if ttft_view is not None else "profile",
             "warmup_trace_path": sc.warmup_trace_path,  # the planner's warm-up trace (None: a cold start)
+            "recurrence_hold_s": sc.recurrence_hold_s,  # the planner's recurrence hold window (None: off)
             "trace_path": str(sc.trace),
             "skipped_lines": trace.skipped_lines,
             # the whole what-if (oracle computation included); the policy's replay alone is replay_wall_s

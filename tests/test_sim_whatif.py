@@ -95,6 +95,21 @@ def test_cli_warms_the_planner_from_a_trace(shared_data, h200_profile_dir, tmp_p
     assert f"predictor warmed from {warm_trace}" in capsys.readouterr().out
 
 
+def test_cli_turns_on_the_recurrence_hold(shared_data, h200_profile_dir, tmp_path, capsys):
+    # --recurrence-hold-s sets decision.independent_stabilization_s for the planner: on eight independent tenants
+    # of the bursty code trace it lets lone bursts go (fewer GPU-hours; docs/control.md) and the summary says so.
+    code = shared_data / "traces" / "azure2023_code.csv.gz"
+    off, on = tmp_path / "off.json", tmp_path / "on.json"
+    args = ("--policy", "planner", "--load-multiplier", "8")
+    assert main(_cli(code, h200_profile_dir, *args, "--json", str(off))) == 0
+    assert main(_cli(code, h200_profile_dir, *args, "--recurrence-hold-s", "360", "--json", str(on))) == 0
+    s_off, s_on = json.loads(off.read_text()), json.loads(on.read_text())
+    assert s_off["recurrence_hold_s"] is None and s_on["recurrence_hold_s"] == 360.0
+    assert s_on["requests"] == s_off["requests"] and s_on["gpu_hours"] < s_off["gpu_hours"]
+    assert "recurrence hold 360 s" in capsys.readouterr().out
+    assert main(_cli(code, h200_profile_dir, *args, "--recurrence-hold-s", "0")) == 2
+    assert "recurrence_hold_s" in capsys.readouterr().err
+
 def test_cli_errors_name_the_problem(shared_data, h200_profile_dir, tmp_path, capsys):
     bad = _small_azure(shared_data, tmp_path, minutes=1, bad_line="2023-11-16 18:15:47.0,12x,5")
     assert main(_cli(bad, h200_profile_dir, "--policy", "static:1x1")) == 2
