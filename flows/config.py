@@ -42,13 +42,12 @@ class PlannerRunConfig(StrictModel):
 
     @model_validator(mode="after")
     def _history_covers_stabilization(self) -> "PlannerRunConfig":
-        d = self.planner.decision
-        longer = (d.independent_stabilization_s or 0.0) > d.scale_down_stabilization_s
+        name, window_s = self.planner.decision.recommendation_window
         check_history_covers_window(
             self.connector,
-            window_s=d.recommendation_window_s,
+            window_s=window_s,
             interval_s=self.planner.adjustment_interval_s,
-            field="planner.decision." + ("independent_stabilization_s" if longer else "scale_down_stabilization_s"),
+            field=f"planner.decision.{name}",
         )
         return self
 

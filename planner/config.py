@@ -359,9 +359,7 @@ class DecisionConfig(StrictModel):
         300.0, ge=0, description="scale down only to the highest target recommended over this window, s"
     )
     independent_stabilization_s: float | None = Field(
-        None,
-        gt=0,
-        le=86_400,
+        None, gt=0, le=86_400,
         description="when sizing took the mean forecast (predictor.size_on auto: arrivals look independent), "
         "scale down only to the largest target that independent_stabilization_rank recommendations of this "
         "window reached, instead of the highest over scale_down_stabilization_s, s; a one-interval burst is then "
@@ -404,9 +402,11 @@ class DecisionConfig(StrictModel):
     )
 
     @property
-    def recommendation_window_s(self) -> float:
-        """The oldest recommendation any scale-down rule reads, s: what the decision history must keep."""
-        return max(self.scale_down_stabilization_s, self.independent_stabilization_s or 0.0)
+    def recommendation_window(self) -> tuple[str, float]:
+        """The longest scale-down window, (its field name, s): what the decision history must keep."""
+        longer = (self.independent_stabilization_s or 0.0) > self.scale_down_stabilization_s
+        name = "independent_stabilization_s" if longer else "scale_down_stabilization_s"
+        return name, getattr(self, name)
 
     @model_validator(mode="after")
     def _zero(self) -> "DecisionConfig":

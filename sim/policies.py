@@ -51,7 +51,7 @@ class PlannerPolicy:
         self.profile = profile
         self.initial = initial
         self.ttft_view = ttft_view
-        self.stabilization_window_s = cfg.decision.recommendation_window_s
+        self.stabilization_window_s = cfg.decision.recommendation_window[1]
         # The replay polls the fast path's trigger between intervals when it is on.
         self.fast_path = cfg.fast_path if cfg.fast_path.enabled else None
         self._cache: dict = {}

@@ -361,9 +361,10 @@ def test_decide_holds_by_recurrence_only_when_arrivals_look_independent(mean, co
 
 
 def test_recommendation_window_covers_both_holds():
-    assert cfg().recommendation_window_s == 300.0
-    assert cfg(independent_stabilization_s=360.0).recommendation_window_s == 360.0
-    assert cfg(independent_stabilization_s=120.0).recommendation_window_s == 300.0
+    assert cfg().recommendation_window == ("scale_down_stabilization_s", 300.0)
+    assert cfg(independent_stabilization_s=360.0).recommendation_window == ("independent_stabilization_s", 360.0)
+    assert cfg(independent_stabilization_s=120.0).recommendation_window == ("scale_down_stabilization_s", 300.0)
+
 
 @pytest.mark.parametrize(
     "targets, history_intervals, min_intervals, expected",
