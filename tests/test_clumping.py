@@ -74,7 +74,6 @@ def test_index_is_a_quantile_over_the_lookback():
     assert clumping_index(h, lookback_intervals=10, min_intervals=4)[0] == pytest.approx(1.0)
 
 
-
 @pytest.mark.parametrize(
     "quantile, words",
     [(0.5, "median"), (0.4, "40th percentile"), (0.33, "33rd percentile"), (0.21, "21st percentile"),
@@ -85,6 +84,7 @@ def test_the_note_names_the_quantile_in_words(quantile, words):
     assert quantile_words(quantile) == words
     h = hist([400, 400, 0, 400, 400], [110 / 15, 130 / 15, 0.0, 95 / 15, 110 / 15])
     assert f"({words} over 4 intervals" in clumping_index(h, lookback_intervals=10, min_intervals=4, quantile=quantile)[1]
+
 
 def test_a_run_of_clumpy_intervals_is_not_persistent_clumping():
     # Independent tenants' sub-minute bursts (Azure code's) clump a few intervals in a row; synchronised

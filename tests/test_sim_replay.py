@@ -167,6 +167,7 @@ def test_the_recurrence_hold_lets_a_lone_burst_go(tables, cfg, profile):
     assert again.prefill_target[11] == max(again.prefill_target[8], again.prefill_target[10]) > again.prefill_target[7]
     assert "arrivals look independent" in again.reasons[11]
 
+
 @pytest.mark.parametrize(
     "name, expected",
     [

@@ -110,6 +110,7 @@ def test_cli_turns_on_the_recurrence_hold(shared_data, h200_profile_dir, tmp_pat
     assert main(_cli(code, h200_profile_dir, *args, "--recurrence-hold-s", "0")) == 2
     assert "recurrence_hold_s" in capsys.readouterr().err
 
+
 def test_cli_errors_name_the_problem(shared_data, h200_profile_dir, tmp_path, capsys):
     bad = _small_azure(shared_data, tmp_path, minutes=1, bad_line="2023-11-16 18:15:47.0,12x,5")
     assert main(_cli(bad, h200_profile_dir, "--policy", "static:1x1")) == 2

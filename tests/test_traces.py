@@ -206,7 +206,6 @@ def test_copies_shifted_before_the_start_are_mirrored_not_piled_at_zero():
     assert abs(first_30 - 8 * 30) <= 40, first_30
 
 
-
 def test_a_written_trace_reads_back_as_a_warm_up_trace(tmp_path):
     # A transformed trace (independent tenants) exported as Mooncake JSONL reads back request for request,
     # arrivals to the ms, and warms the planner's history with the same per-minute counts.
@@ -228,6 +227,7 @@ def test_a_written_trace_keeps_its_prefix_hashes(tmp_path):
     tr = Trace("h", np.array([0.0, 1.5]), np.array([512, 1024]), np.array([3, 4]), hash_ids=[[7], [7, 9]])
     back = load_trace(write_mooncake_jsonl(tr, tmp_path / "h.jsonl"))
     assert back.hash_ids == [[7], [7, 9]] and back.arrival_s.tolist() == [0.0, 1.5]
+
 
 def test_ticked_timestamps_are_detected_and_jittered():
     tr = _trace([0.0, 0.0, 3.0, 3.0, 9.0])
