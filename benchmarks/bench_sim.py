@@ -169,10 +169,16 @@ def _cpus() -> int:
 
 
 # planner+warm: the planner warmed (predictor.warmup_trace_path) with another draw of the same copies, the
-# tenants' offsets drawn with this seed: a stand-in for the previous hour of the same service, which these
-# one-hour traces do not have. Filled by _traces; label -> the warm-up trace.
+# tenants' offsets drawn with this seed (plus --seed): a stand-in for the previous hour of the same service,
+# which these one-hour traces do not have. --warmup rotated draws them from the trace rotated by half its
+# length (sim.traces.rotate_time: the same bursts at other minutes). Filled by _traces; label -> the trace.
 WARMUP_SEED = 100
 WARMUP_DRAWS: dict = {}
+WARMUP_SOURCES = {
+    "draw": "another draw of the same copies (seed {seed}), before the trace: the same bursts at the same minutes",
+    "rotated": "another draw of the same copies (seed {seed}) of the trace rotated by half its length, before the "
+               "trace: the same bursts at other minutes",
+}
 
 
 # planner+recurrence: the default planner with the recurrence hold on (decision.independent_stabilization_s).
@@ -199,18 +205,23 @@ def variant_policy(cfg, profile, label: str, folder: Path, name: str):
     return PlannerPolicy(cfg, profile, name=name)
 
 
-def _traces(quick: bool, jitter_s: float = 30.0):
+def _traces(quick: bool, jitter_s: float = 30.0, *, seed: int = 0, warmup: str = "draw"):
     from sim.servegen import load_servegen, synthesize_servegen
-    from sim.traces import load_trace, multiply_load
+    from sim.traces import load_trace, multiply_load, rotate_time
 
-    def copies(name, k, seed=0):
-        return lambda: multiply_load(load_trace(TRACES / name), k, seed=seed, jitter_s=jitter_s)
+    def copies(name, k, seed, rotated=False):
+        def make():
+            trace = load_trace(TRACES / name)
+            if rotated:
+                trace = rotate_time(trace, (int(trace.duration_s // 60) + 1) * 30.0)
+            return multiply_load(trace, k, seed=seed, jitter_s=jitter_s)
+        return make
 
     for label, name, k in (("azure2023_code x8", "azure2023_code.csv.gz", 8),
                            ("azure2023_conv x8", "azure2023_conv.csv.gz", 8),
                            ("mooncake x2", "mooncake_fast25_synthetic_trace.jsonl.gz", 2)):
-        WARMUP_DRAWS[label] = copies(name, k, seed=WARMUP_SEED)
-        yield label, copies(name, k)
+        WARMUP_DRAWS[label] = copies(name, k, WARMUP_SEED + seed, rotated=warmup == "rotated")
+        yield label, copies(name, k, seed)
     if not quick:
         def servegen_day():
             data = load_servegen(TRACES / "servegen_language_m-mid.tar.gz")
@@ -289,7 +300,7 @@ def diagnose(result, profile, *, interval_s: float) -> dict:
 
 def bench_control(
     quick: bool, policies: list[str], only: list[str] | None = None, *, oracle_rounds: int = 3, static_runs: int = 8,
-    with_oracle: bool = True, jitter_s: float = 30.0,
+    with_oracle: bool = True, jitter_s: float = 30.0, seed: int = 0, warmup: str = "draw",
 ) -> dict:
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
@@ -304,7 +315,7 @@ def bench_control(
     scenario = ReplaySettings()
     out = []
     load_avg = [os.getloadavg()[0]]
-    for label, make in _traces(quick, jitter_s):
+    for label, make in _traces(quick, jitter_s, seed=seed, warmup=warmup):
         if only and not any(label.startswith(o) for o in only):
             continue
         t0 = time.perf_counter()
@@ -323,7 +334,7 @@ def bench_control(
                 if policy is None:
                     continue
                 if "warm" in name:
-                    extra["warmup"] = f"another draw of the same copies (seed {WARMUP_SEED}), before the trace"
+                    extra["warmup"] = WARMUP_SOURCES[warmup].format(seed=WARMUP_SEED + seed)
                 if "recurrence" in name:
                     extra["independent_stabilization_s"] = RECURRENCE_HOLD_S
             elif name == "planner+shape":
@@ -409,9 +420,11 @@ def bench_control(
         load_avg_1min_start_end=load_avg + [os.getloadavg()[0]],
         startup_s=60,
         interval_s=60,
-        load_multiplier=f"K superposed copies, each request shifted by U(-{jitter_s:g}, +{jitter_s:g}) s, seed 0: "
+        load_multiplier=f"K superposed copies, each request shifted by U(-{jitter_s:g}, +{jitter_s:g}) s, seed {seed}: "
                         + load_model(8, jitter_s).split(": ")[-1],
         jitter_s=jitter_s,
+        seed=seed,
+        warmup=WARMUP_SOURCES[warmup].format(seed=WARMUP_SEED + seed),
         servegen="m-mid, day 1 (start 86,400 s), 24 h, every client's rate x0.02, seed 0",
         oracle="sim.oracle: per-interval hindsight capacity sweeps, startup-aware schedule, verified by replay; "
                "goal 99% (99.5% per pool) or best achievable - 0.5 points",
@@ -439,6 +452,37 @@ def _control_table(traces: list[dict]) -> str:
                 f"{100 * r['ttft_attainment']:.2f}% / {100 * r['itl_attainment']:.2f}% | {r['ttft_p99_ms']:.0f} | "
                 f"{r['itl_p99_ms']:.1f} | {r['gpu_hours']:.2f} | {r['gpu_hours_vs_oracle']:.2f}x | {r['scale_events']} |"
             )
+    return "\n".join(lines)
+
+
+def target_checks(trace: dict, row: dict) -> dict:
+    """Issue 14's three targets for one planner row: attainment >= min(99%, oracle - 0.5 points); GPU-hours
+    <= 1.2x the oracle's; below the cheapest static fleet reaching the row's attainment (its own row)."""
+    static_prefix = "best static (" if row["policy"] == "planner" else f"best static for {row['policy']} ("
+    static = next((r for r in trace["rows"] if r["policy"].startswith(static_prefix) and "gpu_hours" in r), None)
+    need = min(0.99, trace["oracle_attainment"] - 0.005)
+    return {"attainment": row["slo_attainment"] >= need, "vs_oracle": row["gpu_hours_vs_oracle"] <= 1.2,
+            "below_static": static is None or row["gpu_hours"] < static["gpu_hours"],
+            "static": None if static is None else static["policy"], "static_gpu_hours": static and static["gpu_hours"]}
+
+
+def seeds_summary(runs: list[dict]) -> str:
+    """One line per trace x planner policy x seed: attainment, GPU-hours, vs oracle, and which targets hold."""
+    lines = ["| trace | policy | seed | SLA attainment (target) | GPU-hours | vs oracle | cheapest static reaching it "
+             "| targets met |", "|---|---|---|---|---|---|---|---|"]
+    cells = []
+    for run in runs:
+        for t in run["traces"]:
+            for r in t["rows"]:
+                if r["policy"].startswith("planner") and "gpu_hours" in r:
+                    cells.append((t["trace"], r["policy"], run["seed"], t, r))
+    for label, policy, seed, t, r in sorted(cells, key=lambda c: (c[0], c[1], c[2])):
+        ok = target_checks(t, r)
+        met = " ".join(k for k in ("attainment", "vs_oracle", "below_static") if ok[k])
+        need = min(0.99, t["oracle_attainment"] - 0.005)
+        static = f"{ok['static']}: {ok['static_gpu_hours']:.2f}" if ok["static"] else "none reached it"
+        lines.append(f"| {label} | {policy} | {seed} | {100 * r['slo_attainment']:.2f}% ({100 * need:.2f}%) | "
+                     f"{r['gpu_hours']:.2f} | {r['gpu_hours_vs_oracle']:.3f}x | {static} | {met or 'none'} |")
     return "\n".join(lines)
 
 
@@ -541,6 +585,14 @@ def main() -> int:
     ap.add_argument("--jitter-s", type=float, default=30.0,
                     help="load multiplication: shift each copied request by up to +- this, s (30: independent "
                          "tenants, the default; 1: synchronised copies, the stress case)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="control: the copies' offsets are drawn with this seed (the warm-up's with 100 + it)")
+    ap.add_argument("--seeds", default=None,
+                    help="control: comma list of seeds, one run each, written together with a per-seed summary "
+                         "of issue 14's targets (`runs`, `summary`)")
+    ap.add_argument("--warmup", choices=sorted(WARMUP_SOURCES), default="draw",
+                    help="control, planner+warm: the warm-up stand-in (draw: the same minutes; rotated: the trace "
+                         "rotated by half its length)")
     ap.add_argument("--traces", default=None, help="comma list of trace label prefixes to run (default: all)")
     ap.add_argument("--out", default=None, help="control JSON file name in benchmarks/results")
     ap.add_argument("--merge", default=None, help="comma list of control JSON files to combine into sim_control.json")
@@ -572,14 +624,17 @@ def main() -> int:
         (RESULTS / "sim_speed.json").write_text(json.dumps(speed, indent=2) + "\n")
         print(speed["markdown"])
     if not args.speed_only:
-        control = bench_control(
+        runs = [bench_control(
             args.quick, args.policies.split(","), args.traces.split(",") if args.traces else None,
             oracle_rounds=args.oracle_rounds, static_runs=args.static_runs, with_oracle=not args.no_oracle,
-            jitter_s=args.jitter_s,
-        )
+            jitter_s=args.jitter_s, seed=seed, warmup=args.warmup,
+        ) for seed in ([int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed])]
+        control = runs[0] if not args.seeds else dict(
+            what="control quality over seeds of the load model", jitter_s=args.jitter_s, warmup=runs[0]["warmup"],
+            seeds=[r["seed"] for r in runs], runs=runs, summary=seeds_summary(runs))
         name = args.out or ("sim_control_quick.json" if args.quick else "sim_control.json")
         (RESULTS / name).write_text(json.dumps(control, indent=2) + "\n")
-        print(control["markdown"])
+        print(control.get("summary") or control["markdown"])
     return 0
 
 

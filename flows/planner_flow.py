@@ -86,7 +86,10 @@ def planner_flow(
             fleet=fleet,
         )
     obs = apply_what_if(observation, what_if)
-    warmup = (load_warmup_history(cfg.predictor.warmup_trace_path, interval_s=cfg.adjustment_interval_s)
+    # The warm-up's peak rates over the live window, so burst and clumping read from the first run.
+    warmup = (load_warmup_history(cfg.predictor.warmup_trace_path, interval_s=cfg.adjustment_interval_s,
+                                  peak_window_s=None if obs.history is None else obs.history.peak_window_s,
+                                  peak_step_s=run_cfg.metrics.peak_step_s)
               if needs_warmup(obs, cfg.predictor) else None)
     steps = Steps(
         correct=correct_latency,

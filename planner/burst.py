@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from planner.types import LoadHistory, is_number
 
 
@@ -48,6 +50,25 @@ def peak_ratio(
     peak_count = peak_rps * window_s
     peak_count = max(0.0, peak_count - math.sqrt(peak_count))
     return min(max(peak_count * interval_s / (window_s * num_requests), 1.0), top)
+
+
+def peak_rates(arrival_s, *, ends_s, interval_s: float, window_s: float, step_s: float) -> np.ndarray:
+    """Each interval's peak arrival rate, requests/s, from request arrival times: the collect step's signal.
+
+    arrival_s: sorted arrival times, seconds; ends_s: the intervals' end times. For an interval
+    ending at e, window ends every step_s in (e - interval_s, e], each window (end - window_s, end]:
+    what max_over_time(rate(requests_total[window])[interval:step]) reads from the frontend's
+    counter (without Prometheus' extrapolation at window edges).
+    """
+    if not (window_s > 0 and 0 < step_s <= interval_s):
+        raise ValueError(f"peak_rates: need window_s > 0 and 0 < step_s <= interval_s, got {window_s}, {step_s}, "
+                         f"{interval_s}")
+    a = np.asarray(arrival_s, dtype=np.float64)
+    steps = max(1, round(interval_s / step_s))
+    ends = (np.asarray(ends_s, dtype=np.float64)[:, None] - interval_s
+            + step_s * np.arange(1, steps + 1)[None, :])
+    counts = np.searchsorted(a, ends, side="right") - np.searchsorted(a, ends - window_s, side="right")
+    return counts.max(axis=1).astype(np.float64) / window_s if counts.size else np.zeros(0)
 
 
 def recent_peaks(

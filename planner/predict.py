@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.burst import peak_rates
 from planner.config import PredictorConfig
 from planner.predictors import ConstantPredictor
 from planner.predictors.registry import PREDICTORS, make_predictor
@@ -151,13 +152,16 @@ def bin_requests(
     bin_s: float,
     start_s: float = 0.0,
     end_s: float | None = None,
+    peak_window_s: float | None = None,
+    peak_step_s: float = 5.0,
 ) -> LoadHistory:
     """Per-bin request counts and mean lengths from request-level arrays.
 
     arrival_s: arrival times, seconds; isl_tokens / osl_tokens: lengths, tokens.
     bin_s: bin width, seconds. Bins cover [start_s, end_s) (end_s defaults to
     just past the last arrival); t_s holds bin end times; empty bins have NaN
-    mean lengths.
+    mean lengths. peak_window_s: also each bin's peak rate over that window,
+    every peak_step_s (burst.peak_rates, the collect step's signal); None: not read.
     """
     if not (isinstance(bin_s, (int, float)) and bin_s > 0 and math.isfinite(bin_s)):
         raise ValueError(f"bin_requests: bin_s must be a positive number of seconds, got {bin_s!r}")
@@ -181,12 +185,18 @@ def bin_requests(
         isl_mean = np.where(counts > 0, isl_sum / counts, np.nan)
         osl_mean = np.where(counts > 0, osl_sum / counts, np.nan)
     t_end = start_s + bin_s * np.arange(1, n_bins + 1)
+    peaks = None
+    if peak_window_s is not None:
+        peaks = tuple(peak_rates(np.sort(a), ends_s=t_end, interval_s=bin_s, window_s=peak_window_s,
+                                 step_s=peak_step_s).tolist())
     return LoadHistory(
         t_s=tuple(t_end.tolist()),
         num_requests=tuple(counts.tolist()),
         avg_isl_tokens=tuple(isl_mean.tolist()),
         avg_osl_tokens=tuple(osl_mean.tolist()),
         interval_s=float(bin_s),
+        peak_rps=peaks,
+        peak_window_s=None if peaks is None else float(peak_window_s),
     )
 
 
@@ -196,7 +206,8 @@ def prime_history(warm: LoadHistory, live: LoadHistory, *, max_intervals: int | 
     Both must have the same interval_s. With an empty live history the warm
     history is returned as is. Lets a predictor forecast (and pick seasonal
     structure) from the first planner run instead of falling back to constant.
-    The live peak rates are kept (NaN, unknown, for the warm intervals).
+    The live peak rates are kept; the warm intervals carry the warm history's
+    when it read them over the live window (else NaN, unknown).
     max_intervals: keep only the newest this many intervals (live ones first).
     """
     if abs(warm.interval_s - live.interval_s) > 1e-9 * live.interval_s:
@@ -210,7 +221,9 @@ def prime_history(warm: LoadHistory, live: LoadHistory, *, max_intervals: int | 
     keep = n if max_intervals is None else max(0, min(n, max_intervals - len(live)))
     t_first = live.t_s[0]
     t_warm = tuple(t_first - live.interval_s * (keep - i) for i in range(keep))
-    peak = None if live.peak_rps is None else (math.nan,) * keep + tuple(live.peak_rps)
+    same_window = warm.peak_rps is not None and warm.peak_window_s == live.peak_window_s
+    warm_peak = tuple(warm.peak_rps[n - keep:]) if same_window else (math.nan,) * keep
+    peak = None if live.peak_rps is None else warm_peak + tuple(live.peak_rps)
     return LoadHistory(
         t_s=t_warm + tuple(live.t_s),
         num_requests=tuple(warm.num_requests[n - keep:]) + tuple(live.num_requests),

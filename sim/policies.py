@@ -32,7 +32,7 @@ from planner.saturation import analyze_fleet
 from planner.ttft_view import TtftView
 from planner.types import Observation, PodMetrics
 from sim.replay import PolicyInput, PolicyOutput
-from sim.traces import load_warmup_history
+from sim.traces import bin_trace, load_warmup_trace
 from sim.warm_start import clamp, warm_start_fleet
 
 _STATIC = re.compile(r"^static:(\d+)x(\d+)$")
@@ -43,9 +43,10 @@ class PlannerPolicy:
 
     def __init__(
         self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "planner", initial: tuple[int, int] | None = None,
-        ttft_view: TtftView | None = None,
+        ttft_view: TtftView | None = None, peak_step_s: float = 5.0,
     ):
-        """ttft_view: prefill's single-request TTFT for sizing and correction (planner.ttft_view); None: the profile's."""
+        """ttft_view: prefill's single-request TTFT for sizing and correction (planner.ttft_view); None: the profile's.
+        peak_step_s: the replay's peak-rate step (ReplaySettings.peak_step_s), for the warm-up's peak rates."""
         self.name = name
         self.cfg = cfg
         self.profile = profile
@@ -57,12 +58,25 @@ class PlannerPolicy:
         self._cache: dict = {}
         self._fast_cache: dict = {}  # fast-path runs fit on windows off the scheduled grid
         self.last_plan = None
-        # The warm-up trace, read once; each run puts it before a short history, as the flow does.
+        # The warm-up trace, read once; each run puts it before a short history, as the flow does, with its
+        # peak rates over the live history's window (binned once per window).
         path = cfg.predictor.warmup_trace_path
-        self._warmup = load_warmup_history(path, interval_s=cfg.adjustment_interval_s) if path else None
+        self._warmup_trace = load_warmup_trace(path) if path else None
+        self._warmup: dict = {}
+        self.peak_step_s = peak_step_s
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
         return self.initial or warm_start_fleet(self.cfg, self.profile, first, ttft_view=self.ttft_view)
+
+    def _warmup_for(self, obs: Observation):
+        """The warm-up's per-interval load, with peak rates over the observation's history window."""
+        if self._warmup_trace is None:
+            return None
+        window = None if obs.history is None else obs.history.peak_window_s
+        if window not in self._warmup:
+            self._warmup[window] = bin_trace(self._warmup_trace, bin_s=self.cfg.adjustment_interval_s,
+                                             peak_window_s=window, peak_step_s=self.peak_step_s)
+        return self._warmup[window]
 
     def decide(self, step: PolicyInput) -> PolicyOutput:
         return self._plan(step, fast_path=False)
@@ -84,7 +98,7 @@ class PlannerPolicy:
             plan = plan_interval(
                 step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s,
                 predictor_cache=self._fast_cache if fast_path else self._cache, fast_path=fast_path,
-                ttft_view=self.ttft_view, warmup=self._warmup,
+                ttft_view=self.ttft_view, warmup=self._warmup_for(step.observation),
             )
         self.last_plan = plan
         d = plan.decision

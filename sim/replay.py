@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.burst import peak_rates
 from planner.config import SloTarget
 from planner.length_shape import DEFAULT_LENGTH_WINDOW_S
 from planner.slo_attainment import DEFAULT_SLO_WINDOW_S
@@ -379,22 +380,12 @@ class _ReplayRun:
 
 
 def peak_rate_rps(arrival_s: np.ndarray, *, end_s: float, scenario: ReplaySettings) -> float | None:
-    """Highest arrival rate over a `peak_window_s` window ending in the interval that ends at end_s, requests/s.
-
-    arrival_s: sorted arrival times, seconds. Window ends every `peak_step_s` in
-    (end_s - interval_s, end_s], each window (end - peak_window_s, end]: what
-    max_over_time(rate(requests_total[window])[interval:step]) reads from the
-    frontend's counter (without Prometheus' extrapolation at window edges).
-    None when the scenario does not measure it.
-    """
+    """Highest arrival rate over a `peak_window_s` window ending in the interval that ends at end_s, requests/s
+    (planner.burst.peak_rates, the collect step's signal); None when the scenario does not measure it."""
     if scenario.peak_window_s is None:
         return None
-    steps = max(1, round(scenario.interval_s / scenario.peak_step_s))
-    ends = end_s - scenario.interval_s + scenario.peak_step_s * np.arange(1, steps + 1)
-    counts = np.searchsorted(arrival_s, ends, side="right") - np.searchsorted(
-        arrival_s, ends - scenario.peak_window_s, side="right"
-    )
-    return float(counts.max()) / scenario.peak_window_s
+    return float(peak_rates(arrival_s, ends_s=[end_s], interval_s=scenario.interval_s,
+                            window_s=scenario.peak_window_s, step_s=scenario.peak_step_s)[0])
 
 
 def _record(tl: Timeline, t: float, obs: Observation, sim: FleetSim, reason: str) -> None:

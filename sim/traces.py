@@ -296,11 +296,13 @@ def write_mooncake_jsonl(trace: Trace, path: str | Path) -> Path:
     return path
 
 
-def bin_trace(trace: Trace, *, bin_s: float, start_s: float = 0.0, end_s: float | None = None) -> LoadHistory:
+def bin_trace(trace: Trace, *, bin_s: float, start_s: float = 0.0, end_s: float | None = None,
+              peak_window_s: float | None = None, peak_step_s: float = 5.0) -> LoadHistory:
     """Per-bin request counts and mean lengths, the series the planner's collect step rebuilds.
 
     bin_s: bin width, seconds. Bins cover [start_s, end_s) (end_s defaults to just past the
-    last arrival); t_s holds bin end times. Empty bins have mean lengths NaN.
+    last arrival); t_s holds bin end times. Empty bins have mean lengths NaN. peak_window_s:
+    each bin's peak rate too (the collect step's peak_rps, read every peak_step_s); None: not read.
     """
     from planner.predict import bin_requests  # the planner core's binning: one definition
 
@@ -311,6 +313,8 @@ def bin_trace(trace: Trace, *, bin_s: float, start_s: float = 0.0, end_s: float 
         bin_s=bin_s,
         start_s=start_s,
         end_s=trace.duration_s + 1e-9 if end_s is None else end_s,
+        peak_window_s=peak_window_s,
+        peak_step_s=peak_step_s,
     )
 
 
@@ -364,6 +368,23 @@ def multiply_load(trace: Trace, k: float, *, seed: int, jitter_s: float = 1.0) -
     )
 
 
+def rotate_time(trace: Trace, offset_s: float, *, period_s: float | None = None) -> Trace:
+    """The trace started offset_s later on a loop: t -> (t + offset_s) mod period_s, re-sorted.
+
+    The same requests, lengths and bursts, at other minutes: a stand-in for another hour of the same
+    service when a trace holds only one. period_s: the loop's length, beyond the last arrival (default:
+    the whole minutes that hold the trace, so a one-hour trace keeps its minute grid).
+    """
+    period = (math.floor(trace.duration_s / 60.0) + 1) * 60.0 if period_s is None else float(period_s)
+    if not (math.isfinite(period) and period > trace.duration_s):
+        raise ValueError(f"rotate_time: period_s must be finite and beyond the last arrival "
+                         f"({trace.duration_s:g} s), got {period_s}")
+    if not math.isfinite(offset_s):
+        raise ValueError(f"rotate_time: offset_s must be finite, got {offset_s}")
+    return make_trace(f"{trace.name}>>{offset_s:g}s", np.mod(trace.arrival_s + offset_s, period), trace.isl_tokens,
+                      trace.osl_tokens, trace.hash_ids, skipped=trace.skipped_lines, examples=trace.skipped_examples)
+
+
 def time_window(trace: Trace, start_s: float, end_s: float) -> Trace:
     """Requests arriving in [start_s, end_s), re-based so start_s becomes 0."""
     if not end_s > start_s:
@@ -409,8 +430,8 @@ def jitter_within_ticks(trace: Trace, *, tick_s: float, seed: int) -> Trace:
     )
 
 
-def load_warmup_history(path: str, *, interval_s: float) -> LoadHistory:
-    """A warm-up trace's per-interval load (predictor.warmup_trace_path), binned at interval_s seconds.
+def load_warmup_trace(path: str) -> Trace:
+    """The warm-up trace (predictor.warmup_trace_path), read once.
 
     Errors name the file: a missing or malformed trace fails the run rather
     than silently forecasting without it.
@@ -423,4 +444,15 @@ def load_warmup_history(path: str, *, interval_s: float) -> LoadHistory:
         raise ValueError(f"predictor.warmup_trace_path: {exc}") from None
     if len(trace) == 0:
         raise ValueError(f"predictor.warmup_trace_path {path}: the warm-up trace holds no requests")
-    return bin_trace(trace, bin_s=interval_s)
+    return trace
+
+
+def load_warmup_history(path: str, *, interval_s: float, peak_window_s: float | None = None,
+                        peak_step_s: float = 5.0) -> LoadHistory:
+    """A warm-up trace's per-interval load (predictor.warmup_trace_path), binned at interval_s seconds.
+
+    peak_window_s / peak_step_s: the live collect step's peak-rate window and step; with them each
+    warm interval carries its peak rate too, so the burst and clumping signals read from the first
+    run (None: not read, as when the live history has no peak rates).
+    """
+    return bin_trace(load_warmup_trace(path), bin_s=interval_s, peak_window_s=peak_window_s, peak_step_s=peak_step_s)

@@ -12,7 +12,8 @@ from planner.types import Forecast, LoadHistory, Observation
 from sim import traces
 
 
-# The warm-up trace's per-interval load (sim.traces.load_warmup_history, which the simulator calls too).
+# The warm-up trace's per-interval load (sim.traces.load_warmup_history; the simulator reads the same
+# file with load_warmup_trace and bins it per history window).
 load_warmup_history = task(traces.load_warmup_history, name="load_warmup_history", cache_policy=NO_CACHE)
 
 

@@ -21,6 +21,7 @@ from sim.traces import (
     load_trace,
     load_warmup_history,
     multiply_load,
+    rotate_time,
     scale_time,
     time_window,
     write_mooncake_jsonl,
@@ -227,6 +228,40 @@ def test_a_written_trace_keeps_its_prefix_hashes(tmp_path):
     tr = Trace("h", np.array([0.0, 1.5]), np.array([512, 1024]), np.array([3, 4]), hash_ids=[[7], [7, 9]])
     back = load_trace(write_mooncake_jsonl(tr, tmp_path / "h.jsonl"))
     assert back.hash_ids == [[7], [7, 9]] and back.arrival_s.tolist() == [0.0, 1.5]
+
+
+def test_a_rotated_trace_keeps_its_requests_and_moves_its_bursts():
+    # A burst in minute 3 of a 10-minute trace, rotated by 5 minutes: the same requests, the same per-minute
+    # counts in a different order (minute 3 -> minute 8), a request at the loop's end wraps to the start.
+    t = np.sort(np.concatenate([np.arange(0.5, 600.0, 10.0), np.linspace(180.0, 239.0, 120)]))
+    n = np.arange(len(t))
+    base = Trace("b", t, n, n + 1, hash_ids=[[int(i)] for i in n])
+    out = rotate_time(base, 300.0)
+    assert len(out) == len(base) and np.all(np.diff(out.arrival_s) >= 0) and out.arrival_s.max() < 600.0
+    before = bin_trace(base, bin_s=60.0, end_s=600.0).num_requests
+    after = bin_trace(out, bin_s=60.0, end_s=600.0).num_requests
+    assert np.argmax(before) == 3 and np.argmax(after) == 8
+    np.testing.assert_array_equal(np.roll(before, 5), after)
+    # Lengths and prefix hashes travel with their request.
+    assert out.hash_ids == [[int(i)] for i in out.isl_tokens] and np.all(out.osl_tokens == out.isl_tokens + 1)
+    with pytest.raises(ValueError, match="beyond the last arrival"):
+        rotate_time(base, 60.0, period_s=500.0)
+    with pytest.raises(ValueError, match="offset_s must be finite"):
+        rotate_time(base, float("nan"))
+
+
+def test_a_binned_trace_reads_each_interval_s_peak_rate_as_the_collect_step_does():
+    # The peak rate of each bin is what the replay's collect step reads for the same arrivals (the max,
+    # every 5 s, of the rate over the last 15 s); without a window there is none.
+    from sim.replay import ReplaySettings, peak_rate_rps
+
+    arrivals = np.sort(np.concatenate([np.random.default_rng(2).uniform(0, 300, 400), np.linspace(130, 133, 60)]))
+    tr = _trace(arrivals)
+    binned = bin_trace(tr, bin_s=60.0, peak_window_s=15.0)
+    expected = [peak_rate_rps(tr.arrival_s, end_s=t, scenario=ReplaySettings(interval_s=60.0)) for t in binned.t_s]
+    assert binned.peak_window_s == 15.0 and binned.peak_rps == pytest.approx(expected)
+    assert int(np.argmax(binned.peak_rps)) == 2  # the 60 requests in 3 s of minute 2
+    assert bin_trace(tr, bin_s=60.0).peak_rps is None
 
 
 def test_ticked_timestamps_are_detected_and_jittered():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -11,9 +12,11 @@ import pytest
 from connectors.config import LocalConnectorConfig
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
+from planner.clumping import sizing_basis
 from planner.pipeline import needs_warmup, predict_load
 from planner.predict import prime_history
 from planner.types import LoadHistory, Observation
+from sim.traces import load_warmup_history
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 
 INTERVAL_S = 60.0
@@ -63,6 +66,47 @@ def test_prime_history_keeps_the_live_peak_rates():
     primed = prime_history(history([1, 2]), history([10, 11], peaks=[0.5, 0.7]))
     assert [None if math.isnan(p) else p for p in primed.peak_rps] == [None, None, 0.5, 0.7]
     assert primed.peak_window_s == 15.0
+
+
+@pytest.mark.parametrize("warm_peaks, warm_window_s, expected", [
+    pytest.param([2.0, 3.0], 15.0, [2.0, 3.0, 0.5, 0.7], id="read over the live window: kept"),
+    pytest.param([2.0, 3.0], 30.0, [None, None, 0.5, 0.7], id="another window: unknown"),
+    pytest.param(None, None, [None, None, 0.5, 0.7], id="none read: unknown"),
+])
+def test_prime_history_takes_the_warm_peak_rates_read_over_the_live_window(warm_peaks, warm_window_s, expected):
+    warm = history([1, 2], start_s=0.0, peaks=warm_peaks)
+    if warm_peaks is not None:
+        warm = dataclasses.replace(warm, peak_window_s=warm_window_s)
+    primed = prime_history(warm, history([10, 11], peaks=[0.5, 0.7]))
+    assert [None if math.isnan(p) else p for p in primed.peak_rps] == expected
+    assert primed.peak_window_s == 15.0
+
+
+def spread_trace(path: Path, minutes: int, per_minute: int, *, burst_s: float | None) -> Path:
+    """per_minute requests a minute, evenly spread over it or, with burst_s, all in its first burst_s seconds."""
+    span_ms = 60_000 if burst_s is None else 1000 * burst_s
+    lines = [json.dumps({"timestamp": int(60_000 * i + span_ms * k / per_minute), "input_length": 1000,
+                         "output_length": 150}) for i in range(minutes) for k in range(per_minute)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("burst_s, sized_on", [
+    pytest.param(None, "mean", id="evenly spread: independent, the mean"),
+    pytest.param(2.0, "p90", id="each minute in 2 s: clumped, the p90"),
+])
+def test_a_warm_start_reads_the_arrival_clumping_from_the_trace(tmp_path, burst_s, sized_on):
+    # Two collected intervals cannot tell how clumped arrivals are (the index needs 4), so a cold run sizes
+    # on the p90. The warm-up's arrivals carry their peak rates over the live window: the first run reads
+    # the index from them.
+    cfg = PredictorConfig(name="constant", warmup_trace_path="w.jsonl")
+    obs = observation(history([600, 600], peaks=[11.0, 11.0]))
+    cold = predict_load(obs, cfg)
+    assert cold.clumping_index is None
+    trace = spread_trace(tmp_path / "w.jsonl", 12, 600, burst_s=burst_s)
+    warm = predict_load(obs, cfg, warmup=load_warmup_history(str(trace), interval_s=INTERVAL_S, peak_window_s=15.0))
+    assert warm.clumping_index is not None
+    assert sizing_basis(cfg.size_on, warm.clumping_index, max_index=cfg.clumping_max_index)[0] == sized_on
 
 
 def test_a_short_history_forecasts_with_the_model_once_warmed():
@@ -145,7 +189,7 @@ def test_the_simulator_warms_the_predictor_from_the_trace_as_the_flow_does(prefe
     from sim.replay import PolicyInput
 
     trace = mooncake_trace(tmp_path / "warm.jsonl", [20 + i for i in range(12)])
-    obs = observation(history([3000, 3100]))
+    obs = observation(history([3000, 3100], peaks=[60.0, 62.0]))
     flow = planner_flow(config=run_config(trace), replay=ReplayInputs(observation=obs, now_s=720.0), dry_run=True)
     fleet = FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1))
     forecasts = {}
@@ -156,6 +200,10 @@ def test_the_simulator_warms_the_predictor_from_the_trace_as_the_flow_does(prefe
     assert forecasts["cold"].predictor == "constant"
     assert forecasts["warm"].predictor == flow["forecast"]["predictor"] == "kalman"
     assert forecasts["warm"].num_requests == pytest.approx(flow["forecast"]["num_requests"])
+    # Both read the warm-up's peak rates over the live 15 s window: the clumping index from the first run.
+    assert forecasts["cold"].clumping_index is None
+    assert forecasts["warm"].clumping_index == pytest.approx(flow["forecast"]["clumping_index"])
+    assert flow["forecast"]["clumping_index"] is not None
     assert any(note.startswith("warm-up trace: 12 intervals before the 2 collected") for note in forecasts["warm"].notes)
 
 
