@@ -25,9 +25,12 @@ length histograms over the last 30 minutes, as the default does: what the estima
 Dynamo's --load-predictor-warmup-trace warms its own (predictor.warmup_trace_path) with another draw of
 the same K copies (tenants' offsets drawn with seed 100), written as Mooncake JSONL: a stand-in for the
 previous hour of the same service, which these one-hour traces do not have. It carries the same hour's
-bursts at the same minutes; the default predictors (constant, ETS level, Kalman, and gradient boosting
-only from 200 intervals) carry a level and an error band from it, not its timing.
-`planner+recurrence` and `planner+warm+recurrence` turn on the recurrence hold
+bursts at the same minutes (--warmup rotated: the trace rotated by half its length, the same bursts at
+other minutes); its arrivals give each warm interval its peak rate too, so arrival clumping is read from
+the first run. `planner+running` replays that stand-in through the fleet and the planner first, unscored
+(ReplaySettings.lead_in_s), then the trace: a planner started against a running fleet, with its history,
+its stabilization window and the capacity it holds.
+`planner+recurrence`, `planner+warm+recurrence` and `planner+running+recurrence` turn on the recurrence hold
 (decision.independent_stabilization_s 360 s, rank 2: while sizing takes the mean forecast, a scale-down
 holds at the largest target two of the window's recommendations reached, not at the highest). Each of
 these variants gets its own cheapest static fleet reaching its attainment.
@@ -184,7 +187,8 @@ WARMUP_SOURCES = {
 # planner+recurrence: the default planner with the recurrence hold on (decision.independent_stabilization_s).
 RECURRENCE_HOLD_S = 360.0
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
-VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence")
+VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
+                        "planner+running+recurrence")
 
 
 def variant_policy(cfg, profile, label: str, folder: Path, name: str):
@@ -203,6 +207,19 @@ def variant_policy(cfg, profile, label: str, folder: Path, name: str):
         path = write_mooncake_jsonl(WARMUP_DRAWS[label](), folder / f"warmup-{label.replace(' ', '_')}.jsonl")
         cfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"warmup_trace_path": str(path)})})
     return PlannerPolicy(cfg, profile, name=name)
+
+
+def running_start(label: str, trace, scenario):
+    """planner+running: the warm-up stand-in replayed first through the same fleet and planner (not scored),
+    then the trace: a planner started against a running fleet, its history and held capacity."""
+    import dataclasses
+    import math
+
+    from sim.traces import lead_in
+
+    lead = WARMUP_DRAWS[label]()
+    lead_s = (math.floor(lead.duration_s / scenario.interval_s) + 1) * scenario.interval_s
+    return lead_in(lead, trace, lead_s=lead_s), dataclasses.replace(scenario, lead_in_s=lead_s)
 
 
 def _traces(quick: bool, jitter_s: float = 30.0, *, seed: int = 0, warmup: str = "draw"):
@@ -343,7 +360,15 @@ def bench_control(
                 extra["sizing"] = shape
             else:
                 policy = make_policy(name, cfg=cfg, profile=profile)
-            r = replay(trace, tables, policy, scenario=scenario)
+            if "running" in name.split("+"):
+                if label not in WARMUP_DRAWS:
+                    continue
+                run_trace, run_scenario = running_start(label, trace, scenario)
+                extra["lead_in"] = WARMUP_SOURCES[warmup].format(seed=WARMUP_SEED + seed) + (
+                    f", replayed through the fleet and the planner for {run_scenario.lead_in_s:g} s, not scored")
+                r = replay(run_trace, tables, policy, scenario=run_scenario)
+            else:
+                r = replay(trace, tables, policy, scenario=scenario)
             if name.startswith("planner"):
                 extra["diagnostics"] = diagnose(r, profile, interval_s=scenario.interval_s)
             rows.append(_row(name, r, extra=extra))

@@ -49,6 +49,9 @@ class ReplaySettings:
 
     history_intervals: intervals of load history handed to the policy each run.
     max_drain_s: after the last arrival, give up if requests are still running this long.
+    lead_in_s: the trace's first lead_in_s seconds run the fleet and the policy but are not scored:
+        results and GPU-hours count from there (a policy started against a running fleet, with its
+        history; sim.traces.lead_in builds such a trace). A whole number of intervals; 0: none.
     """
 
     slo: SloTarget = field(default_factory=SloTarget)
@@ -70,10 +73,15 @@ class ReplaySettings:
     # From the fast path's trigger firing to its run deciding, s: the automation creates the
     # run, a process worker picks it up (it asks every 10 s by default), starts it and collects.
     fast_path_dispatch_s: float = 10.0
+    lead_in_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
             raise ValueError(f"ReplaySettings: interval_s must be > 0, got {self.interval_s}")
+        whole = self.lead_in_s / self.interval_s
+        if not (self.lead_in_s >= 0 and math.isfinite(self.lead_in_s) and abs(whole - round(whole)) < 1e-9):
+            raise ValueError(f"ReplaySettings: lead_in_s must be a whole number of intervals ({self.interval_s:g} s) "
+                             f">= 0, got {self.lead_in_s}")
         if self.peak_window_s is not None and not (0 < self.peak_window_s and 0 < self.peak_step_s <= self.interval_s):
             raise ValueError(
                 f"ReplaySettings: need peak_window_s > 0 and 0 < peak_step_s <= interval_s, got "
@@ -253,12 +261,15 @@ class _ReplayRun:
             self.windows = ArrivalWindows(self.arrivals_s, trace.isl_tokens, trace.osl_tokens)
         self.events: list[tuple[FastPathEvent, list]] = []
         self.last_obs: Observation | None = None
+        self.gpu_s_at_lead_in = {"prefill": 0.0, "decode": 0.0}
 
     def interval(self, k: int, t: float) -> bool:
         """Interval k, ending at t: fast-path runs inside it, then the scheduled run; True once all finished."""
         if self.trigger is not None:
             self.fast_path_until(t, k)
         self.sim.run_until(t)
+        if self.scenario.lead_in_s and abs(t - self.scenario.lead_in_s) < 1e-6:
+            self.gpu_s_at_lead_in = self.sim.gpu_seconds(t)  # billing is scored from here
         obs = self.observe(t)
         finished = self.sim.done
         reason = ""
@@ -364,9 +375,9 @@ class _ReplayRun:
             trace_name=self.trace.name,
             policy=self.policy.name,
             scenario=self.scenario,
-            requests=sim.results(),
+            requests=sim.results().arriving_from(self.scenario.lead_in_s),
             timeline=self.tl,
-            gpu_seconds=sim.gpu_seconds(end_s),
+            gpu_seconds={pool: s - self.gpu_s_at_lead_in[pool] for pool, s in sim.gpu_seconds(end_s).items()},
             scale_log=tuple(sim.scale_log),
             end_s=end_s,
             wall_s=time.perf_counter() - self.wall0,

@@ -40,6 +40,12 @@ class RequestResults:
     def e2e_ms(self) -> np.ndarray:
         return (self.finish_s - self.arrival_s) * 1e3
 
+    def arriving_from(self, t_s: float) -> RequestResults:
+        """The requests arriving at or after t_s (times unchanged)."""
+        keep = self.arrival_s >= t_s
+        return RequestResults(**{name: None if value is None else value[keep]
+                                 for name, value in vars(self).items()})
+
     def sla_met(self, *, ttft_ms: float, itl_ms: float) -> np.ndarray:
         """Both targets met (ITL counts as met for single-token outputs)."""
         itl = self.itl_ms

@@ -385,6 +385,18 @@ def rotate_time(trace: Trace, offset_s: float, *, period_s: float | None = None)
                       trace.osl_tokens, trace.hash_ids, skipped=trace.skipped_lines, examples=trace.skipped_examples)
 
 
+def lead_in(lead: Trace, trace: Trace, *, lead_s: float) -> Trace:
+    """`lead` then `trace` started lead_s seconds later: a replay with ReplaySettings.lead_in_s = lead_s
+    scores `trace` on a fleet and a planner that have run through `lead` (a running fleet's start)."""
+    if not (math.isfinite(lead_s) and lead_s > lead.duration_s):
+        raise ValueError(f"lead_in: lead_s must be finite and beyond the lead's last arrival ({lead.duration_s:g} s), "
+                         f"got {lead_s}")
+    hashes = None if lead.hash_ids is None or trace.hash_ids is None else list(lead.hash_ids) + list(trace.hash_ids)
+    return make_trace(f"{lead.name}+{trace.name}@{lead_s:g}s", np.concatenate([lead.arrival_s, trace.arrival_s + lead_s]),
+                      np.concatenate([lead.isl_tokens, trace.isl_tokens]),
+                      np.concatenate([lead.osl_tokens, trace.osl_tokens]), hashes)
+
+
 def time_window(trace: Trace, start_s: float, end_s: float) -> Trace:
     """Requests arriving in [start_s, end_s), re-based so start_s becomes 0."""
     if not end_s > start_s:

@@ -22,7 +22,7 @@ from sim.policies import (
 )
 from sim.replay import PolicyOutput, ReplaySettings, replay
 from sim.routing import make_router
-from sim.traces import Trace, bin_trace, load_trace, multiply_load, time_window
+from sim.traces import Trace, bin_trace, lead_in, load_trace, multiply_load, time_window
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +128,49 @@ def test_static_replay_equals_the_plain_simulator_and_bills_every_worker(tables,
     # 3 GPUs from 0 to the end of the last interval
     assert result.gpu_hours == pytest.approx(3 * result.end_s / 3600)
     assert result.end_s % 60 == 0 and result.end_s >= np.nanmax(result.requests.finish_s)
+
+
+def test_a_lead_in_is_run_but_not_scored(tables, conv):
+    # A static fleet through 5 minutes of lead-in and the same 5 minutes after it: the scored requests are
+    # the second copy's, with the outcomes they get when replayed alone, and GPU-hours count from the lead-in's end.
+    trace = time_window(conv, 0, 300)
+    alone = replay(trace, tables, StaticPolicy(2, 1), scenario=ReplaySettings(interval_s=60))
+    led = replay(lead_in(trace, trace, lead_s=300.0), tables, StaticPolicy(2, 1),
+                 scenario=ReplaySettings(interval_s=60, lead_in_s=300.0))
+    assert len(led.requests.arrival_s) == len(trace)
+    np.testing.assert_allclose(led.requests.arrival_s - 300.0, trace.arrival_s)
+    assert led.sla_met().mean() == pytest.approx(alone.sla_met().mean(), abs=0.01)
+    assert led.gpu_hours == pytest.approx(3 * (led.end_s - 300.0) / 3600)
+    assert led.end_s == pytest.approx(alone.end_s + 300.0)
+
+
+def test_a_planner_started_against_a_running_fleet_keeps_what_the_lead_in_built(tables, cfg, profile):
+    # Ten minutes at 30 rps, then the same: started cold at 30 rps the planner meets the first minutes with
+    # the fleet it sizes on the first interval; after the lead-in it meets them with the one it already runs.
+    steady = _poisson([30.0] * 10, seg_s=60, isl=2000, osl=50, seed=7)
+    cold = replay(steady, tables, PlannerPolicy(cfg, profile), scenario=ReplaySettings(interval_s=60))
+    running = replay(lead_in(steady, steady, lead_s=600.0), tables, PlannerPolicy(cfg, profile),
+                     scenario=ReplaySettings(interval_s=60, lead_in_s=600.0))
+    tl = running.timeline
+    at = tl.t_s.index(600.0)
+    assert tl.prefill_allocated[at] == tl.prefill_allocated[at - 1] >= cold.timeline.prefill_allocated[0]
+    assert len(running.requests.arrival_s) == len(steady)
+    assert running.sla_met().mean() >= cold.sla_met().mean() - 0.001
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    pytest.param(dict(lead_in_s=90.0), "lead_in_s must be a whole number of intervals", id="not whole intervals"),
+    pytest.param(dict(lead_in_s=-60.0), "lead_in_s must be a whole number of intervals", id="negative"),
+])
+def test_lead_in_settings_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ReplaySettings(interval_s=60, **kwargs)
+
+
+def test_a_lead_in_must_end_after_its_last_arrival(conv):
+    trace = time_window(conv, 0, 300)
+    with pytest.raises(ValueError, match=r"lead_s must be finite and beyond the lead's last arrival"):
+        lead_in(trace, trace, lead_s=trace.duration_s)
 
 
 def test_planner_in_the_loop_follows_a_load_step(tables, cfg, profile):
