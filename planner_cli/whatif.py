@@ -56,6 +56,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup-trace", default=None, metavar="FILE",
                    help="planner policies: seed the load predictor with this trace's load while the replay's own "
                    "history is short (predictor.warmup_trace_path; Dynamo's --load-predictor-warmup-trace)")
+    p.add_argument("--lead-in", default=None, metavar="FILE",
+                   help="a trace of the time before this one, replayed through the fleet and the policy first and "
+                   "not scored: a planner started against a running fleet (multiplied as the trace)")
     p.add_argument("--recurrence-hold-s", type=float, default=None, metavar="S",
                    help="planner policies: turn on the recurrence hold with this window, s "
                    "(decision.independent_stabilization_s; docs/control.md)")
@@ -89,6 +92,7 @@ def _scenario(args: argparse.Namespace):
         max_replicas=args.max_replicas,
         latency_model_path=args.latency_model,
         warmup_trace_path=args.warmup_trace,
+        lead_in_trace_path=args.lead_in,
         recurrence_hold_s=args.recurrence_hold_s,
         engine_model=args.engine_model,
     )
@@ -101,6 +105,7 @@ def _print_summary(s: dict) -> None:
     print(f"trace            {s['trace']} ({s['requests']:,} requests)")
     print(f"load             {s.get('load_model') or 'the trace as recorded'}")
     warm = f"; predictor warmed from {s['warmup_trace_path']}" if s.get("warmup_trace_path") else ""
+    warm += f"; started after {s['lead_in_trace_path']}" if s.get("lead_in_trace_path") else ""
     warm += f"; recurrence hold {s['recurrence_hold_s']:g} s" if s.get("recurrence_hold_s") else ""
     print(f"policy           {s['policy']} (prefill TTFT from {s['ttft_source']}{warm})")
     print(f"engines          timed as {'the profile' if s['engine_model'] == 'profile' else 'Dynamo 1.6.1 mocker'}")

@@ -50,8 +50,9 @@ class ReplaySettings:
     history_intervals: intervals of load history handed to the policy each run.
     max_drain_s: after the last arrival, give up if requests are still running this long.
     lead_in_s: the trace's first lead_in_s seconds run the fleet and the policy but are not scored:
-        results and GPU-hours count from there (a policy started against a running fleet, with its
-        history; sim.traces.lead_in builds such a trace). A whole number of intervals; 0: none.
+        results, GPU-hours, the timeline and the scale log count from there, on a clock that starts
+        there (a policy started against a running fleet, with its history; sim.traces.lead_in builds
+        such a trace). A whole number of intervals; 0: none.
     """
 
     slo: SloTarget = field(default_factory=SloTarget)
@@ -370,23 +371,29 @@ class _ReplayRun:
                                           to != base, None, message), added))
 
     def result(self, *, end_s: float) -> ReplayResult:
-        sim = self.sim
+        """The replay's result; after a lead-in, only the trace's part, on a clock that starts with it."""
+        sim, lead = self.sim, self.scenario.lead_in_s
+        events = tuple(dataclasses.replace(e, ready_s=max(w.ready_at_s for w in added))
+                       if added and all(w.ready for w in added) else e for e, added in self.events)
+        keep = [i for i, t in enumerate(self.tl.t_s) if t > lead] if lead else range(len(self.tl.t_s))
+        timeline = Timeline(**{name: [(v[i] - lead if name == "t_s" else v[i]) for i in keep]
+                               for name, v in vars(self.tl).items()})
         return ReplayResult(
             trace_name=self.trace.name,
             policy=self.policy.name,
             scenario=self.scenario,
-            requests=sim.results().arriving_from(self.scenario.lead_in_s),
-            timeline=self.tl,
+            requests=sim.results().arriving_from(lead),
+            timeline=timeline,
             gpu_seconds={pool: s - self.gpu_s_at_lead_in[pool] for pool, s in sim.gpu_seconds(end_s).items()},
-            scale_log=tuple(sim.scale_log),
-            end_s=end_s,
+            scale_log=tuple((t - lead, *rest) for t, *rest in sim.scale_log if t >= lead),
+            end_s=end_s - lead,
             wall_s=time.perf_counter() - self.wall0,
             policy_wall_s=self.policy_wall,
             fast_path_events=tuple(
-                dataclasses.replace(e, ready_s=max(w.ready_at_s for w in added))
-                if added and all(w.ready for w in added) else e
-                for e, added in self.events
-            ),
+                dataclasses.replace(e, onset_s=e.onset_s - lead, fired_s=e.fired_s - lead,
+                                    decided_s=e.decided_s - lead,
+                                    ready_s=None if e.ready_s is None else e.ready_s - lead)
+                for e in events if e.decided_s >= lead),
         )
 
 

@@ -41,9 +41,10 @@ class RequestResults:
         return (self.finish_s - self.arrival_s) * 1e3
 
     def arriving_from(self, t_s: float) -> RequestResults:
-        """The requests arriving at or after t_s (times unchanged)."""
+        """The requests arriving at or after t_s, on a clock that starts there (waits and steps unchanged)."""
         keep = self.arrival_s >= t_s
-        return RequestResults(**{name: None if value is None else value[keep]
+        clock = ("arrival_s", "first_token_s", "finish_s", "prefill_done_s")
+        return RequestResults(**{name: None if value is None else value[keep] - (t_s if name in clock else 0.0)
                                  for name, value in vars(self).items()})
 
     def sla_met(self, *, ttft_ms: float, itl_ms: float) -> np.ndarray:

@@ -8,6 +8,8 @@ the JSON summary and the full replay.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +31,15 @@ from sim.replay import ReplayResult, ReplaySettings, replay
 from sim.routing import make_router
 from sim.report import summarize
 from sim.servegen import load_servegen, synthesize_servegen
-from sim.traces import Trace, detect_format, detect_tick_s, jitter_within_ticks, load_trace, multiply_load
+from sim.traces import (
+    Trace,
+    detect_format,
+    detect_tick_s,
+    jitter_within_ticks,
+    lead_in,
+    load_trace,
+    multiply_load,
+)
 
 
 INDEPENDENT_TENANTS_JITTER_S = 30.0
@@ -95,6 +105,11 @@ class WhatIfScenario(WhatIf):
         None, description="planner policies: a trace whose per-interval load is put before the replay's own history "
         "while it is shorter than predictor.history_intervals (predictor.warmup_trace_path, Dynamo's "
         "--load-predictor-warmup-trace); None: none"
+    )
+    lead_in_trace_path: str | None = Field(
+        None, description="a trace of the time before this one (same service and format, multiplied as this one, "
+        "seed + 1), replayed through the fleet and the policy first and not scored: a planner started against a "
+        "running fleet, with its history and the capacity it holds; None: a cold start"
     )
     recurrence_hold_s: float | None = Field(
         None, gt=0, le=86_400,
@@ -215,7 +230,7 @@ def run_what_if(
             oracle_gpu_hours = result.gpu_hours
         else:
             policy = make_policy(sc.policy, cfg=cfg, profile=profile, ttft_view=ttft_view)
-            result = replay(trace, tables, policy, scenario=scenario, router=router, progress=progress)
+            result = _replay_policy(sc, trace, tables, policy, scenario=scenario, router=router, progress=progress)
             if sc.with_oracle:
                 plan = oracle_plan(trace, tables, scenario=scenario, max_replicas=sc.max_replicas,
                                    progress=oracle_progress)
@@ -235,6 +250,7 @@ def run_what_if(
             # the planner policies' prefill TTFT (the oracle and the static fleets size nothing)
             "ttft_source": ttft_view.source if ttft_view is not None else "profile",
             "warmup_trace_path": sc.warmup_trace_path,  # the planner's warm-up trace (None: a cold start)
+            "lead_in_trace_path": sc.lead_in_trace_path,  # replayed first, unscored (None: a cold start)
             "recurrence_hold_s": sc.recurrence_hold_s,  # the planner's recurrence hold window (None: off)
             "trace_path": str(sc.trace),
             "skipped_lines": trace.skipped_lines,
@@ -244,6 +260,17 @@ def run_what_if(
         },
     )
     return summary, result
+
+
+def _replay_policy(sc: WhatIfScenario, trace: Trace, tables: ProfileTables, policy, *, scenario: ReplaySettings,
+                   router, progress) -> ReplayResult:
+    """The policy's replay; with a lead-in trace, run through it first (ReplaySettings.lead_in_s)."""
+    if sc.lead_in_trace_path is None:
+        return replay(trace, tables, policy, scenario=scenario, router=router, progress=progress)
+    lead = load_scenario_trace(sc.model_copy(update={"trace": sc.lead_in_trace_path, "seed": sc.seed + 1}))
+    lead_s = (math.floor(lead.duration_s / sc.interval_s) + 1) * sc.interval_s
+    return replay(lead_in(lead, trace, lead_s=lead_s), tables, policy, router=router, progress=progress,
+                  scenario=dataclasses.replace(scenario, lead_in_s=lead_s))
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,24 @@ def test_cli_warms_the_planner_from_a_trace(shared_data, h200_profile_dir, tmp_p
     assert f"predictor warmed from {warm_trace}" in capsys.readouterr().out
 
 
+def test_cli_starts_the_planner_against_a_running_fleet(shared_data, h200_profile_dir, tmp_path, capsys):
+    # --lead-in replays a trace of the time before through the fleet and the planner first, unscored: on eight
+    # independent tenants of the bursty code trace, the minute-3 burst that a cold start misses meets the
+    # capacity the lead-in left held (docs/control.md, "A warm start and a running start").
+    code = shared_data / "traces" / "azure2023_code.csv.gz"
+    cold_out, running_out = tmp_path / "cold.json", tmp_path / "running.json"
+    args = ("--policy", "planner", "--load-multiplier", "8")
+    assert main(_cli(code, h200_profile_dir, *args, "--json", str(cold_out))) == 0
+    assert main(_cli(code, h200_profile_dir, *args, "--lead-in", str(code), "--json", str(running_out))) == 0
+    cold, running = json.loads(cold_out.read_text()), json.loads(running_out.read_text())
+    assert cold["lead_in_trace_path"] is None and running["lead_in_trace_path"] == str(code)
+    assert running["requests"] == cold["requests"]
+    assert running["slo_attainment"] >= 0.99 > cold["slo_attainment"]
+    assert f"started after {code}" in capsys.readouterr().out
+    assert main(_cli(code, h200_profile_dir, *args, "--lead-in", str(tmp_path / "missing.csv"))) == 2
+    assert "missing.csv" in capsys.readouterr().err
+
+
 def test_cli_turns_on_the_recurrence_hold(shared_data, h200_profile_dir, tmp_path, capsys):
     # --recurrence-hold-s sets decision.independent_stabilization_s for the planner: on eight independent tenants
     # of the bursty code trace it lets lone bursts go (fewer GPU-hours; docs/control.md) and the summary says so.
