@@ -146,6 +146,13 @@ def markdown_report(summary: dict) -> str:
         ),
         ("wall time, s", f"{s['wall_s']:.1f}"),
     ]
+    start = [f"predictor warmed from {s['warmup_trace_path']}"] if s.get("warmup_trace_path") else []
+    if s.get("lead_in_trace_path"):
+        start.append(f"after {s['lead_in_trace_path']}, replayed first and not scored (a running fleet)")
+    if start:
+        rows.insert(3, ("planner start", "; ".join(start)))
+    if s.get("recurrence_hold_s"):
+        rows.insert(3, ("scale-down hold", f"recurrence hold, {s['recurrence_hold_s']:g} s (rank 2)"))
     fast = s.get("fast_path")
     if fast is not None:
         rows.insert(-2, ("fast-path events (scale-ups)", f"{fast['events']} ({fast['scale_ups']})"))

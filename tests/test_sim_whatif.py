@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner_cli.main import main
+from sim.report import markdown_report
 from sim.whatif import WhatIfScenario
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 
@@ -109,6 +110,10 @@ def test_cli_starts_the_planner_against_a_running_fleet(shared_data, h200_profil
     assert running["requests"] == cold["requests"]
     assert running["slo_attainment"] >= 0.99 > cold["slo_attainment"]
     assert f"started after {code}" in capsys.readouterr().out
+    # The what-if flows' report artifact says how the planner started.
+    assert f"| planner start | after {code}, replayed first and not scored (a running fleet) |" in (
+        markdown_report(running))
+    assert "planner start" not in markdown_report(cold)
     assert main(_cli(code, h200_profile_dir, *args, "--lead-in", str(tmp_path / "missing.csv"))) == 2
     assert "missing.csv" in capsys.readouterr().err
 
@@ -125,6 +130,8 @@ def test_cli_turns_on_the_recurrence_hold(shared_data, h200_profile_dir, tmp_pat
     assert s_off["recurrence_hold_s"] is None and s_on["recurrence_hold_s"] == 360.0
     assert s_on["requests"] == s_off["requests"] and s_on["gpu_hours"] < s_off["gpu_hours"]
     assert "recurrence hold 360 s" in capsys.readouterr().out
+    assert "| scale-down hold | recurrence hold, 360 s (rank 2) |" in markdown_report(s_on)
+    assert "scale-down hold" not in markdown_report(s_off)
     assert main(_cli(code, h200_profile_dir, *args, "--recurrence-hold-s", "0")) == 2
     assert "recurrence_hold_s" in capsys.readouterr().err
 
