@@ -40,7 +40,7 @@ from sim.lookup import ProfileTables
 from sim.observation import LengthWindow, SloWindow, interval_observation
 from sim.results import RequestResults
 from sim.routing import Router, make_router
-from sim.traces import Trace
+from sim.traces import Trace, lead_in
 
 
 @dataclass(frozen=True)
@@ -375,9 +375,9 @@ class _ReplayRun:
         sim, lead = self.sim, self.scenario.lead_in_s
         events = tuple(dataclasses.replace(e, ready_s=max(w.ready_at_s for w in added))
                        if added and all(w.ready for w in added) else e for e, added in self.events)
-        keep = [i for i, t in enumerate(self.tl.t_s) if t > lead] if lead else range(len(self.tl.t_s))
+        keep = [i for i, t in enumerate(self.tl.t_s) if t > lead]
         timeline = Timeline(**{name: [(v[i] - lead if name == "t_s" else v[i]) for i in keep]
-                               for name, v in vars(self.tl).items()})
+                               for name, v in vars(self.tl).items()}) if lead else self.tl
         return ReplayResult(
             trace_name=self.trace.name,
             policy=self.policy.name,
@@ -395,6 +395,13 @@ class _ReplayRun:
                                     ready_s=None if e.ready_s is None else e.ready_s - lead)
                 for e in events if e.decided_s >= lead),
         )
+
+
+def after_lead_in(lead: Trace, trace: Trace, scenario: ReplaySettings) -> tuple[Trace, ReplaySettings]:
+    """`lead` before `trace`, the lead-in rounded up to whole intervals, and the settings that score only
+    `trace` (ReplaySettings.lead_in_s): a replay of a policy started against a running fleet."""
+    lead_s = (math.floor(lead.duration_s / scenario.interval_s) + 1) * scenario.interval_s
+    return lead_in(lead, trace, lead_s=lead_s), dataclasses.replace(scenario, lead_in_s=lead_s)
 
 
 def peak_rate_rps(arrival_s: np.ndarray, *, end_s: float, scenario: ReplaySettings) -> float | None:

@@ -8,8 +8,6 @@ the JSON summary and the full replay.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,19 +25,11 @@ from sim.config import SimConfig
 from sim.lookup import ProfileTables
 from sim.policies import check_policy_name, default_planner_config, make_policy
 from sim.published_ttft import load_ttft_view
-from sim.replay import ReplayResult, ReplaySettings, replay
+from sim.replay import ReplayResult, ReplaySettings, after_lead_in, replay
 from sim.routing import make_router
 from sim.report import summarize
 from sim.servegen import load_servegen, synthesize_servegen
-from sim.traces import (
-    Trace,
-    detect_format,
-    detect_tick_s,
-    jitter_within_ticks,
-    lead_in,
-    load_trace,
-    multiply_load,
-)
+from sim.traces import Trace, detect_format, detect_tick_s, jitter_within_ticks, load_trace, multiply_load
 
 
 INDEPENDENT_TENANTS_JITTER_S = 30.0
@@ -268,9 +258,8 @@ def _replay_policy(sc: WhatIfScenario, trace: Trace, tables: ProfileTables, poli
     if sc.lead_in_trace_path is None:
         return replay(trace, tables, policy, scenario=scenario, router=router, progress=progress)
     lead = load_scenario_trace(sc.model_copy(update={"trace": sc.lead_in_trace_path, "seed": sc.seed + 1}))
-    lead_s = (math.floor(lead.duration_s / sc.interval_s) + 1) * sc.interval_s
-    return replay(lead_in(lead, trace, lead_s=lead_s), tables, policy, router=router, progress=progress,
-                  scenario=dataclasses.replace(scenario, lead_in_s=lead_s))
+    led, settings = after_lead_in(lead, trace, scenario)
+    return replay(led, tables, policy, scenario=settings, router=router, progress=progress)
 
 
 @dataclass(frozen=True)
