@@ -47,8 +47,10 @@ class Clock:
 
 
 @contextlib.contextmanager
-def serve(overrides: dict | None = None, *, data_token: str | None = DATA_TOKEN, clock=None, fast: bool = True):
-    """The service with 2 prefill + 2 decode endpoints, served as `sla-planner router` serves it."""
+def serve(overrides: dict | None = None, *, data_token: str | None = DATA_TOKEN, clock=None, fast: bool = True,
+          guard_clock=None):
+    """The service with 2 prefill + 2 decode endpoints, served as `sla-planner router` serves it.
+    guard_clock: the rate limits' clock (default: monotonic time)."""
     cfg = RouterConfig.model_validate({"profile_dir": str(PROFILE_DIR), "seed": 1, **(overrides or {})})
     svc = RoutingService(cfg, profile=PROFILE, **({"clock": clock} if clock else {}))
     for i in range(2):
@@ -57,6 +59,8 @@ def serve(overrides: dict | None = None, *, data_token: str | None = DATA_TOKEN,
     app = create_app(cfg, token=TOKEN, data_token=data_token, service=svc)
     if not fast:
         app.guard.fast_path = None
+    if guard_clock is not None:
+        app.guard.clock = guard_clock
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
                                            lifespan="on", **uvicorn_options(cfg)))
@@ -213,7 +217,9 @@ def _client_from(port: int, address: str) -> httpx.Client:
 
 def test_lifecycle_and_metrics_calls_are_limited_per_source():
     limits = {"rate_limits": {"lifecycle": {"rate_per_s": 5, "burst": 20}, "metrics": {"rate_per_s": 2, "burst": 5}}}
-    with serve(limits) as (_, _, port), _client_from(port, "127.0.0.1") as a, _client_from(port, "127.0.0.2") as b:
+    # The buckets' clock moves only when the test says so: a slow machine must not refill them mid-test.
+    now = [1000.0]
+    with serve(limits, guard_clock=lambda: now[0]) as (_, _, port), _client_from(port, "127.0.0.1") as a, _client_from(port, "127.0.0.2") as b:
         statuses = [a.post(f"/v1/requests/x{i}/first_token", json={}).status_code for i in range(25)]
         assert statuses[:20] == [404] * 20 and statuses[20:] == [429] * 5
         resp = a.post("/v1/requests/x/completed", json={"output_tokens": 1})
@@ -227,7 +233,7 @@ def test_lifecycle_and_metrics_calls_are_limited_per_source():
         assert [a.put("/v1/endpoints/d0/metrics", json=push).status_code for _ in range(7)] == [200] * 5 + [429] * 2
         # Routes are not limited here, and the bucket refills.
         assert a.post("/v1/route", json={"input_tokens": 100, "slo": SLO}).status_code == 200
-        time.sleep(1.1)
+        now[0] += 1.1
         assert a.post("/v1/requests/x/first_token", json={}).status_code == 404
 
 
