@@ -2,7 +2,11 @@
 
 Each worker runs in its own session (so a Ctrl-C aimed at the executor does
 not reach it, and it outlives an executor restart), with its output in
-`<state_dir>/logs/<role>-<slot>.log`. The table, `<state_dir>/workers.json`,
+`<state_dir>/logs/<role>-<slot>.log` and its temporary files in its own
+`<state_dir>/tmp/<role>-<slot>-<started ms>` (its TMPDIR), removed once it has
+exited: a worker killed or crashed leaves no litter in the system's /tmp (the
+1.6.1 mocker converts its profile into a temporary folder it removes only on a
+clean exit). The table, `<state_dir>/workers.json`,
 records each worker's pid and the kernel's start time of that pid, so a
 restarted executor adopts exactly its own live workers and never a recycled
 pid. `<state_dir>/targets.json` lists the live workers' metrics endpoints in
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +61,10 @@ class Proc:
     draining_since_s: float | None = None
     popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
+    def tmp_dir(self, state_dir: Path) -> Path:
+        """The worker's own TMPDIR under the executor's state folder."""
+        return state_dir / "tmp" / f"{self.role}-{self.slot}-{int(self.started_at_s * 1000)}"
+
     @property
     def worker(self) -> Worker:
         return Worker(self.role, self.slot, self.pid, draining=self.draining_since_s is not None)
@@ -92,6 +101,7 @@ class WorkerTable:
             raise ValueError(f"{self.path}: worker table is not valid ({exc}); move it aside to start afresh") from None
         self.procs = [p for p in procs if p.alive()]
         self._save()
+        self._remove_stale_tmp()
         return list(self.procs)
 
     def _save(self) -> None:
@@ -118,13 +128,17 @@ class WorkerTable:
         port = rc.system_port_base + slot
         values = {"python": sys.executable, "role": role, "slot": slot, "system_port": port}
         argv = [arg.format(**values) for arg in rc.command]
-        env = {**os.environ, **rc.env, "DYN_SYSTEM_PORT": str(port), "ETCD_ENDPOINTS": self.cfg.etcd_url}
+        started_at_s = time.time()
+        tmp = Proc(role, slot, 0, 0, started_at_s).tmp_dir(self.dir)
+        tmp.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **rc.env, "DYN_SYSTEM_PORT": str(port), "ETCD_ENDPOINTS": self.cfg.etcd_url,
+               "TMPDIR": str(tmp)}
         log_path = self.dir / "logs" / f"{role}-{slot}.log"
         with log_path.open("ab") as out:
             popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True)
         ticks = process_start_ticks(popen.pid) or 0
-        proc = Proc(role, slot, popen.pid, ticks, time.time(), popen=popen)
+        proc = Proc(role, slot, popen.pid, ticks, started_at_s, popen=popen)
         self.procs.append(proc)
         self._save()
         log.info("started %s worker slot %d (pid %d, metrics port %d)", role, slot, popen.pid, port)
@@ -161,7 +175,16 @@ class WorkerTable:
         if len(kept) != len(self.procs):
             self.procs = kept
             self._save()
+            self._remove_stale_tmp()
         return died
+
+    def _remove_stale_tmp(self) -> None:
+        """Remove the temporary folders of workers no longer in the table (exited, or gone before an adoption)."""
+        root = self.dir / "tmp"
+        live = {p.tmp_dir(self.dir).name for p in self.procs}
+        for path in root.iterdir() if root.is_dir() else ():
+            if path.name not in live:
+                shutil.rmtree(path, ignore_errors=True)
 
     def stop_all(self) -> None:
         """Drain every worker and wait for them (SIGKILL after the drain timeout)."""

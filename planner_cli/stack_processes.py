@@ -155,7 +155,10 @@ def read_data_token(state_dir: str) -> str:
 
 def launch(state_dir: Path, state: dict, comp: Component) -> None:
     log_path = state_dir / "logs" / f"{comp.name}.log"
-    env = {**os.environ, **comp.env, MARKER_ENV: state["marker"]}
+    # Temporary files stay in the stack's folder: a component killed leaves none in the system's /tmp.
+    tmp = state_dir / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmp), **comp.env, MARKER_ENV: state["marker"]}
     env.pop(TOKEN_ENV, None)
     env.pop(DATA_TOKEN_ENV, None)
     if comp.needs_token:

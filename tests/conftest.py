@@ -6,7 +6,9 @@ imported by the tests that need them.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,6 +23,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="sla-planner-prefect-home-")
+    atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,10 @@ from tests.fixtures_stack import assert_rise_and_fall, local_stack
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INTERVAL_S = 15.0
-LOW_S, HIGH_S, TAIL_S = 30.0, 60.0, 165.0
+# The tail outlasts the scale-down the run fixture waits for (up to ~160 s after the fall) by over a minute,
+# so the fault test still finds a decode worker holding requests on a busy machine (CI 2026-11-28: with a
+# 165 s tail the settle wait outlived the load once).
+LOW_S, HIGH_S, TAIL_S = 30.0, 60.0, 240.0
 SHAPE = ((LOW_S, 1.0), (HIGH_S, 3.0), (TAIL_S, 1.0))
 COUNT_SCRIPT = """
 import asyncio, json, sys
@@ -196,6 +199,8 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
         """The busiest decode worker, once the newest decision is carried out (acked, registered as
         decided, its drains over): a kill during a scale-down's drain leaves one worker with the load,
         and the guardrail rightly scales up on that (seen in CI)."""
+        if dyn.loadgen().get("done"):
+            raise AssertionError("the load generator finished before the fleet settled: no load left to fault")
         ds = stack.decisions()
         newest = ds[-1]
         if not any(e["decision_id"] == newest.decision_id for e in dyn.events("ack")):
@@ -219,6 +224,14 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
         lambda: (r := dyn.registered())["decode"] == len(decode) and r,
         timeout_s=60, what="the decode count restored in Dynamo's discovery")
     assert restored["decode"] == len(decode)
+    # Each worker's TMPDIR is its own (the mocker converts the profile there); the victim's went with it.
+    tmp = dyn.dir / "executor" / "tmp"
+
+    def tmp_of(w):
+        return tmp / f"{w['role']}-{w['slot']}-{int(w['started_at_s'] * 1000)}"
+
+    stack.wait_for(lambda: not tmp_of(victim).exists(), timeout_s=30, what="the killed worker's TMPDIR removed")
+    assert all(any(tmp_of(w).glob("mocker_perf_data_*")) for w in dyn.workers()), sorted(tmp.iterdir())
     # Two planner intervals after the kill: no decision moved on the missing worker's data. The guardrail is
     # the one step that reads the workers (it freezes a pool with fewer reporting than ready, and never lets
     # absent data shrink it); a change may only come from SLA sizing on the frontend's load forecast, which
