@@ -104,9 +104,7 @@ class PredictorConfig(StrictModel):
         description="prompts the collect step's length histograms must count (over metrics.length_window_s) "
         "before sizing uses the spread they measure (sizing.length_cv: measured); fewer: the configured CVs",
     )
-    length_predictor: str | None = Field(
-        None, description="predictor for mean ISL/OSL; None: the same as `name`"
-    )
+    length_predictor: str | None = Field(None, description="predictor for mean ISL/OSL; None: the same as `name`")
     params: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="per-predictor hyperparameters keyed by predictor name, e.g. {kalman: {min_points: 8}}; "
@@ -244,6 +242,8 @@ class SizingConfig(StrictModel):
         "upper = the forecast burst ratio applied to the mean / upper forecast; off: arrivals flat within an "
         "interval",
     )
+    independent_burst_basis: Literal["history", "mean", "upper", "off"] | None = Field(None, description="burst_basis "
+        "while sized on the mean (predictor.size_on auto: arrivals look independent); None: burst_basis always")
 
 
 class SaturationThresholds(StrictModel):
@@ -463,9 +463,8 @@ class PlannerConfig(StrictModel):
     sizing: SizingConfig = Field(default_factory=SizingConfig)
     saturation: SaturationConfig = Field(default_factory=SaturationConfig)
     decision: DecisionConfig = Field(default_factory=DecisionConfig)
-    fast_path: FastPathConfig = Field(
-        default_factory=FastPathConfig, description="scale-up-only runs between intervals on a saturation signal"
-    )
+    fast_path: FastPathConfig = Field(default_factory=FastPathConfig,
+                                      description="scale-up-only runs between intervals on a saturation signal")
 
 
 def parse_yaml(text: str, model: type[BaseModel], *, source: str) -> BaseModel:

@@ -172,15 +172,19 @@ def interpolate_replicas(
     """
     if forecast is None:
         return {}
+    size_on = sizing_basis(cfg.predictor.size_on, forecast.clumping_index,
+                           max_index=cfg.predictor.clumping_max_index)[0]
+    sizing_cfg = cfg.sizing
+    if size_on == "mean" and sizing_cfg.independent_burst_basis is not None:
+        sizing_cfg = sizing_cfg.model_copy(update={"burst_basis": sizing_cfg.independent_burst_basis})
     common = dict(
         corrections=corrections,
         slo=cfg.slo,
         cfg=resolve_engine_gpus(
-            cfg.sizing, prefill=profile.gpus_per_prefill_engine, decode=profile.gpus_per_decode_engine
+            sizing_cfg, prefill=profile.gpus_per_prefill_engine, decode=profile.gpus_per_decode_engine
         ),
         interval_s=cfg.adjustment_interval_s,
-        size_on=sizing_basis(cfg.predictor.size_on, forecast.clumping_index,
-                             max_index=cfg.predictor.clumping_max_index)[0],
+        size_on=size_on,
     )
     return {
         "prefill": size_prefill(forecast, profile=profile.prefill, ttft_view=ttft_view, **common),

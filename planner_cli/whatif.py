@@ -62,6 +62,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--recurrence-hold-s", type=float, default=None, metavar="S",
                    help="planner policies: turn on the recurrence hold with this window, s "
                    "(decision.independent_stabilization_s; docs/control.md)")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
+                   help="planner policies: set a planner configuration field by its dotted name, e.g. "
+                   "decision.scale_down_stabilization_s=420 (repeatable; a JSON value, else the text)")
     p.add_argument("--engine-model", default="profile", choices=["profile", "dynamo_mocker"],
                    help="how simulated engines are timed: the profile's curves, or as Dynamo 1.6.1's mocker times "
                    "them (default: %(default)s)")
@@ -94,8 +97,24 @@ def _scenario(args: argparse.Namespace):
         warmup_trace_path=args.warmup_trace,
         lead_in_trace_path=args.lead_in,
         recurrence_hold_s=args.recurrence_hold_s,
+        planner_settings=planner_settings(args.settings),
         engine_model=args.engine_model,
     )
+
+
+def planner_settings(items: list[str]) -> dict:
+    """--set FIELD=VALUE arguments as {field: value}: the value parsed as JSON (numbers, true, null, quoted
+    text), else kept as text."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE, e.g. decision.scale_down_stabilization_s=420")
+        try:
+            out[key.strip()] = json.loads(text)
+        except ValueError:
+            out[key.strip()] = text
+    return out
 
 
 def _print_summary(s: dict) -> None:
@@ -107,6 +126,7 @@ def _print_summary(s: dict) -> None:
     warm = f"; predictor warmed from {s['warmup_trace_path']}" if s.get("warmup_trace_path") else ""
     warm += f"; started after {s['lead_in_trace_path']}" if s.get("lead_in_trace_path") else ""
     warm += f"; recurrence hold {s['recurrence_hold_s']:g} s" if s.get("recurrence_hold_s") else ""
+    warm += "".join(f"; {k} = {v}" for k, v in (s.get("planner_settings") or {}).items())
     print(f"policy           {s['policy']} (prefill TTFT from {s['ttft_source']}{warm})")
     print(f"engines          timed as {'the profile' if s['engine_model'] == 'profile' else 'Dynamo 1.6.1 mocker'}")
     print(f"SLA attainment   {100 * s['slo_attainment']:.2f}% "
@@ -123,14 +143,18 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.config import format_validation_error
-    from sim.whatif import load_scenario_trace, run_what_if
+    from sim.whatif import load_scenario_trace, planner_config, run_what_if
 
     try:
         sc = _scenario(args)
     except ValidationError as exc:
         print(format_validation_error(exc, source="sla-planner what-if"), file=sys.stderr)
         return 2
+    except ValueError as exc:
+        print(f"sla-planner what-if: {exc}", file=sys.stderr)
+        return 2
     try:
+        planner_config(sc)  # a bad --set fails before the trace is read
         trace = load_scenario_trace(sc)
     except (ValueError, OSError) as exc:
         print(f"sla-planner what-if: {exc}", file=sys.stderr)

@@ -153,6 +153,8 @@ def markdown_report(summary: dict) -> str:
         rows.insert(3, ("planner start", "; ".join(start)))
     if s.get("recurrence_hold_s"):
         rows.insert(3, ("scale-down hold", f"recurrence hold, {s['recurrence_hold_s']:g} s (rank 2)"))
+    if s.get("planner_settings"):
+        rows.insert(3, ("planner settings", ", ".join(f"{k} = {v}" for k, v in s["planner_settings"].items())))
     fast = s.get("fast_path")
     if fast is not None:
         rows.insert(-2, ("fast-path events (scale-ups)", f"{fast['events']} ({fast['scale_ups']})"))

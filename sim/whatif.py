@@ -12,12 +12,12 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from connectors.profiles import load_profile_dir
-from planner.config import SloTarget
+from planner.config import PlannerConfig, SloTarget, format_validation_error
 from planner.profile import EngineProfile
 from planner.profile_checks import ProfileRangeWarning
 from planner.whatif import WhatIf
@@ -100,6 +100,11 @@ class WhatIfScenario(WhatIf):
         None, description="a trace of the time before this one (same service and format, multiplied as this one, "
         "seed + 1), replayed through the fleet and the policy first and not scored: a planner started against a "
         "running fleet, with its history and the capacity it holds; None: a cold start"
+    )
+    planner_settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="planner policies: planner configuration fields to set, by dotted name, e.g. "
+        "{'decision.scale_down_stabilization_s': 420}; applied last, each checked as the configuration file is",
     )
     recurrence_hold_s: float | None = Field(
         None, gt=0, le=86_400,
@@ -186,27 +191,7 @@ def run_what_if(
     profile = load_profile_dir(sc.profile_dir)
     tables = ProfileTables(profile)
     scenario = build_replay_settings(sc, profile)
-    cfg = default_planner_config(
-        profile_dir=sc.profile_dir, ttft_ms=sc.ttft_ms, itl_ms=sc.itl_ms, interval_s=sc.interval_s
-    )
-    cfg = cfg.model_copy(
-        update={
-            "decision": cfg.decision.model_copy(
-                update={
-                    "prefill": cfg.decision.prefill.model_copy(update={"max_replicas": sc.max_replicas}),
-                    "decode": cfg.decision.decode.model_copy(update={"max_replicas": sc.max_replicas}),
-                }
-            )
-        }
-    )
-    if sc.fast_path is not None:
-        cfg = cfg.model_copy(update={"fast_path": cfg.fast_path.model_copy(update={"enabled": sc.fast_path})})
-    if sc.recurrence_hold_s is not None:
-        cfg = cfg.model_copy(update={"decision": cfg.decision.model_copy(
-            update={"independent_stabilization_s": sc.recurrence_hold_s})})
-    if sc.warmup_trace_path is not None:
-        cfg = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(
-            update={"warmup_trace_path": sc.warmup_trace_path})})
+    cfg = planner_config(sc)
     router = make_router(sc.router, profile=profile, slo=sc.slo(), seed=sc.seed)
     if sc.router == "picker" and (sc.policy == "oracle" or sc.with_oracle):
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
@@ -242,6 +227,7 @@ def run_what_if(
             "warmup_trace_path": sc.warmup_trace_path,  # the planner's warm-up trace (None: a cold start)
             "lead_in_trace_path": sc.lead_in_trace_path,  # replayed first, unscored (None: a cold start)
             "recurrence_hold_s": sc.recurrence_hold_s,  # the planner's recurrence hold window (None: off)
+            "planner_settings": dict(sc.planner_settings),  # planner configuration fields the scenario set
             "trace_path": str(sc.trace),
             "skipped_lines": trace.skipped_lines,
             # the whole what-if (oracle computation included); the policy's replay alone is replay_wall_s
@@ -250,6 +236,35 @@ def run_what_if(
         },
     )
     return summary, result
+
+
+def planner_config(sc: WhatIfScenario) -> PlannerConfig:
+    """The planner configuration the scenario's planner policies run: the default for its SLA and interval,
+    its bounds, fast path, recurrence hold and warm-up trace, then its planner_settings (checked as a
+    configuration file is: an unknown field or bad value is one line naming it)."""
+    cfg = default_planner_config(
+        profile_dir=sc.profile_dir, ttft_ms=sc.ttft_ms, itl_ms=sc.itl_ms, interval_s=sc.interval_s
+    )
+    data = cfg.model_dump()
+    for pool in ("prefill", "decode"):
+        data["decision"][pool]["max_replicas"] = sc.max_replicas
+    if sc.fast_path is not None:
+        data["fast_path"]["enabled"] = sc.fast_path
+    if sc.recurrence_hold_s is not None:
+        data["decision"]["independent_stabilization_s"] = sc.recurrence_hold_s
+    if sc.warmup_trace_path is not None:
+        data["predictor"]["warmup_trace_path"] = sc.warmup_trace_path
+    for key, value in sc.planner_settings.items():
+        node, *path = data, *key.split(".")
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or path[-1] not in node:
+            raise ValueError(f"planner setting {key!r}: the planner configuration has no such field")
+        node[path[-1]] = value
+    try:
+        return PlannerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(format_validation_error(exc, source="planner settings").replace("\n", "; ")) from None
 
 
 def _replay_policy(sc: WhatIfScenario, trace: Trace, tables: ProfileTables, policy, *, scenario: ReplaySettings,

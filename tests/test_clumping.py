@@ -255,3 +255,24 @@ def test_fixed_basis_measures_nothing():
     cfg = PlannerConfig(profile=ProfileConfig(dir="x"), predictor={"name": "constant", "size_on": "p90"})
     f = predict_load(_obs(hist([400.0] * 6, [110 / 15] * 6)), cfg.predictor)
     assert f.clumping_index is None and not any(n.startswith("clumping") for n in f.notes)
+
+
+@pytest.mark.parametrize("index, independent_basis, burst_sized", [
+    (1.0, None, True),  # burst sizing on either basis by default
+    (1.0, "off", False),  # arrivals look independent: the independent basis applies
+    (5.0, "off", True),  # clumped: sized on the p90, burst_basis as configured
+])
+def test_the_burst_basis_while_arrivals_look_independent(index, independent_basis, burst_sized):
+    cfg = PlannerConfig(profile=ProfileConfig(dir="x"), predictor={"name": "constant"},
+                        sizing={"independent_burst_basis": independent_basis})
+    # Three quarters of each interval's requests in its busiest 15 s: a burst the history shows.
+    f = predict_load(_obs(hist([400.0] * 6, [300 / 15] * 6)), cfg.predictor)
+    f = dataclasses.replace(f, clumping_index=index)
+    prefill = interpolate_replicas(f, corrections=Corrections(), profile=linear_engine(), cfg=cfg)["prefill"]
+    assert prefill.numbers["sized_on_mean"] == float(index < 1.8)
+    assert ("replicas_for_burst" in prefill.numbers) == burst_sized, prefill.message
+
+
+def test_independent_burst_basis_is_checked():
+    with pytest.raises(ValidationError, match="independent_burst_basis"):
+        PlannerConfig(profile=ProfileConfig(dir="x"), sizing={"independent_burst_basis": "sometimes"})
