@@ -32,8 +32,11 @@ the first run. `planner+running` replays that stand-in through the fleet and the
 its stabilization window and the capacity it holds.
 `planner+recurrence`, `planner+warm+recurrence` and `planner+running+recurrence` turn on the recurrence hold
 (decision.independent_stabilization_s 360 s, rank 2: while sizing takes the mean forecast, a scale-down
-holds at the largest target two of the window's recommendations reached, not at the highest). Each of
-these variants gets its own cheapest static fleet reaching its attainment.
+holds at the largest target two of the window's recommendations reached, not at the highest).
+`planner+flat-hold` and `planner+running+flat-hold` set FLAT_HOLD_SETTINGS: while arrivals look independent,
+prefill sized on each interval's flat load (no burst sizing on top) and a scale-down held at the highest
+recommendation of 420 s, the clumping index allowed up to 2.5. Each of these variants gets its own
+cheapest static fleet reaching its attainment.
 Planner rows carry diagnostics: the share of requests no fleet can serve in time
 (single-request prefill above the TTFT target), misses by pool, and how
 concentrated the misses are in the worst intervals.
@@ -186,18 +189,27 @@ WARMUP_SOURCES = {
 
 # planner+recurrence: the default planner with the recurrence hold on (decision.independent_stabilization_s).
 RECURRENCE_HOLD_S = 360.0
+# planner+flat-hold: while arrivals look independent, prefill sized on each interval's flat load (no burst
+# sizing on top) and a scale-down held at the highest recommendation of 420 s; the clumping index may read up
+# to 2.5 before the p90 basis is taken (code tenants read up to ~2.4 in single intervals).
+FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.independent_stabilization_s": 420,
+                      "decision.independent_stabilization_rank": 1, "predictor.clumping_max_index": 2.5}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
 VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
-                        "planner+running+recurrence")
+                        "planner+running+recurrence", "planner+flat-hold", "planner+running+flat-hold")
 
 
 def variant_policy(cfg, profile, label: str, folder: Path, name: str):
-    """planner+warm / +recurrence / +warm+recurrence: the default planner warmed from WARMUP_DRAWS[label]
-    (written to folder as Mooncake JSONL) and/or with the recurrence hold. None: no warm-up draw for label."""
+    """planner+warm / +recurrence / +warm+recurrence / +flat-hold: the default planner warmed from
+    WARMUP_DRAWS[label] (written to folder as Mooncake JSONL) and/or with the recurrence hold or the flat-hold
+    settings (FLAT_HOLD_SETTINGS). None: no warm-up draw for label."""
     from sim.policies import PlannerPolicy
     from sim.traces import write_mooncake_jsonl
+    from sim.whatif import with_settings
 
     parts = set(name.split("+")[1:])
+    if "flat-hold" in parts:
+        cfg = with_settings(cfg, FLAT_HOLD_SETTINGS)
     if "recurrence" in parts:
         cfg = cfg.model_copy(update={"decision": cfg.decision.model_copy(
             update={"independent_stabilization_s": RECURRENCE_HOLD_S})})
@@ -349,6 +361,8 @@ def bench_control(
                     extra["warmup"] = WARMUP_SOURCES[warmup].format(seed=WARMUP_SEED + seed)
                 if "recurrence" in name:
                     extra["independent_stabilization_s"] = RECURRENCE_HOLD_S
+                if "flat-hold" in name:
+                    extra["planner_settings"] = FLAT_HOLD_SETTINGS
             elif name == "planner+shape":
                 shape_cfg, shape = shape_config(cfg, trace)
                 policy = PlannerPolicy(shape_cfg, profile, name=name)

@@ -9,7 +9,7 @@ the JSON summary and the full replay.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -254,7 +254,14 @@ def planner_config(sc: WhatIfScenario) -> PlannerConfig:
         data["decision"]["independent_stabilization_s"] = sc.recurrence_hold_s
     if sc.warmup_trace_path is not None:
         data["predictor"]["warmup_trace_path"] = sc.warmup_trace_path
-    for key, value in sc.planner_settings.items():
+    return with_settings(PlannerConfig.model_validate(data), sc.planner_settings)
+
+
+def with_settings(cfg: PlannerConfig, settings: Mapping[str, Any]) -> PlannerConfig:
+    """cfg with the fields named in settings (dotted names, e.g. "decision.scale_down_stabilization_s") set,
+    checked as a configuration file is: an unknown field or a bad value raises one line naming it."""
+    data = cfg.model_dump()
+    for key, value in settings.items():
         node, *path = data, *key.split(".")
         for part in path[:-1]:
             node = node.get(part) if isinstance(node, dict) else None
