@@ -191,7 +191,7 @@ WARMUP_SOURCES = {
 RECURRENCE_HOLD_S = 360.0
 # planner+flat-hold: while arrivals look independent, prefill sized on each interval's flat load (no burst
 # sizing on top) and a scale-down held at the highest recommendation of 420 s; the clumping index may read up
-# to 2.5 before the p90 basis is taken (code tenants read up to ~2.4 in single intervals).
+# to 2.5 before the p90 basis is taken (docs/control.md, "Flat sizing and a longer hold").
 FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.independent_stabilization_s": 420,
                       "decision.independent_stabilization_rank": 1, "predictor.clumping_max_index": 2.5}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
