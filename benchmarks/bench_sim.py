@@ -211,8 +211,7 @@ def variant_policy(cfg, profile, label: str, folder: Path, name: str):
     if "flat-hold" in parts:
         cfg = with_settings(cfg, FLAT_HOLD_SETTINGS)
     if "recurrence" in parts:
-        cfg = cfg.model_copy(update={"decision": cfg.decision.model_copy(
-            update={"independent_stabilization_s": RECURRENCE_HOLD_S})})
+        cfg = with_settings(cfg, {"decision.independent_stabilization_s": RECURRENCE_HOLD_S})
     if "warm" in parts:
         if label not in WARMUP_DRAWS:
             return None

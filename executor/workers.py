@@ -49,6 +49,11 @@ def process_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def worker_tmp_dir(state_dir: Path, role: str, slot: int, started_at_s: float) -> Path:
+    """The TMPDIR of the worker started in `slot` at `started_at_s`: `<state_dir>/tmp/<role>-<slot>-<ms>`."""
+    return state_dir / "tmp" / f"{role}-{slot}-{int(started_at_s * 1000)}"
+
+
 @dataclass
 class Proc:
     """A worker process and what the table stores about it."""
@@ -63,7 +68,7 @@ class Proc:
 
     def tmp_dir(self, state_dir: Path) -> Path:
         """The worker's own TMPDIR under the executor's state folder."""
-        return state_dir / "tmp" / f"{self.role}-{self.slot}-{int(self.started_at_s * 1000)}"
+        return worker_tmp_dir(state_dir, self.role, self.slot, self.started_at_s)
 
     @property
     def worker(self) -> Worker:
@@ -129,7 +134,7 @@ class WorkerTable:
         values = {"python": sys.executable, "role": role, "slot": slot, "system_port": port}
         argv = [arg.format(**values) for arg in rc.command]
         started_at_s = time.time()
-        tmp = Proc(role, slot, 0, 0, started_at_s).tmp_dir(self.dir)
+        tmp = worker_tmp_dir(self.dir, role, slot, started_at_s)
         tmp.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **rc.env, "DYN_SYSTEM_PORT": str(port), "ETCD_ENDPOINTS": self.cfg.etcd_url,
                "TMPDIR": str(tmp)}

@@ -245,16 +245,14 @@ def planner_config(sc: WhatIfScenario) -> PlannerConfig:
     cfg = default_planner_config(
         profile_dir=sc.profile_dir, ttft_ms=sc.ttft_ms, itl_ms=sc.itl_ms, interval_s=sc.interval_s
     )
-    data = cfg.model_dump()
-    for pool in ("prefill", "decode"):
-        data["decision"][pool]["max_replicas"] = sc.max_replicas
+    own = {"decision.prefill.max_replicas": sc.max_replicas, "decision.decode.max_replicas": sc.max_replicas}
     if sc.fast_path is not None:
-        data["fast_path"]["enabled"] = sc.fast_path
+        own["fast_path.enabled"] = sc.fast_path
     if sc.recurrence_hold_s is not None:
-        data["decision"]["independent_stabilization_s"] = sc.recurrence_hold_s
+        own["decision.independent_stabilization_s"] = sc.recurrence_hold_s
     if sc.warmup_trace_path is not None:
-        data["predictor"]["warmup_trace_path"] = sc.warmup_trace_path
-    return with_settings(PlannerConfig.model_validate(data), sc.planner_settings)
+        own["predictor.warmup_trace_path"] = sc.warmup_trace_path
+    return with_settings(cfg, {**own, **sc.planner_settings})
 
 
 def with_settings(cfg: PlannerConfig, settings: Mapping[str, Any]) -> PlannerConfig:

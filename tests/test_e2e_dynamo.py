@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from executor.workers import worker_tmp_dir
 from planner_cli import stack as stack_cli
 from tests.fixtures_dynamo import dynamo_python, free_port_ranges  # noqa: F401
 from tests.fixtures_net import free_port
@@ -228,7 +229,7 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
     tmp = dyn.dir / "executor" / "tmp"
 
     def tmp_of(w):
-        return tmp / f"{w['role']}-{w['slot']}-{int(w['started_at_s'] * 1000)}"
+        return worker_tmp_dir(dyn.dir / "executor", w["role"], w["slot"], w["started_at_s"])
 
     stack.wait_for(lambda: not tmp_of(victim).exists(), timeout_s=30, what="the killed worker's TMPDIR removed")
     assert all(any(tmp_of(w).glob("mocker_perf_data_*")) for w in dyn.workers()), sorted(tmp.iterdir())
