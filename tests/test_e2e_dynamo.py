@@ -221,10 +221,12 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
                    > errors_before, timeout_s=60, what="the frontend's error count to rise")
     stack.wait_for(lambda: any(w["role"] == "decode" and w["slot"] == victim["slot"] and w["pid"] != victim["pid"]
                                for w in dyn.workers()), timeout_s=60, what="the executor to restart the worker")
+    # Restored to the decided count: the newest decision's, which may since have moved on the frontend's load
+    # forecast (CI 2026-11-28: decode 2 -> 3 from SLA sizing 24 s after the kill; checked below that it did).
     restored = stack.wait_for(
-        lambda: (r := dyn.registered())["decode"] == len(decode) and r,
-        timeout_s=60, what="the decode count restored in Dynamo's discovery")
-    assert restored["decode"] == len(decode)
+        lambda: (r := dyn.registered())["decode"] == stack.decisions()[-1].decode and r,
+        timeout_s=60, what="the decode count restored to the decided one in Dynamo's discovery")
+    assert restored["decode"] == stack.decisions()[-1].decode
     # Each worker's TMPDIR is its own (the mocker converts the profile there); the victim's went with it.
     tmp = dyn.dir / "executor" / "tmp"
 
@@ -232,7 +234,8 @@ def test_killed_worker_is_restored_and_the_planner_does_not_scale_on_the_missing
         return worker_tmp_dir(dyn.dir / "executor", w["role"], w["slot"], w["started_at_s"])
 
     stack.wait_for(lambda: not tmp_of(victim).exists(), timeout_s=30, what="the killed worker's TMPDIR removed")
-    assert all(any(tmp_of(w).glob("mocker_perf_data_*")) for w in dyn.workers()), sorted(tmp.iterdir())
+    stack.wait_for(lambda: all(any(tmp_of(w).glob("mocker_perf_data_*")) for w in dyn.workers()), timeout_s=30,
+                   what=f"each worker's converted profile in its own TMPDIR ({sorted(tmp.iterdir())})")
     # Two planner intervals after the kill: no decision moved on the missing worker's data. The guardrail is
     # the one step that reads the workers (it freezes a pool with fewer reporting than ready, and never lets
     # absent data shrink it); a change may only come from SLA sizing on the frontend's load forecast, which
