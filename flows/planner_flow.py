@@ -32,7 +32,7 @@ from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.correct import correct_latency
 from tasks.decide import decide_targets
-from tasks.interpolate import interpolate_replicas, load_profiling_data
+from tasks.interpolate import interpolate_replicas, load_profiling_data, size_warmup_floor
 from tasks.latency_model import fetch_ttft_view
 from tasks.predict import load_warmup_history, predict_load
 from tasks.saturation import analyze_fleet_saturation
@@ -98,7 +98,10 @@ def planner_flow(
         analyze_saturation=analyze_fleet_saturation,
         decide=decide_targets,
     )
-    result = plan_steps(obs, fleet, cfg, profile, now_s=now, steps=steps, fast_path=fast_path, ttft_view=ttft.view)
+    # A planner just started keeps what the warm-up's last window needed until its own fill the window.
+    floor = None if fast_path or warmup is None else size_warmup_floor(obs, warmup, cfg, profile, ttft_view=ttft.view)
+    result = plan_steps(obs, fleet, cfg, profile, now_s=now, steps=steps, fast_path=fast_path, ttft_view=ttft.view,
+                        start_floor=floor)
     result, record = _apply(result, connector, cfg, profile, steps=steps, now_s=now, applying=applying,
                             fast_path=fast_path, ttft_view=ttft.view)
     what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"

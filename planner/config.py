@@ -120,8 +120,9 @@ class PredictorConfig(StrictModel):
         None,
         description="request trace (Mooncake JSONL or Azure CSV, plain or gzip) binned at the adjustment interval "
         "and put before the collected history while that holds fewer than history_intervals intervals, so a new "
-        "deployment forecasts from its first run (Dynamo's load_predictor_warmup_trace); relative to the config "
-        "file; None: no warm-up",
+        "deployment forecasts from its first run (Dynamo's load_predictor_warmup_trace), and keeps what its last "
+        "stabilization window needed until the planner's own fill it (planner.warmup_floor); relative to the "
+        "config file; None: no warm-up",
     )
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ them, so every rule is table-testable on its own:
     clamp_to_bounds  per-pool min/max                    -> the run's recommendation
     stabilize_scale_down  HPA-style: down only to the highest recent recommendation
     hold_scale_down_in_warmup  no scale-down on too short a load history
+    start_from_warmup  no pool below what the warm-up trace's last window needed
     limit_step       at most max_step_replicas per interval
     clamp_to_bounds  again: the two rules above pull toward current, which may be out of bounds
     fit_gpu_budget   both pools cut together, proportionally, never below min
@@ -41,8 +42,10 @@ from planner.decision_gates import (
 from planner.decision_rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
 from planner.gpu_budget import fit_gpu_budget
 from planner.saturation import PoolSaturation
-from planner.stabilization import hold_scale_down_in_warmup, stabilize_scale_down
-from planner.types import POOLS, Decision, FleetState, Observation, Pool, PoolSizing, Reason, ReasonCode, Targets
+from planner.stabilization import hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup
+from planner.types import (
+    POOLS, Decision, FleetState, Observation, Pool, PoolSizing, Reason, ReasonCode, StartFloor, Targets,
+)
 
 
 def current_targets(fleet: FleetState) -> Targets:
@@ -107,6 +110,7 @@ def decide(
     cfg: DecisionConfig,
     now_s: float,
     fast_path: FastPathConfig | None = None,
+    start_floor: StartFloor | None = None,
 ) -> Decision:
     """One interval's targets for both pools, with every reason and its numbers.
 
@@ -116,6 +120,8 @@ def decide(
         the decision history in `fleet`.
     fast_path: set for a run the saturation trigger started: scale-up only
         (`decide_fast_path`); None for a scheduled run.
+    start_floor: what the warm-up trace's last window needed (planner.warmup_floor), for a scheduled run of a
+        planner that has not yet filled its own window; None: none.
     """
     if fast_path is not None:
         return decide_fast_path(sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg,
@@ -152,7 +158,8 @@ def decide(
                       based_on=current)
 
     targets, sized, recommended = _sized_targets(
-        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current)
+        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current,
+        start_floor=start_floor)
     return finish(targets, baseline=current, reasons=reasons + sized, recommended=recommended, based_on=current)
 
 
@@ -240,6 +247,7 @@ def _sized_targets(
     cfg: DecisionConfig,
     now_s: float,
     current: Targets,
+    start_floor: StartFloor | None = None,
 ) -> tuple[Targets, list[Reason], Targets]:
     """(targets, reasons, recommendation before stabilization) from the sizing, relative to `current`."""
     reasons: list[Reason] = []
@@ -262,6 +270,8 @@ def _sized_targets(
         targets, current=current, history_intervals=None if obs.history is None else len(obs.history),
         min_intervals=cfg.scale_down_min_history_intervals,
     )
+    reasons += r
+    targets, r = start_from_warmup(targets, floor=start_floor)
     reasons += r
     targets, r = limit_step(targets, current=current, max_step=cfg.max_step_replicas)
     reasons += r

@@ -34,6 +34,7 @@ from planner.types import (
     Observation,
     Pool,
     PoolSizing,
+    StartFloor,
 )
 from planner.whatif import WhatIf, apply_what_if, effective_config
 
@@ -49,6 +50,7 @@ class PlanResult:
     sizing: Mapping[Pool, PoolSizing]
     saturation: Mapping[Pool, PoolSaturation] | None
     decision: Decision
+    start_floor: StartFloor | None = None
 
 
 def decision_config(cfg: PlannerConfig) -> DecisionConfig:
@@ -216,15 +218,17 @@ def decide_targets(
     cfg: PlannerConfig,
     now_s: float,
     fast_path: bool = False,
+    start_floor: StartFloor | None = None,
 ) -> Decision:
     """Targets per pool: bounds, GPU budget, stabilization and transitions (planner.decide).
 
     fast_path: a run the saturation trigger started between intervals: the
     decision is scale-up only, after cfg.fast_path.cooldown_s.
+    start_floor: what the warm-up trace's last window needed (planner.warmup_floor); None: none.
     """
     return decide(
         sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=decision_config(cfg), now_s=now_s,
-        fast_path=cfg.fast_path if fast_path else None,
+        fast_path=cfg.fast_path if fast_path else None, start_floor=start_floor,
     )
 
 
@@ -254,20 +258,24 @@ def plan_steps(
     fast_path: bool = False,
     previous: PlanResult | None = None,
     ttft_view: TtftView | None = None,
+    start_floor: StartFloor | None = None,
 ) -> PlanResult:
     """Run the interval's steps in order on already-collected inputs (what-if already applied).
 
-    previous: a plan of this same interval whose forecast is kept (the flow plans
+    previous: a plan of this same interval whose forecast and start floor are kept (the flow plans
     again when the fleet changed under it: the replicas moved, the load did not).
+    start_floor: what the warm-up trace's last window needed (planner.warmup_floor); None: none.
     ttft_view: prefill's single-request TTFT for correct and interpolate alike
         (planner.ttft_view: a published latency model); None: the profile's.
     """
     corrections = steps.correct(obs, fleet=fleet, profile=profile, cfg=cfg, ttft_view=ttft_view)
     forecast = steps.predict(obs, cfg=cfg.predictor) if previous is None else previous.forecast
+    start_floor = start_floor if previous is None else previous.start_floor
     sizing = steps.interpolate(forecast, corrections=corrections, profile=profile, cfg=cfg, ttft_view=ttft_view)
     saturation = steps.analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now_s)
     decision = steps.decide(
         sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, fast_path=fast_path,
+        start_floor=start_floor,
     )
     return PlanResult(
         observation=obs,
@@ -277,6 +285,7 @@ def plan_steps(
         sizing=sizing,
         saturation=saturation,
         decision=decision,
+        start_floor=start_floor,
     )
 
 
@@ -292,6 +301,7 @@ def plan_interval(
     fast_path: bool = False,
     ttft_view: TtftView | None = None,
     warmup: LoadHistory | None = None,
+    start_floor: StartFloor | None = None,
 ) -> PlanResult:
     """Every step of one planner interval as plain calls (the simulator, the benchmarks).
 
@@ -303,9 +313,10 @@ def plan_interval(
     fast_path: a run the saturation trigger started between intervals: the
     decision is scale-up only, after cfg.fast_path.cooldown_s.
     ttft_view: prefill's single-request TTFT (planner.ttft_view); None: the profile's.
+    start_floor: what the warm-up's last window needed (planner.warmup_floor), as the flow passes it.
     """
     steps = Steps(predict=functools.partial(predict_load, cache=predictor_cache, warmup=warmup))
     return plan_steps(
         apply_what_if(obs, what_if), fleet, effective_config(cfg, what_if), profile,
-        now_s=now_s, steps=steps, fast_path=fast_path, ttft_view=ttft_view,
+        now_s=now_s, steps=steps, fast_path=fast_path, ttft_view=ttft_view, start_floor=start_floor,
     )

@@ -1,15 +1,17 @@
 """Scale-down damping: rules that hold a scale-down the evidence does not yet support.
 
-HPA's stabilization window (down only to the highest recent recommendation)
-and the warm-up hold (no scale-down on too short a load history). Scale-ups
-are never delayed. Each rule returns the new targets and its reasons.
+HPA's stabilization window (down only to the highest recent recommendation),
+the warm-up hold (no scale-down on too short a load history) and the warm-up
+trace's start floor (no pool below what its last window needed, while it stands
+in for the planner's own). Scale-ups are never delayed. Each rule returns the
+new targets and its reasons.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.types import POOLS, Reason, ReasonCode, Step, Targets
+from planner.types import POOLS, Reason, ReasonCode, StartFloor, Step, Targets
 
 
 def stabilize_scale_down(
@@ -86,6 +88,26 @@ def hold_scale_down_in_warmup(
             )
     return out, reasons
 
+def start_from_warmup(targets: Targets, *, floor: StartFloor | None) -> Step:
+    """No pool below what the warm-up trace's last intervals needed, while they stand in for the planner's own
+    window (a planner just started with predictor.warmup_trace_path). May scale up: a fresh fleet starts
+    where a planner that had been running would have held it. None: the rule does not apply."""
+    out = dict(targets)
+    reasons: list[Reason] = []
+    if floor is None:
+        return out, reasons
+    for pool in POOLS:
+        t, f = targets[pool], floor.targets[pool]
+        if t < f:
+            out[pool] = f
+            reasons.append(
+                Reason(ReasonCode.WARMUP_START_FLOOR, pool,
+                       f"{pool}: {t} raised to {f}: the warm-up trace's last {floor.intervals} intervals, standing in "
+                       f"for the {floor.window_s:.0f} s window the planner has not yet filled, needed up to {f}",
+                       {"recommended_replicas": float(t), "warmup_floor_replicas": float(f),
+                        "warmup_intervals": float(floor.intervals), "window_s": floor.window_s})
+            )
+    return out, reasons
 
 
-__all__ = ["hold_scale_down_in_warmup", "stabilize_scale_down"]
+__all__ = ["hold_scale_down_in_warmup", "stabilize_scale_down", "start_from_warmup"]

@@ -325,6 +325,7 @@ class ReasonCode(str, enum.Enum):
     MAX_STEP = "max_step"
     STABILIZATION_WINDOW = "stabilization_window"
     WARMUP_NO_SCALE_DOWN = "warmup_no_scale_down"
+    WARMUP_START_FLOOR = "warmup_start_floor"
     HOLD_MISSING_METRICS = "hold_missing_metrics"
     HOLD_STALE_METRICS = "hold_stale_metrics"
     HOLD_PARTIAL_METRICS = "hold_partial_metrics"
@@ -392,6 +393,21 @@ class PoolSizing:
 # Per-pool replica targets, and one decision rule's output: new targets and why.
 Targets = dict[Pool, int]
 Step = tuple[Targets, list[Reason]]
+
+
+@dataclass(frozen=True)
+class StartFloor:
+    """What the warm-up trace's last intervals needed: the fleet a planner started on it keeps until its own
+    recommendations fill the stabilization window (planner.warmup_floor).
+
+    targets: the most replicas any of those intervals was sized for, per pool.
+    intervals: how many warm-up intervals counted (the window's, less those the planner has collected).
+    window_s: the stabilization window they stand in for, s.
+    """
+
+    targets: Targets
+    intervals: int
+    window_s: float
 
 
 @dataclass(frozen=True)

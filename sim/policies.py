@@ -31,6 +31,7 @@ from planner.profile_checks import ProfileRangeWarning
 from planner.saturation import analyze_fleet
 from planner.ttft_view import TtftView
 from planner.types import Observation, PodMetrics
+from planner.warmup_floor import warmup_floor
 from sim.replay import PolicyInput, PolicyOutput
 from sim.traces import bin_trace, load_warmup_trace
 from sim.warm_start import clamp, warm_start_fleet
@@ -63,6 +64,7 @@ class PlannerPolicy:
         path = cfg.predictor.warmup_trace_path
         self._warmup_trace = load_warmup_trace(path) if path else None
         self._warmup: dict = {}
+        self._warmup_sized: dict = {}  # per history window: each warm-up interval's sizing (planner.warmup_floor)
         self.peak_step_s = peak_step_s
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
@@ -93,12 +95,17 @@ class PlannerPolicy:
         return self._plan(step, fast_path=True)
 
     def _plan(self, step: PolicyInput, *, fast_path: bool) -> PolicyOutput:
+        warmup = self._warmup_for(step.observation)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ProfileRangeWarning)
+            # A fast-path run only adds over what is set: the warm-up's floor is the scheduled runs'.
+            floor = None if fast_path or warmup is None else warmup_floor(
+                step.observation, warmup, self.cfg, self.profile, ttft_view=self.ttft_view,
+                sized=self._warmup_sized.setdefault(id(warmup), {}))
             plan = plan_interval(
                 step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s,
                 predictor_cache=self._fast_cache if fast_path else self._cache, fast_path=fast_path,
-                ttft_view=self.ttft_view, warmup=self._warmup_for(step.observation),
+                ttft_view=self.ttft_view, warmup=warmup, start_floor=floor,
             )
         self.last_plan = plan
         d = plan.decision

@@ -15,7 +15,7 @@ from planner.decide import decide, finish
 from planner.decision_gates import missing_load_metrics, partial_metrics_gate, previous_decision_gate, stale_gate
 from planner.decision_rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
 from planner.gpu_budget import fit_gpu_budget
-from planner.stabilization import hold_scale_down_in_warmup, stabilize_scale_down
+from planner.stabilization import hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup
 from planner.saturation import analyze_pool
 from planner.types import (
     DecisionRecord,
@@ -27,6 +27,7 @@ from planner.types import (
     PoolState,
     ReasonCode,
     ScrapeCoverage,
+    StartFloor,
 )
 
 NOW = 10_000.0
@@ -401,6 +402,42 @@ def test_decide_does_not_scale_down_a_just_started_planner():
     assert (young.recommended_prefill_replicas, young.recommended_decode_replicas) == (1, 1)
     grown = run(sz=sizing(1, 1), o=dataclasses.replace(obs(), history=_history(5)))
     assert (grown.prefill_replicas, grown.decode_replicas, grown.apply) == (1, 1, True)
+
+
+@pytest.mark.parametrize(
+    "targets, floor, expected",
+    [
+        pytest.param(t(2, 1), t(5, 2), t(5, 2), id="both below the warm-up's window: raised to it (a scale-up)"),
+        pytest.param(t(6, 1), t(5, 2), t(6, 2), id="prefill above the floor keeps its sizing, decode raised"),
+        pytest.param(t(5, 2), t(5, 2), t(5, 2), id="at the floor: nothing to raise"),
+        pytest.param(t(1, 1), None, t(1, 1), id="no floor (no warm-up, or the window is the planner's own)"),
+    ],
+)
+def test_start_from_warmup(targets, floor, expected):
+    out, reasons = start_from_warmup(
+        targets, floor=None if floor is None else StartFloor(targets=floor, intervals=3, window_s=300.0))
+    assert out == expected
+    assert [r.pool for r in reasons] == [p for p in ("prefill", "decode") if out[p] != targets[p]]
+    assert all(r.code == ReasonCode.WARMUP_START_FLOOR and r.numbers["warmup_intervals"] == 3
+               and "last 3 intervals" in r.message for r in reasons)
+
+
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        pytest.param({}, (6, 2), id="from (2, 4): prefill up to the warm-up's 6, decode down only to its 2"),
+        pytest.param({"max_step_replicas": 2}, (4, 2), id="the step limit holds for the floor too"),
+        pytest.param({"prefill": (1, 5)}, (5, 2), id="the bounds win over the floor"),
+    ],
+)
+def test_decide_starts_a_warmed_planner_where_its_warmup_held(config, expected):
+    """The recommendation stays the sizing's (the window the planner fills is its own); only the targets rise."""
+    floor = StartFloor(targets=t(6, 2), intervals=4, window_s=300.0)
+    d = decide(sizing=sizing(2, 1), saturation=None, fleet=fleet(), obs=obs(), cfg=cfg(**config), now_s=NOW,
+               start_floor=floor)
+    assert (d.prefill_replicas, d.decode_replicas) == expected
+    assert (d.recommended_prefill_replicas, d.recommended_decode_replicas) == (2, 1)
+    assert (ReasonCode.WARMUP_START_FLOOR, "prefill") in codes(d.reasons)
 
 
 def test_stabilization_window_zero_disables_it():

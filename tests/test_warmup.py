@@ -213,3 +213,49 @@ def test_a_what_if_with_a_missing_warmup_trace_fails_naming_the_field(run_config
 
     with pytest.raises(ValueError, match=r"predictor\.warmup_trace_path: .*missing\.jsonl: trace file not found"):
         PlannerPolicy(run_config(tmp_path / "missing.jsonl").planner, load_profile_dir(h200_profile_dir))
+
+
+def test_a_fresh_fleet_starts_where_the_warmups_last_window_held_it(prefect_harness, run_config, tmp_path,
+                                                                   h200_profile_dir):
+    # The warm-up's last minutes hold a burst; the first live minute is quiet, and sized on the mean forecast
+    # without the burst sizing the planner would keep one prefill replica. One that had run through the
+    # warm-up would hold the burst's replicas: the flow scales the fresh fleet (1, 1) up to them, says why,
+    # and the simulator's planner decides the same.
+    from connectors.profiles import load_profile_dir
+    from flows.planner_flow import planner_flow
+    from planner.types import FleetState, PoolState
+    from planner.warmup_floor import warmup_floor
+    from sim.policies import PlannerPolicy
+    from sim.replay import PolicyInput
+
+    counts = [300] * 10 + [3000, 300]
+    lines = [json.dumps({"timestamp": int(60_000 * i + k * 60_000 / n), "input_length": 1000, "output_length": 150,
+                         "hash_ids": [k]}) for i, n in enumerate(counts) for k in range(n)]
+    trace = tmp_path / "burst.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    obs = observation(history([300]))
+
+    def config(path):
+        c = run_config(path)
+        p = c.planner
+        flat = p.model_copy(update={"predictor": p.predictor.model_copy(update={"size_on": "mean"}),
+                                    "sizing": p.sizing.model_copy(update={"burst_basis": "off"})})
+        return c.model_copy(update={"planner": flat})
+
+    decisions = {}
+    for name, path in (("cold", None), ("warm", trace)):
+        out = planner_flow(config=config(path), replay=ReplayInputs(observation=obs, now_s=720.0), dry_run=True)
+        decisions[name] = out["decision"]
+    warm, cold = decisions["warm"], decisions["cold"]
+    assert ("warmup_start_floor", "prefill") in [(r["code"], r["pool"]) for r in warm["reasons"]]
+    assert "warmup_start_floor" not in [r["code"] for r in cold["reasons"]]
+    assert warm["prefill_replicas"] > max(cold["prefill_replicas"], warm["recommended_prefill_replicas"])
+    # The recommendation the window stores stays the sizing's: the floor is the warm-up's, not the planner's own.
+
+    policy = PlannerPolicy(config(trace).planner, load_profile_dir(h200_profile_dir))
+    fleet = FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1))
+    out = policy.decide(PolicyInput(now_s=720.0, observation=obs, fleet=fleet, interval_index=0))
+    assert (out.prefill_replicas, out.decode_replicas) == (warm["prefill_replicas"], warm["decode_replicas"])
+    floor = policy.last_plan.start_floor
+    assert floor.intervals == 4 and floor.targets["prefill"] == warm["prefill_replicas"]
+    assert floor == warmup_floor(obs, policy._warmup_for(obs), policy.cfg, policy.profile)

@@ -1,0 +1,109 @@
+"""The fleet a planner started with a warm-up trace keeps until it has filled its own stabilization window.
+
+A planner that has been running holds, through HPA's window, the largest of its
+recent recommendations; one just started has none, and sized on one quiet
+minute it meets the next burst with the fleet it found (code tenants x8: 93.9%
+against 99.2% from a running start, docs/control.md). With
+`predictor.warmup_trace_path` the warm-up's last intervals stand in for the
+runs before the first: each sized for its own load as the planner sizes a
+forecast equal to it, the window's share of them (its length less the intervals
+already collected), the largest per pool. `decide` raises a target below it
+(`planner.stabilization.start_from_warmup`), so a fresh fleet scales up to
+where a running planner would have held it, and the floor fades as the
+planner's own recommendations fill the window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import MutableMapping
+
+from planner.config import PlannerConfig
+from planner.pipeline import has_load_data, history_for_prediction, interpolate_replicas, predict_load
+from planner.profile import EngineProfile
+from planner.ttft_view import TtftView
+from planner.types import POOLS, Corrections, LoadHistory, Observation, StartFloor, Targets
+
+
+def interval_load(history: LoadHistory, j: int) -> Observation:
+    """Interval j of a load history as the collect step would have seen it, with the history up to it."""
+    upto = LoadHistory(
+        t_s=history.t_s[: j + 1], num_requests=history.num_requests[: j + 1],
+        avg_isl_tokens=history.avg_isl_tokens[: j + 1], avg_osl_tokens=history.avg_osl_tokens[: j + 1],
+        interval_s=history.interval_s, peak_rps=None if history.peak_rps is None else history.peak_rps[: j + 1],
+        peak_window_s=history.peak_window_s,
+    )
+
+    def known(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    return Observation(
+        taken_at_s=history.t_s[j], interval_s=history.interval_s, num_requests=known(history.num_requests[j]),
+        avg_isl_tokens=known(history.avg_isl_tokens[j]), avg_osl_tokens=known(history.avg_osl_tokens[j]),
+        avg_ttft_ms=None, avg_itl_ms=None, history=upto,
+        peak_rps=None if history.peak_rps is None else known(history.peak_rps[j]),
+        peak_window_s=history.peak_window_s,
+    )
+
+
+def size_for_load(
+    obs: Observation, cfg: PlannerConfig, profile: EngineProfile, *, ttft_view: TtftView | None = None
+) -> Targets | None:
+    """Replicas per pool the SLA sizing gives for a forecast equal to obs's own load, within the bounds.
+
+    No latency correction (nothing measured it); None when obs has no load data."""
+    constant = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"name": "constant"})})
+    forecast = predict_load(obs, constant.predictor)
+    sizing = interpolate_replicas(forecast, corrections=Corrections(), profile=profile, cfg=constant,
+                                  ttft_view=ttft_view)
+    if not sizing:
+        return None
+    bounds = {"prefill": cfg.decision.prefill, "decode": cfg.decision.decode}
+    return {p: max(bounds[p].min_replicas, min(bounds[p].max_replicas, sizing[p].replicas)) for p in POOLS}
+
+
+def warmup_floor(
+    obs: Observation,
+    warmup: LoadHistory | None,
+    cfg: PlannerConfig,
+    profile: EngineProfile,
+    *,
+    ttft_view: TtftView | None = None,
+    sized: MutableMapping[int, Targets | None] | None = None,
+) -> StartFloor | None:
+    """The most replicas the warm-up's intervals in the stabilization window needed, per pool.
+
+    warmup: the warm-up trace's per-interval load (predictor.warmup_trace_path, binned at the interval);
+    None: no floor. The window is decision.recommendation_window; the warm-up's last (its intervals less
+    those obs's history holds) count. None once the collected history fills it, or when it holds no load
+    data (a warm-up never stands in for absent metrics). sized: each warm-up interval's sizing by its index,
+    one store per warm-up history and configuration (speed only: they size the same each run).
+    """
+    if warmup is None or len(warmup) == 0:
+        return None
+    live = history_for_prediction(obs)
+    if not has_load_data(live):
+        return None
+    _, window_s = cfg.decision.recommendation_window
+    n = math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - len(live)
+    if n <= 0:
+        return None
+    floor: Targets = {p: 0 for p in POOLS}
+    counted = 0
+    for j in range(max(0, len(warmup) - n), len(warmup)):
+        if sized is not None and j in sized:
+            sized_j = sized[j]
+        else:
+            sized_j = size_for_load(interval_load(warmup, j), cfg, profile, ttft_view=ttft_view)
+            if sized is not None:
+                sized[j] = sized_j
+        if sized_j is None:
+            continue
+        counted += 1
+        floor = {p: max(floor[p], sized_j[p]) for p in POOLS}
+    if counted == 0:
+        return None
+    return StartFloor(targets=floor, intervals=counted, window_s=window_s)
+
+
+__all__ = ["interval_load", "size_for_load", "warmup_floor"]

@@ -1,0 +1,104 @@
+"""The warm-up's floor: what the warm-up trace's last window needed holds a just-started planner's fleet."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from connectors.profiles import load_profile_dir
+from planner.config import DecisionConfig, PlannerConfig, PredictorConfig, ProfileConfig
+from planner.types import LoadHistory, Observation, ReasonCode
+from planner.warmup_floor import interval_load, size_for_load, warmup_floor
+
+INTERVAL_S = 60.0
+# A quiet warm-up whose third-newest interval is a burst: 300 requests/minute around a 3,000 one.
+WARM = [300] * 7 + [3000, 300, 300]
+
+
+def history(counts, *, start_s: float = 0.0) -> LoadHistory:
+    n = len(counts)
+    return LoadHistory(
+        t_s=tuple(start_s + INTERVAL_S * (i + 1) for i in range(n)), num_requests=tuple(float(c) for c in counts),
+        avg_isl_tokens=(2000.0,) * n, avg_osl_tokens=(200.0,) * n, interval_s=INTERVAL_S,
+        peak_rps=tuple(c / INTERVAL_S for c in counts), peak_window_s=15.0,
+    )
+
+
+def live(counts) -> Observation:
+    h = history(counts, start_s=3600.0)
+    return Observation(taken_at_s=h.t_s[-1], interval_s=INTERVAL_S, num_requests=h.num_requests[-1],
+                       avg_isl_tokens=2000.0, avg_osl_tokens=200.0, avg_ttft_ms=None, avg_itl_ms=None, history=h)
+
+
+@pytest.fixture(scope="module")
+def setup(request):
+    profile_dir = request.getfixturevalue("h200_profile_dir")
+    cfg = PlannerConfig(profile=ProfileConfig(dir=str(profile_dir)), predictor=PredictorConfig(name="kalman"))
+    return cfg, load_profile_dir(profile_dir)
+
+
+def sized(setup, counts, j):
+    cfg, profile = setup
+    return size_for_load(interval_load(history(counts), j), cfg, profile)
+
+
+@pytest.mark.parametrize(
+    "collected, intervals, with_burst",
+    [
+        pytest.param(1, 4, True, id="1 collected of the 300 s window's 5: the warm-up's last 4 count, the burst too"),
+        pytest.param(2, 3, True, id="2 collected: the last 3, the burst the oldest of them"),
+        pytest.param(3, 2, False, id="3 collected: the burst has left the window"),
+        pytest.param(4, 1, False, id="4 collected: the warm-up's last interval alone"),
+    ],
+)
+def test_the_floor_is_the_window_share_of_the_warmup_and_fades(setup, collected, intervals, with_burst):
+    cfg, profile = setup
+    floor = warmup_floor(live([300] * collected), history(WARM), cfg, profile)
+    counted = [sized(setup, WARM, j) for j in range(len(WARM) - intervals, len(WARM))]
+    assert floor.intervals == intervals and floor.window_s == 300.0
+    assert floor.targets == {p: max(c[p] for c in counted) for p in ("prefill", "decode")}
+    burst, quiet = sized(setup, WARM, 7), sized(setup, WARM, 9)
+    assert burst["prefill"] > quiet["prefill"]  # the case means something: the burst needs more
+    assert floor.targets["prefill"] == (burst if with_burst else quiet)["prefill"]
+
+
+def test_the_window_is_the_longest_hold(setup):
+    """With independent_stabilization_s 420 s the warm-up stands in for 7 intervals less those collected."""
+    cfg, profile = setup
+    longer = cfg.model_copy(update={"decision": DecisionConfig(independent_stabilization_s=420.0)})
+    assert warmup_floor(live([300] * 3), history(WARM), longer, profile).intervals == 4
+    assert warmup_floor(live([300] * 3), history(WARM), cfg, profile).intervals == 2
+
+
+@pytest.mark.parametrize(
+    "collected, warm, why",
+    [
+        pytest.param([300] * 5, WARM, "the planner's own history fills the window", id="window filled"),
+        pytest.param([300], None, "no warm-up trace", id="no warm-up"),
+        pytest.param([math.nan, math.nan], WARM, "no live load data: a warm-up never stands in for absent metrics",
+                     id="no live load data"),
+        pytest.param([300], [0, 0, 0], "the warm-up's intervals hold no requests to size", id="empty warm-up"),
+    ],
+)
+def test_no_floor(setup, collected, warm, why):
+    cfg, profile = setup
+    warmup = None if warm is None else history([math.nan if c == 0 else c for c in warm])
+    assert warmup_floor(live(collected), warmup, cfg, profile) is None, why
+
+
+def test_a_store_keeps_each_warmup_intervals_sizing(setup):
+    cfg, profile = setup
+    store: dict = {}
+    first = warmup_floor(live([300]), history(WARM), cfg, profile, sized=store)
+    assert sorted(store) == [6, 7, 8, 9]
+    store[9] = {"prefill": 11, "decode": 1}  # what is stored is what counts: it is not sized again
+    assert warmup_floor(live([300]), history(WARM), cfg, profile, sized=store).targets["prefill"] == 11
+    assert first == warmup_floor(live([300]), history(WARM), cfg, profile)
+
+
+def test_sizing_respects_the_bounds(setup):
+    cfg, profile = setup
+    capped = cfg.model_copy(update={"decision": DecisionConfig(prefill={"min_replicas": 1, "max_replicas": 2})})
+    assert size_for_load(interval_load(history(WARM), 7), capped, profile)["prefill"] == 2
+    assert ReasonCode.WARMUP_START_FLOOR.value == "warmup_start_floor"
