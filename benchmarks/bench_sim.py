@@ -33,10 +33,10 @@ its stabilization window and the capacity it holds.
 `planner+recurrence`, `planner+warm+recurrence` and `planner+running+recurrence` turn on the recurrence hold
 (decision.independent_stabilization_s 360 s, rank 2: while sizing takes the mean forecast, a scale-down
 holds at the largest target two of the window's recommendations reached, not at the highest).
-`planner+flat-hold` and `planner+running+flat-hold` set FLAT_HOLD_SETTINGS: while arrivals look independent,
-prefill sized on each interval's flat load (no burst sizing on top) and a scale-down held at the highest
-recommendation of 420 s, the clumping index allowed up to 2.5. Each of these variants gets its own
-cheapest static fleet reaching its attainment.
+`planner+flat-hold`, `planner+warm+flat-hold` and `planner+running+flat-hold` set FLAT_HOLD_SETTINGS: while
+arrivals look independent, prefill sized on each interval's flat load (no burst sizing on top) and a scale-down
+held at the highest recommendation of 420 s; the p90 basis only once two runs in a row read clumping. Each of
+these variants gets its own cheapest static fleet reaching its attainment.
 Planner rows carry diagnostics: the share of requests no fleet can serve in time
 (single-request prefill above the TTFT target), misses by pool, and how
 concentrated the misses are in the worst intervals.
@@ -190,13 +190,14 @@ WARMUP_SOURCES = {
 # planner+recurrence: the default planner with the recurrence hold on (decision.independent_stabilization_s).
 RECURRENCE_HOLD_S = 360.0
 # planner+flat-hold: while arrivals look independent, prefill sized on each interval's flat load (no burst
-# sizing on top) and a scale-down held at the highest recommendation of 420 s; the clumping index may read up
-# to 2.5 before the p90 basis is taken (docs/control.md, "Flat sizing and a longer hold").
+# sizing on top) and a scale-down held at the highest recommendation of 420 s; the p90 basis is taken only once
+# two runs in a row read clumping (docs/control.md, "Flat sizing and a longer hold").
 FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.independent_stabilization_s": 420,
-                      "decision.independent_stabilization_rank": 1, "predictor.clumping_max_index": 2.5}
+                      "decision.independent_stabilization_rank": 1, "predictor.clumping_runs": 2}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
 VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
-                        "planner+running+recurrence", "planner+flat-hold", "planner+running+flat-hold")
+                        "planner+running+recurrence", "planner+flat-hold", "planner+warm+flat-hold",
+                        "planner+running+flat-hold")
 
 
 def variant_policy(cfg, profile, label: str, folder: Path, name: str):

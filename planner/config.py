@@ -84,16 +84,15 @@ class PredictorConfig(StrictModel):
         1.8, gt=0, le=1e6, description="size_on auto: below this clumping index the mean is sized on (about 1.2 "
         "for independent arrivals, 2-3 for pairs of synchronised copies, 3-7 for eight at 40 rps)",
     )
+    clumping_runs: int = Field(1, ge=1, le=100, description="size_on auto: the p90 only once the index reads at or "
+        "above clumping_max_index on this many runs in a row (each read from the history as it stood then; 2: one "
+        "clumpy reading among independent tenants' does not switch the basis); 1: this run's alone")
     upper_quantile: float = Field(
         0.9, gt=0.5, lt=1.0, description="quantile of next-interval requests reported as the upper forecast (p90)"
     )
-    min_history_points: int = Field(
-        5, ge=1, description="points a model needs before it forecasts; constant until then"
-    )
+    min_history_points: int = Field(5, ge=1, description="points a model needs before it forecasts; constant until then")
     log1p: bool = Field(False, description="ARIMA: fit on log1p(load)")
-    history_intervals: int = Field(
-        288, ge=1, le=20_000, description="intervals of history the collect step reads back"
-    )
+    history_intervals: int = Field(288, ge=1, le=20_000, description="intervals of history the collect step reads back")
     burst_lookback_intervals: int = Field(
         1, ge=0, le=1440,
         description="intervals of peak-rate history (Observation.peak_rps) the burst forecast comes from "

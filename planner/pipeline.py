@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from planner.burst import expected_peak_ratio, recent_peaks
-from planner.clumping import clumping_index, sizing_basis
+from planner.clumping import recent_clumping_index, sizing_basis
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig
 from planner.correct import correction_factors
 from planner.decide import decide
@@ -142,8 +142,9 @@ def predict_load(
         shape_note = (note,)
     forecast = dataclasses.replace(forecast, notes=warm_note + forecast.notes + shape_note, length_shape=shape)
     if cfg.size_on == "auto":
-        index, index_note = clumping_index(history, lookback_intervals=cfg.clumping_lookback_intervals,
-                                           min_intervals=cfg.clumping_min_intervals, quantile=cfg.clumping_quantile)
+        index, index_note = recent_clumping_index(
+            history, runs=cfg.clumping_runs, lookback_intervals=cfg.clumping_lookback_intervals,
+            min_intervals=cfg.clumping_min_intervals, quantile=cfg.clumping_quantile)
         _, basis_note = sizing_basis(cfg.size_on, index, max_index=cfg.clumping_max_index)
         forecast = dataclasses.replace(forecast, clumping_index=index,
                                        notes=forecast.notes + (index_note, basis_note))

@@ -63,6 +63,14 @@ class LoadHistory:
     def __len__(self) -> int:
         return len(self.t_s)
 
+    def upto(self, n: int) -> "LoadHistory":
+        """The oldest n intervals: the history as it stood n intervals in."""
+        return LoadHistory(
+            t_s=self.t_s[:n], num_requests=self.num_requests[:n], avg_isl_tokens=self.avg_isl_tokens[:n],
+            avg_osl_tokens=self.avg_osl_tokens[:n], interval_s=self.interval_s,
+            peak_rps=None if self.peak_rps is None else self.peak_rps[:n], peak_window_s=self.peak_window_s,
+        )
+
 
 @dataclass(frozen=True)
 class PodMetrics:

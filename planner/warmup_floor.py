@@ -27,12 +27,7 @@ from planner.types import POOLS, Corrections, LoadHistory, Observation, StartFlo
 
 def interval_load(history: LoadHistory, j: int) -> Observation:
     """Interval j of a load history as the collect step would have seen it, with the history up to it."""
-    upto = LoadHistory(
-        t_s=history.t_s[: j + 1], num_requests=history.num_requests[: j + 1],
-        avg_isl_tokens=history.avg_isl_tokens[: j + 1], avg_osl_tokens=history.avg_osl_tokens[: j + 1],
-        interval_s=history.interval_s, peak_rps=None if history.peak_rps is None else history.peak_rps[: j + 1],
-        peak_window_s=history.peak_window_s,
-    )
+    upto = history.upto(j + 1)
 
     def known(x: float) -> float | None:
         return None if math.isnan(x) else x

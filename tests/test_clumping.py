@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from planner import clumping
-from planner.clumping import clumping_index, interval_clumping, quantile_words, sizing_basis
+from planner.clumping import clumping_index, interval_clumping, quantile_words, recent_clumping_index, sizing_basis
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
 from planner.pipeline import interpolate_replicas, predict_load
 from planner.types import Corrections, LoadHistory, Observation
@@ -95,6 +95,36 @@ def test_a_run_of_clumpy_intervals_is_not_persistent_clumping():
     assert clumping_index(runs, lookback_intervals=10, min_intervals=4, quantile=0.7)[0] == pytest.approx(81.0)
     persistent = hist([400.0] * 11, [110 / 15] * 3 + [190 / 15] * 8)
     assert clumping_index(persistent, lookback_intervals=10, min_intervals=4)[0] == pytest.approx(81.0)
+
+
+# Two clumpy intervals (190 in the busiest window of 100: d = 81) after quiet ones (d = 1), read over 2 intervals:
+# this run's index 81, the run before's 1 + 0.4 x 80 = 33 (one clumpy of its two), the one before that 1.
+TWO_CLUMPS = hist([400.0] * 7, [110 / 15] * 4 + [190 / 15] * 2 + [110 / 15])
+
+
+@pytest.mark.parametrize("history, runs, expected, lowest_of", [
+    pytest.param(TWO_CLUMPS, 1, 81.0, None, id="1 run: this run's reading alone"),
+    pytest.param(TWO_CLUMPS, 2, 33.0, 2, id="2 runs: the run before read less"),
+    pytest.param(TWO_CLUMPS, 3, 1.0, 3, id="3 runs: the one before that read none"),
+    pytest.param(hist([400.0] * 7, [190 / 15] * 7), 3, 81.0, None, id="clumping that lasts reads the same"),
+    pytest.param(hist([400.0] * 2, [110 / 15, 190 / 15]), 3, 33.0, None,
+                 id="earlier runs without a reading (too few intervals) do not count"),
+])
+def test_recent_clumping_index_is_the_lowest_of_the_last_runs(history, runs, expected, lowest_of):
+    index, note = recent_clumping_index(history, runs=runs, lookback_intervals=2, min_intervals=2)
+    assert index == pytest.approx(expected)
+    assert (f"the lowest of the last {lowest_of} runs'" in note) == (lowest_of is not None), note
+    assert recent_clumping_index(None, runs=2, lookback_intervals=2, min_intervals=2)[0] is None
+    with pytest.raises(ValueError, match="runs must be >= 1, got 0"):
+        recent_clumping_index(history, runs=0, lookback_intervals=2, min_intervals=2)
+
+
+@pytest.mark.parametrize("runs, basis", [(1, "p90"), (2, "mean")])
+def test_the_pipeline_takes_the_p90_once_enough_runs_read_clumping(runs, basis):
+    cfg = PredictorConfig(name="constant", clumping_lookback_intervals=2, clumping_min_intervals=2,
+                          clumping_max_index=50.0, clumping_runs=runs)
+    f = predict_load(_obs(TWO_CLUMPS), cfg)
+    assert any(f"sized on the {basis} forecast" in n for n in f.notes), f.notes
 
 
 def test_a_burst_starting_in_the_newest_interval_waits_for_the_next_to_be_read():
@@ -221,7 +251,7 @@ def test_sizing_basis_rejects_an_unknown_basis():
 def test_config_defaults_and_checks():
     cfg = PredictorConfig()
     assert (cfg.size_on, cfg.clumping_lookback_intervals, cfg.clumping_min_intervals, cfg.clumping_quantile,
-            cfg.clumping_max_index) == ("auto", 10, 4, 0.4, 1.8)
+            cfg.clumping_max_index, cfg.clumping_runs) == ("auto", 10, 4, 0.4, 1.8, 1)
     with pytest.raises(ValidationError, match="clumping_min_intervals \\(11\\) must not exceed"):
         PredictorConfig(clumping_min_intervals=11)
     with pytest.raises(ValidationError, match="size_on"):
