@@ -118,12 +118,15 @@ def planner_settings(items: list[str]) -> dict:
 
 
 def _print_summary(s: dict) -> None:
+    from sim.report import floor_words
+
     def p(d):
         return " / ".join("n/a" if d[k] is None else f"{d[k]:.1f}" for k in ("p50", "p90", "p99"))
 
     print(f"trace            {s['trace']} ({s['requests']:,} requests)")
     print(f"load             {s.get('load_model') or 'the trace as recorded'}")
     warm = f"; predictor warmed from {s['warmup_trace_path']}" if s.get("warmup_trace_path") else ""
+    warm += f"; {floor_words(s['warmup_floor'])}" if s.get("warmup_floor") else ""
     warm += f"; started after {s['lead_in_trace_path']}" if s.get("lead_in_trace_path") else ""
     warm += f"; recurrence hold {s['recurrence_hold_s']:g} s" if s.get("recurrence_hold_s") else ""
     warm += "".join(f"; {k} = {v}" for k, v in (s.get("planner_settings") or {}).items())

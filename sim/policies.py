@@ -30,7 +30,7 @@ from planner.profile import EngineProfile
 from planner.profile_checks import ProfileRangeWarning
 from planner.saturation import analyze_fleet
 from planner.ttft_view import TtftView
-from planner.types import Observation, PodMetrics
+from planner.types import Observation, PodMetrics, ReasonCode
 from planner.warmup_floor import warmup_floor
 from sim.replay import PolicyInput, PolicyOutput
 from sim.traces import bin_trace, load_warmup_trace
@@ -65,6 +65,8 @@ class PlannerPolicy:
         self._warmup_trace = load_warmup_trace(path) if path else None
         self._warmup: dict = {}
         self._warmup_sized: dict = {}  # per history window: each warm-up interval's sizing (planner.warmup_floor)
+        # Runs whose targets the warm-up's floor raised, and the most it asked per pool (the what-if reports it).
+        self.floor_raised = {"runs": 0, "prefill": 0, "decode": 0}
         self.peak_step_s = peak_step_s
 
     def initial_fleet(self, first: Observation) -> tuple[int, int]:
@@ -109,6 +111,11 @@ class PlannerPolicy:
             )
         self.last_plan = plan
         d = plan.decision
+        raised = {r.pool for r in d.reasons if r.code == ReasonCode.WARMUP_START_FLOOR}
+        if raised:
+            self.floor_raised["runs"] += 1
+            for pool in raised:
+                self.floor_raised[pool] = max(self.floor_raised[pool], floor.targets[pool])
         reason = "; ".join(f"{r.code.value}: {r.message}" for r in d.reasons)
         details = {"code": d.reasons[0].code.value if d.reasons else ""}
         # Every run's recommendation is stored, applied or not, as the connectors do.

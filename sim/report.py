@@ -117,6 +117,14 @@ def fast_path_summary(result: ReplayResult) -> dict:
     }
 
 
+def floor_words(floor: dict) -> str:
+    """The warm-up's start floor in words (the what-if summary's warmup_floor)."""
+    if not floor["runs"]:
+        return "the warm-up's floor raised no target (the sizing was above it)"
+    pools = ", ".join(f"{p} to {floor[p]}" for p in ("prefill", "decode") if floor[p])
+    return f"the warm-up's floor raised {pools} ({floor['runs']} run(s))"
+
+
 def markdown_report(summary: dict) -> str:
     """A short Markdown table of the headline figures (for a Prefect artifact)."""
 
@@ -147,6 +155,8 @@ def markdown_report(summary: dict) -> str:
         ("wall time, s", f"{s['wall_s']:.1f}"),
     ]
     start = [f"predictor warmed from {s['warmup_trace_path']}"] if s.get("warmup_trace_path") else []
+    if s.get("warmup_floor"):
+        start.append(floor_words(s["warmup_floor"]))
     if s.get("lead_in_trace_path"):
         start.append(f"after {s['lead_in_trace_path']}, replayed first and not scored (a running fleet)")
     if start:

@@ -195,7 +195,7 @@ def run_what_if(
     router = make_router(sc.router, profile=profile, slo=sc.slo(), seed=sc.seed)
     if sc.router == "picker" and (sc.policy == "oracle" or sc.with_oracle):
         raise ValueError("the oracle replays the trace dozens of times: use router least-loaded or round-robin with it")
-    oracle_gpu_hours, reactive_tried = None, None
+    oracle_gpu_hours, reactive_tried, policy = None, None, None
     ttft_view = load_ttft_view(sc.latency_model_path, profile) if sc.latency_model_path else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)
@@ -225,6 +225,9 @@ def run_what_if(
             # the planner policies' prefill TTFT (the oracle and the static fleets size nothing)
             "ttft_source": ttft_view.source if ttft_view is not None else "profile",
             "warmup_trace_path": sc.warmup_trace_path,  # the planner's warm-up trace (None: a cold start)
+            # runs whose targets the warm-up's floor raised and the most it asked per pool (None: no warm-up)
+            "warmup_floor": dict(policy.floor_raised) if sc.warmup_trace_path and hasattr(policy, "floor_raised")
+            else None,
             "lead_in_trace_path": sc.lead_in_trace_path,  # replayed first, unscored (None: a cold start)
             "recurrence_hold_s": sc.recurrence_hold_s,  # the planner's recurrence hold window (None: off)
             "planner_settings": dict(sc.planner_settings),  # planner configuration fields the scenario set

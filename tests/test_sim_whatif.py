@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from planner_cli.main import main
-from sim.report import markdown_report
+from sim.report import floor_words, markdown_report
 from sim.whatif import WhatIfScenario
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 
@@ -93,7 +93,42 @@ def test_cli_warms_the_planner_from_a_trace(shared_data, h200_profile_dir, tmp_p
     cold, warm = json.loads(cold_out.read_text()), json.loads(warm_out.read_text())
     assert cold["warmup_trace_path"] is None and warm["warmup_trace_path"] == str(warm_trace)
     assert warm["requests"] == cold["requests"] and warm["gpu_hours"] != cold["gpu_hours"]
-    assert f"predictor warmed from {warm_trace}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"predictor warmed from {warm_trace}" in out
+    # The warm-up's start floor: how many runs it raised and to what, in the summary, its printout and the report.
+    floor = warm["warmup_floor"]
+    assert cold["warmup_floor"] is None and set(floor) == {"runs", "prefill", "decode"}
+    assert floor_words(floor) in out and floor_words(floor) in markdown_report(warm)
+
+
+def test_a_warm_up_of_the_service_meets_the_first_burst(shared_data, h200_profile_dir, tmp_path, capsys):
+    # Eight independent tenants of the bursty code trace: the cold start meets minute 3's burst (3,366 requests
+    # after 477, 27 and 276) with the fleet minute 0 needed. Warmed from another hour of the same service (the
+    # trace rotated by half, the same eight copies drawn again), the first run scales the fleet up to what that
+    # hour's last minutes needed (the start floor), and the burst is met (docs/control.md).
+    from sim.traces import load_trace, multiply_load, rotate_time, write_mooncake_jsonl
+
+    code = shared_data / "traces" / "azure2023_code.csv.gz"
+    hour = load_trace(code)
+    before = multiply_load(rotate_time(hour, (int(hour.duration_s // 60) + 1) * 30.0), 8, seed=100, jitter_s=30.0)
+    warm_trace = write_mooncake_jsonl(before, tmp_path / "before.jsonl")
+    cold_out, warm_out = tmp_path / "cold.json", tmp_path / "warm.json"
+    args = ("--policy", "planner", "--load-multiplier", "8")
+    assert main(_cli(code, h200_profile_dir, *args, "--json", str(cold_out))) == 0
+    assert main(_cli(code, h200_profile_dir, *args, "--warmup-trace", str(warm_trace), "--json", str(warm_out))) == 0
+    cold, warm = json.loads(cold_out.read_text()), json.loads(warm_out.read_text())
+    assert warm["slo_attainment"] >= 0.99 > cold["slo_attainment"]
+    assert warm["warmup_floor"]["runs"] >= 1 and warm["warmup_floor"]["prefill"] >= 3
+    assert "the warm-up's floor raised prefill to" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("floor, words", [
+    ({"runs": 3, "prefill": 4, "decode": 0}, "the warm-up's floor raised prefill to 4 (3 run(s))"),
+    ({"runs": 1, "prefill": 5, "decode": 2}, "the warm-up's floor raised prefill to 5, decode to 2 (1 run(s))"),
+    ({"runs": 0, "prefill": 0, "decode": 0}, "the warm-up's floor raised no target (the sizing was above it)"),
+])
+def test_floor_words(floor, words):
+    assert floor_words(floor) == words
 
 
 def test_cli_starts_the_planner_against_a_running_fleet(shared_data, h200_profile_dir, tmp_path, capsys):
