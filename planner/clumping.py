@@ -143,7 +143,7 @@ def recent_clumping_index(
         raise ValueError(f"recent_clumping_index: runs must be >= 1, got {runs}")
     kw = dict(lookback_intervals=lookback_intervals, min_intervals=min_intervals, quantile=quantile)
     index, note = clumping_index(history, **kw)
-    if index is None or history is None:
+    if index is None:  # also when history is None
         return index, note
     earlier = [clumping_index(history.upto(len(history) - back), **kw)[0] for back in range(1, min(runs, len(history)))]
     readings = [index] + [x for x in earlier if x is not None]

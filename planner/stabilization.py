@@ -88,6 +88,7 @@ def hold_scale_down_in_warmup(
             )
     return out, reasons
 
+
 def start_from_warmup(targets: Targets, *, floor: StartFloor | None) -> Step:
     """No pool below what the warm-up trace's last intervals needed, while they stand in for the planner's own
     window (a planner just started with predictor.warmup_trace_path). May scale up: a fresh fleet starts

@@ -63,8 +63,7 @@ class PlannerPolicy:
         # peak rates over the live history's window (binned once per window).
         path = cfg.predictor.warmup_trace_path
         self._warmup_trace = load_warmup_trace(path) if path else None
-        self._warmup: dict = {}
-        self._warmup_sized: dict = {}  # per history window: each warm-up interval's sizing (planner.warmup_floor)
+        self._warmup: dict = {}  # per history window: (the binned warm-up, each of its intervals' sizing)
         # Runs whose targets the warm-up's floor raised, and the most it asked per pool (the what-if reports it).
         self.floor_raised = {"runs": 0, "prefill": 0, "decode": 0}
         self.peak_step_s = peak_step_s
@@ -74,12 +73,17 @@ class PlannerPolicy:
 
     def _warmup_for(self, obs: Observation):
         """The warm-up's per-interval load, with peak rates over the observation's history window."""
+        return self._warmup_entry(obs)[0]
+
+    def _warmup_entry(self, obs: Observation) -> tuple:
+        """(the warm-up binned for obs's history window, the store of its intervals' sizings); (None, None)
+        without a warm-up."""
         if self._warmup_trace is None:
-            return None
+            return None, None
         window = None if obs.history is None else obs.history.peak_window_s
         if window not in self._warmup:
-            self._warmup[window] = bin_trace(self._warmup_trace, bin_s=self.cfg.adjustment_interval_s,
-                                             peak_window_s=window, peak_step_s=self.peak_step_s)
+            self._warmup[window] = (bin_trace(self._warmup_trace, bin_s=self.cfg.adjustment_interval_s,
+                                              peak_window_s=window, peak_step_s=self.peak_step_s), {})
         return self._warmup[window]
 
     def decide(self, step: PolicyInput) -> PolicyOutput:
@@ -97,13 +101,12 @@ class PlannerPolicy:
         return self._plan(step, fast_path=True)
 
     def _plan(self, step: PolicyInput, *, fast_path: bool) -> PolicyOutput:
-        warmup = self._warmup_for(step.observation)
+        warmup, sized = self._warmup_entry(step.observation)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ProfileRangeWarning)
             # A fast-path run only adds over what is set: the warm-up's floor is the scheduled runs'.
             floor = None if fast_path or warmup is None else warmup_floor(
-                step.observation, warmup, self.cfg, self.profile, ttft_view=self.ttft_view,
-                sized=self._warmup_sized.setdefault(id(warmup), {}))
+                step.observation, warmup, self.cfg, self.profile, ttft_view=self.ttft_view, sized=sized)
             plan = plan_interval(
                 step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s,
                 predictor_cache=self._fast_cache if fast_path else self._cache, fast_path=fast_path,

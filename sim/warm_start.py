@@ -29,7 +29,5 @@ def warm_start_fleet(
         sized = size_for_load(first, cfg, profile, ttft_view=ttft_view)
     if sized is None:
         return b.prefill.min_replicas or 1, b.decode.min_replicas or 1
-    return (
-        clamp(max(1, sized["prefill"]), max(1, b.prefill.min_replicas), b.prefill.max_replicas),
-        clamp(max(1, sized["decode"]), max(1, b.decode.min_replicas), b.decode.max_replicas),
-    )
+    # size_for_load keeps each pool within its bounds; a min of 0 (scale to zero) still starts one.
+    return max(1, sized["prefill"]), max(1, sized["decode"])
