@@ -74,7 +74,9 @@ _CAUSES = {
     ReasonCode.GPU_BUDGET: "GPU budget",
     ReasonCode.MAX_STEP: "step limit",
     ReasonCode.STABILIZATION_WINDOW: "stabilization window",
+    ReasonCode.SCALE_DOWN_FLOOR: "scale-down floor",
     ReasonCode.WARMUP_NO_SCALE_DOWN: "warm-up",
+    ReasonCode.WARMUP_START_FLOOR: "warm-up floor",
     ReasonCode.SCALE_UP_PAST_PENDING: "scale-up past a pending decision",
 }
 _SIZED_ON = {"prefill": "TTFT forecast", "decode": "ITL forecast"}

@@ -370,27 +370,28 @@ class DecisionConfig(StrictModel):
         description="with independent_stabilization_s: how many recommendations of its window must reach a target "
         "for a scale-down to hold at it (1: the highest, as scale_down_stabilization_s)",
     )
+    scale_down_floor_s: float | None = Field(
+        None, gt=0, le=86_400,
+        description="scale down no lower than scale_down_floor_frac of the highest target recommended over this "
+        "window, s: bursty tenants come back after quiet spells longer than the stabilization window; None: off",
+    )
+    scale_down_floor_frac: float = Field(
+        0.5, gt=0, le=1, description="with scale_down_floor_s: the share of the window's highest target kept"
+    )
     wait_for_previous_s: float = Field(
-        1800.0,
-        ge=0,
-        description="make no new decision while the previous one is not done, for at most this long, s",
+        1800.0, ge=0, description="make no new decision while the previous one is not done, for at most this long, s"
     )
     scale_up_past_pending_s: float = Field(
-        600.0,
-        ge=0,
+        600.0, ge=0,
         description="while the previous decision is not done, scale up past it (never down) once it is this old, "
         "s: replicas that never become ready do not freeze scale-up for wait_for_previous_s",
     )
     max_observation_age_s: float | None = Field(
-        None,
-        gt=0,
-        description="hold when the observation is older than this, s; None: two adjustment intervals",
+        None, gt=0, description="hold when the observation is older than this, s; None: two adjustment intervals"
     )
     allow_scale_to_zero: bool = Field(False, description="permit 0 replicas (needs min_replicas 0 too)")
     partial_metrics_max_missing_frac: float = Field(
-        0.0,
-        ge=0,
-        lt=1,
+        0.0, ge=0, lt=1,
         description="no scale-down when more than this share of a kind of metric source (frontend scrape targets, "
         "a pool's workers) is missing: sums over the rest understate the load; 0: any one missing",
     )
@@ -404,8 +405,8 @@ class DecisionConfig(StrictModel):
     @property
     def recommendation_window(self) -> tuple[str, float]:
         """The longest scale-down window, (its field name, s): what the decision history must keep."""
-        longer = (self.independent_stabilization_s or 0.0) > self.scale_down_stabilization_s
-        name = "independent_stabilization_s" if longer else "scale_down_stabilization_s"
+        names = ("scale_down_stabilization_s", "independent_stabilization_s", "scale_down_floor_s")
+        name = max(names, key=lambda n: getattr(self, n) or 0.0)
         return name, getattr(self, name)
 
     @model_validator(mode="after")

@@ -10,6 +10,7 @@ them, so every rule is table-testable on its own:
     apply_guardrail  saturation floor: may raise a target, vetoes an unsafe scale-down
     clamp_to_bounds  per-pool min/max                    -> the run's recommendation
     stabilize_scale_down  HPA-style: down only to the highest recent recommendation
+    floor_scale_down  never below a share of a longer window's highest recommendation
     hold_scale_down_in_warmup  no scale-down on too short a load history
     start_from_warmup  no pool below what the warm-up trace's last window needed
     limit_step       at most max_step_replicas per interval
@@ -42,7 +43,9 @@ from planner.decision_gates import (
 from planner.decision_rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
 from planner.gpu_budget import fit_gpu_budget
 from planner.saturation import PoolSaturation
-from planner.stabilization import hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup
+from planner.stabilization import (
+    floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup,
+)
 from planner.types import (
     POOLS, Decision, FleetState, Observation, Pool, PoolSizing, Reason, ReasonCode, StartFloor, Targets,
 )
@@ -265,6 +268,9 @@ def _sized_targets(
     recommended = dict(targets)
     targets, r = stabilize_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
                                       **_hold(sizing, cfg))
+    reasons += r
+    targets, r = floor_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
+                                  window_s=cfg.scale_down_floor_s, frac=cfg.scale_down_floor_frac)
     reasons += r
     targets, r = hold_scale_down_in_warmup(
         targets, current=current, history_intervals=None if obs.history is None else len(obs.history),

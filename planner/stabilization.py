@@ -1,7 +1,7 @@
 """Scale-down damping: rules that hold a scale-down the evidence does not yet support.
 
 HPA's stabilization window (down only to the highest recent recommendation),
-the warm-up hold (no scale-down on too short a load history) and the warm-up
+the scale-down floor (never below a share of the longer window's highest), the warm-up hold (no scale-down on too short a load history) and the warm-up
 trace's start floor (no pool below what its last window needed, while it stands
 in for the planner's own). Scale-ups are never delayed. Each rule returns the
 new targets and its reasons.
@@ -9,6 +9,7 @@ new targets and its reasons.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from planner.types import POOLS, Reason, ReasonCode, StartFloor, Step, Targets
@@ -61,6 +62,47 @@ def stabilize_scale_down(
     return out, reasons
 
 
+def floor_scale_down(
+    targets: Targets,
+    *,
+    current: Targets,
+    history: Sequence[tuple[float, int, int]],
+    window_s: float | None,
+    frac: float,
+    now_s: float,
+) -> Step:
+    """Scale down no lower than frac of the highest recommendation of the last window_s seconds (never above
+    current). None: off.
+
+    The stabilization window holds a burst's size for minutes; bursty tenants come back after longer quiet
+    spells, and a pool that fell to the quiet minutes' size meets them with a fraction of what they need (code
+    tenants x8: 3 prefill replicas for a burst that needs 6 lose 1,300 of its 3,300 requests, 4 lose 250).
+    history: (decided_at_s, prefill, decode) recommendations, as for stabilize_scale_down.
+    """
+    out = dict(targets)
+    reasons: list[Reason] = []
+    if not window_s:
+        return out, reasons
+    recent = [entry for entry in history if entry[0] > now_s - window_s]
+    for i, pool in enumerate(POOLS):
+        t, c = targets[pool], current[pool]
+        if t >= c or not recent:
+            continue
+        highest = max(int(entry[1 + i]) for entry in recent)
+        floor = math.ceil(frac * highest - 1e-9)
+        held = min(c, max(t, floor))
+        if held != t:
+            out[pool] = held
+            reasons.append(
+                Reason(ReasonCode.SCALE_DOWN_FLOOR, pool,
+                       f"{pool}: scale-down to {t} held at {held}: {frac:.0%} of the highest recommendation in the "
+                       f"last {window_s:.0f} s ({highest})",
+                       {"recommended_replicas": float(t), "window_max_replicas": float(highest),
+                        "floor_frac": frac, "window_s": window_s, "window_entries": float(len(recent))})
+            )
+    return out, reasons
+
+
 def hold_scale_down_in_warmup(
     targets: Targets, *, current: Targets, history_intervals: int | None, min_intervals: int
 ) -> Step:
@@ -104,11 +146,13 @@ def start_from_warmup(targets: Targets, *, floor: StartFloor | None) -> Step:
             reasons.append(
                 Reason(ReasonCode.WARMUP_START_FLOOR, pool,
                        f"{pool}: {t} raised to {f}: the warm-up trace's last {floor.intervals} intervals, standing in "
-                       f"for the {floor.window_s:.0f} s window the planner has not yet filled, needed up to {f}",
+                       f"for the {floor.window_s:.0f} s window the planner has not yet filled, needed up to {f}"
+                       + ("" if floor.floor_frac is None else
+                          f" (the scale-down floor's {floor.floor_frac:.0%} of their highest counted)"),
                        {"recommended_replicas": float(t), "warmup_floor_replicas": float(f),
                         "warmup_intervals": float(floor.intervals), "window_s": floor.window_s})
             )
     return out, reasons
 
 
-__all__ = ["hold_scale_down_in_warmup", "stabilize_scale_down", "start_from_warmup"]
+__all__ = ["floor_scale_down", "hold_scale_down_in_warmup", "stabilize_scale_down", "start_from_warmup"]

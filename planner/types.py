@@ -332,6 +332,7 @@ class ReasonCode(str, enum.Enum):
     GPU_BUDGET = "gpu_budget"
     MAX_STEP = "max_step"
     STABILIZATION_WINDOW = "stabilization_window"
+    SCALE_DOWN_FLOOR = "scale_down_floor"
     WARMUP_NO_SCALE_DOWN = "warmup_no_scale_down"
     WARMUP_START_FLOOR = "warmup_start_floor"
     HOLD_MISSING_METRICS = "hold_missing_metrics"
@@ -408,14 +409,17 @@ class StartFloor:
     """What the warm-up trace's last intervals needed: the fleet a planner started on it keeps until its own
     recommendations fill the stabilization window (planner.warmup_floor).
 
-    targets: the most replicas any of those intervals was sized for, per pool.
-    intervals: how many warm-up intervals counted (the window's, less those the planner has collected).
-    window_s: the stabilization window they stand in for, s.
+    targets: the most replicas any of those intervals was sized for, per pool (with a scale-down floor, at
+        least its share of the most over the floor's window).
+    intervals: how many warm-up intervals counted (the longest window's, less those the planner has collected).
+    window_s: the longest window they stand in for, s.
+    floor_frac: the scale-down floor's share (decision.scale_down_floor_frac) when its window counted; None: not.
     """
 
     targets: Targets
     intervals: int
     window_s: float
+    floor_frac: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ against 99.2% from a running start, docs/control.md). With
 `predictor.warmup_trace_path` the warm-up's last intervals stand in for the
 runs before the first: each sized for its own load as the planner sizes a
 forecast equal to it, the window's share of them (its length less the intervals
-already collected), the largest per pool. `decide` raises a target below it
+already collected), the largest per pool; with a scale-down floor
+(decision.scale_down_floor_s), its share of the largest over that longer window too. `decide` raises a target below it
 (`planner.stabilization.start_from_warmup`), so a fresh fleet scales up to
 where a running planner would have held it, and the floor fades as the
 planner's own recommendations fill the window.
@@ -69,36 +70,54 @@ def warmup_floor(
     """The most replicas the warm-up's intervals in the stabilization window needed, per pool.
 
     warmup: the warm-up trace's per-interval load (predictor.warmup_trace_path, binned at the interval);
-    None: no floor. The window is decision.recommendation_window; the warm-up's last (its intervals less
-    those obs's history holds) count. None once the collected history fills it, or when it holds no load
-    data (a warm-up never stands in for absent metrics). sized: each warm-up interval's sizing by its index,
-    one store per warm-up history and configuration (speed only: they size the same each run).
+    None: no floor. The windows are the scale-down rules': the stabilization window (the longer of
+    decision.scale_down_stabilization_s and independent_stabilization_s), and decision.scale_down_floor_s at
+    scale_down_floor_frac of its highest; of each, the warm-up's last (its intervals less those obs's history
+    holds) count. None once the collected history fills them, or when it holds no load data (a warm-up never
+    stands in for absent metrics). sized: each warm-up interval's sizing by its index, one store per warm-up
+    history and configuration (speed only: they size the same each run).
     """
     if warmup is None or len(warmup) == 0:
         return None
     live = history_for_prediction(obs)
     if not has_load_data(live):
         return None
-    _, window_s = cfg.decision.recommendation_window
-    n = math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - len(live)
-    if n <= 0:
-        return None
     floor: Targets = {p: 0 for p in POOLS}
-    counted = 0
-    for j in range(max(0, len(warmup) - n), len(warmup)):
-        if sized is not None and j in sized:
-            sized_j = sized[j]
-        else:
-            sized_j = size_for_load(interval_load(warmup, j), cfg, profile, ttft_view=ttft_view)
-            if sized is not None:
-                sized[j] = sized_j
-        if sized_j is None:
+    counted, longest, frac = 0, 0.0, None
+    for window_s, share in scale_down_windows(cfg):
+        n = math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - len(live)
+        sized_n = [t for t in (_sized(j, warmup, cfg, profile, ttft_view, sized)
+                               for j in range(max(0, len(warmup) - n), len(warmup))) if t is not None]
+        if not sized_n:
             continue
-        counted += 1
-        floor = {p: max(floor[p], sized_j[p]) for p in POOLS}
+        floor = {p: max(floor[p], math.ceil(share * max(t[p] for t in sized_n) - 1e-9)) for p in POOLS}
+        if window_s > longest:
+            counted, longest = len(sized_n), window_s
+        if share < 1.0:
+            frac = share
     if counted == 0:
         return None
-    return StartFloor(targets=floor, intervals=counted, window_s=window_s)
+    return StartFloor(targets=floor, intervals=counted, window_s=longest, floor_frac=frac)
 
 
-__all__ = ["interval_load", "size_for_load", "warmup_floor"]
+def scale_down_windows(cfg: PlannerConfig) -> list[tuple[float, float]]:
+    """(window, s; share of its highest recommendation a scale-down keeps) of the scale-down rules that hold
+    at a recent recommendation: the stabilization window in force, and the scale-down floor if set."""
+    d = cfg.decision
+    windows = [(max(d.scale_down_stabilization_s, d.independent_stabilization_s or 0.0), 1.0)]
+    if d.scale_down_floor_s:
+        windows.append((d.scale_down_floor_s, d.scale_down_floor_frac))
+    return windows
+
+
+def _sized(j: int, warmup: LoadHistory, cfg: PlannerConfig, profile: EngineProfile, ttft_view: TtftView | None,
+           sized: MutableMapping[int, Targets | None] | None) -> Targets | None:
+    if sized is not None and j in sized:
+        return sized[j]
+    sized_j = size_for_load(interval_load(warmup, j), cfg, profile, ttft_view=ttft_view)
+    if sized is not None:
+        sized[j] = sized_j
+    return sized_j
+
+
+__all__ = ["interval_load", "scale_down_windows", "size_for_load", "warmup_floor"]

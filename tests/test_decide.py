@@ -15,7 +15,7 @@ from planner.decide import decide, finish
 from planner.decision_gates import missing_load_metrics, partial_metrics_gate, previous_decision_gate, stale_gate
 from planner.decision_rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
 from planner.gpu_budget import fit_gpu_budget
-from planner.stabilization import hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup
+from planner.stabilization import floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup
 from planner.saturation import analyze_pool
 from planner.types import (
     DecisionRecord,
@@ -333,6 +333,39 @@ def test_stabilize_scale_down_refuses_rank_zero():
         stabilize_scale_down(t(1, 1), current=t(2, 4), history=[(NOW, 2, 4)], window_s=300.0, now_s=NOW, rank=0)
 
 
+@pytest.mark.parametrize(
+    "targets, history, window_s, frac, expected",
+    [
+        pytest.param(t(1, 1), [(NOW - 3000, 7, 3)], 3600.0, 0.5, t(2, 2),
+                     id="highest 7 and 3 within the hour: down to ceil(3.5) = 4, capped at current 2; ceil(1.5) = 2"),
+        pytest.param(t(1, 1), [(NOW - 3000, 4, 7)], 3600.0, 0.5, t(2, 4),
+                     id="decode's floor ceil(3.5) = 4 is its current: held there"),
+        pytest.param(t(1, 2), [(NOW - 3000, 2, 6), (NOW - 60, 1, 1)], 3600.0, 0.5, t(1, 3),
+                     id="the highest of the window counts, not the newest: decode down to 3"),
+        pytest.param(t(1, 1), [(NOW - 3601, 9, 9)], 3600.0, 0.5, t(1, 1), id="older than the window: no floor"),
+        pytest.param(t(1, 1), [(NOW - 100, 2, 5)], 3600.0, 0.25, t(1, 2), id="a quarter: ceil(0.5) = 1, ceil(1.25) = 2"),
+        pytest.param(t(1, 1), [(NOW - 100, 9, 9)], None, 0.5, t(1, 1), id="no window: off"),
+        pytest.param(t(5, 6), [(NOW - 100, 9, 9)], 3600.0, 0.5, t(5, 6), id="scale-ups are never touched"),
+    ],
+)
+def test_floor_scale_down(targets, history, window_s, frac, expected):
+    out, reasons = floor_scale_down(targets, current=t(2, 4), history=history, window_s=window_s, frac=frac,
+                                    now_s=NOW)
+    assert out == expected
+    assert [r.pool for r in reasons] == [p for p in ("prefill", "decode") if out[p] != targets[p]]
+    assert all(r.code == ReasonCode.SCALE_DOWN_FLOOR and f"{frac:.0%} of the highest" in r.message for r in reasons)
+
+
+def test_decide_keeps_a_share_of_the_hours_highest_after_the_stabilization_window():
+    """A burst 50 min ago sized prefill 8: the 300 s window has let go, the floor keeps 4 of the 6 running."""
+    history = [(NOW - 3000, 8, 1), (NOW - 200, 2, 1), (NOW - 100, 2, 1)]
+    d = run(fl=fleet(6, 1, history=history), sz=sizing(2, 1), sat=None, scale_down_floor_s=3600.0)
+    assert (d.prefill_replicas, d.recommended_prefill_replicas) == (4, 2)
+    assert (ReasonCode.SCALE_DOWN_FLOOR, "prefill") in codes(d.reasons)
+    off = run(fl=fleet(6, 1, history=history), sz=sizing(2, 1), sat=None)
+    assert off.prefill_replicas == 2 and "scale_down_floor" not in off.codes()
+
+
 def _sized_on(prefill, decode, *, mean):
     out = sizing(prefill, decode)
     for s in out.values():
@@ -361,10 +394,12 @@ def test_decide_holds_by_recurrence_only_when_arrivals_look_independent(mean, co
     assert len(held) == 1 and ("arrivals look independent" in held[0].message) == recurrence
 
 
-def test_recommendation_window_covers_both_holds():
+def test_recommendation_window_covers_every_hold():
     assert cfg().recommendation_window == ("scale_down_stabilization_s", 300.0)
     assert cfg(independent_stabilization_s=360.0).recommendation_window == ("independent_stabilization_s", 360.0)
     assert cfg(independent_stabilization_s=120.0).recommendation_window == ("scale_down_stabilization_s", 300.0)
+    assert cfg(scale_down_floor_s=3600.0, independent_stabilization_s=420.0).recommendation_window == (
+        "scale_down_floor_s", 3600.0)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import warnings
 
 import numpy as np
@@ -210,6 +212,25 @@ def test_the_recurrence_hold_lets_a_lone_burst_go(tables, cfg, profile):
                    scenario=ReplaySettings(interval_s=60)).timeline
     assert again.prefill_target[11] == max(again.prefill_target[8], again.prefill_target[10]) > again.prefill_target[7]
     assert "arrivals look independent" in again.reasons[11]
+
+
+def test_the_scale_down_floor_meets_a_burst_after_a_quiet_spell(tables, cfg, profile):
+    # 1 rps with a 150 rps minute at 6 and again at 20, after thirteen quiet minutes: the 300 s window has long
+    # let the first go; a floor at half the hour's highest keeps a share of it for the second.
+    rates = [1.0] * 26
+    rates[6] = rates[20] = 150.0
+    trace = _poisson(rates, seg_s=60, isl=2000, osl=50, seed=5)
+    floored = cfg.model_copy(update={"decision": cfg.decision.model_copy(update={"scale_down_floor_s": 3600.0})})
+    runs = {name: replay(trace, tables, PlannerPolicy(c, profile), scenario=ReplaySettings(interval_s=60))
+            for name, c in (("hpa", cfg), ("floor", floored))}
+    hpa, fl = (runs[k].timeline for k in ("hpa", "floor"))
+    peak = max(hpa.prefill_target[7:10])
+    assert peak > 2 * min(hpa.prefill_target[14:20])  # the case means something: HPA lets the burst's fleet go
+    assert min(fl.prefill_target[14:21]) == math.ceil(peak / 2)
+    assert any("scale_down_floor" in fl.reasons[i] for i in range(12, 20))
+    second = (trace.arrival_s >= 20 * 60) & (trace.arrival_s < 21 * 60)
+    assert runs["floor"].sla_met()[second].mean() > runs["hpa"].sla_met()[second].mean()
+    assert runs["floor"].gpu_hours > runs["hpa"].gpu_hours  # what it costs
 
 
 @pytest.mark.parametrize(

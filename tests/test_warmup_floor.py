@@ -102,3 +102,17 @@ def test_sizing_respects_the_bounds(setup):
     capped = cfg.model_copy(update={"decision": DecisionConfig(prefill={"min_replicas": 1, "max_replicas": 2})})
     assert size_for_load(interval_load(history(WARM), 7), capped, profile)["prefill"] == 2
     assert ReasonCode.WARMUP_START_FLOOR.value == "warmup_start_floor"
+
+
+def test_the_scale_down_floor_counts_its_share_of_its_longer_window(setup):
+    """With a 600 s floor at 75%, the burst 3 intervals back counts at 75% once it has left the 300 s window."""
+    cfg, profile = setup
+    floored = cfg.model_copy(update={"decision": DecisionConfig(scale_down_floor_s=600.0, scale_down_floor_frac=0.75)})
+    burst, quiet = sized(setup, WARM, 7), sized(setup, WARM, 9)
+    floor = warmup_floor(live([300] * 3), history(WARM), floored, profile)
+    assert (floor.intervals, floor.window_s, floor.floor_frac) == (7, 600.0, 0.75)
+    assert floor.targets["prefill"] == max(quiet["prefill"], math.ceil(burst["prefill"] * 0.75))
+    assert math.ceil(burst["prefill"] * 0.75) > quiet["prefill"]  # the case means something: the share binds
+    # Once the planner's own history fills the floor's window too, no floor.
+    assert warmup_floor(live([300] * 10), history(WARM), floored, profile) is None
+    assert warmup_floor(live([300] * 3), history(WARM), cfg, profile).floor_frac is None
