@@ -36,7 +36,9 @@ holds at the largest target two of the window's recommendations reached, not at 
 `planner+flat-hold`, `planner+warm+flat-hold` and `planner+running+flat-hold` set FLAT_HOLD_SETTINGS: while
 arrivals look independent, prefill sized on each interval's flat load (no burst sizing on top) and a scale-down
 held at the highest recommendation of 420 s; the p90 basis only once two runs in a row read clumping. Each of
-these variants gets its own cheapest static fleet reaching its attainment.
+these variants gets its own cheapest static fleet reaching its attainment. `planner+flat-floor`,
+`planner+warm+flat-floor` and `planner+running+flat-floor` set FLAT_FLOOR_SETTINGS: the same flat sizing under
+HPA's 300 s hold, and no scale-down below half the highest recommendation of the last hour.
 Planner rows carry diagnostics: the share of requests no fleet can serve in time
 (single-request prefill above the TTFT target), misses by pool, and how
 concentrated the misses are in the worst intervals.
@@ -194,16 +196,21 @@ RECURRENCE_HOLD_S = 360.0
 # two runs in a row read clumping (docs/control.md, "Flat sizing and a longer hold").
 FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.independent_stabilization_s": 420,
                       "decision.independent_stabilization_rank": 1, "predictor.clumping_runs": 2}
+# planner+flat-floor: the same flat sizing under HPA's 300 s hold, and no scale-down below half the last hour's
+# highest recommendation (docs/control.md, "A floor under the scale-down").
+FLAT_FLOOR_SETTINGS = {"sizing.independent_burst_basis": "off", "predictor.clumping_runs": 2,
+                       "decision.scale_down_floor_s": 3600}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
 VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
                         "planner+running+recurrence", "planner+flat-hold", "planner+warm+flat-hold",
-                        "planner+running+flat-hold")
+                        "planner+running+flat-hold", "planner+flat-floor", "planner+warm+flat-floor",
+                        "planner+running+flat-floor")
 
 
 def variant_policy(cfg, profile, label: str, folder: Path, name: str):
-    """planner+warm / +recurrence / +warm+recurrence / +flat-hold: the default planner warmed from
-    WARMUP_DRAWS[label] (written to folder as Mooncake JSONL) and/or with the recurrence hold or the flat-hold
-    settings (FLAT_HOLD_SETTINGS). None: no warm-up draw for label."""
+    """planner+warm / +recurrence / +warm+recurrence / +flat-hold / +flat-floor: the default planner warmed from
+    WARMUP_DRAWS[label] (written to folder as Mooncake JSONL) and/or with the recurrence hold, the flat-hold
+    settings (FLAT_HOLD_SETTINGS) or the flat-floor ones (FLAT_FLOOR_SETTINGS). None: no warm-up draw for label."""
     from sim.policies import PlannerPolicy
     from sim.traces import write_mooncake_jsonl
     from sim.whatif import with_settings
@@ -211,6 +218,8 @@ def variant_policy(cfg, profile, label: str, folder: Path, name: str):
     parts = set(name.split("+")[1:])
     if "flat-hold" in parts:
         cfg = with_settings(cfg, FLAT_HOLD_SETTINGS)
+    if "flat-floor" in parts:
+        cfg = with_settings(cfg, FLAT_FLOOR_SETTINGS)
     if "recurrence" in parts:
         cfg = with_settings(cfg, {"decision.independent_stabilization_s": RECURRENCE_HOLD_S})
     if "warm" in parts:
@@ -363,6 +372,8 @@ def bench_control(
                     extra["independent_stabilization_s"] = RECURRENCE_HOLD_S
                 if "flat-hold" in name:
                     extra["planner_settings"] = FLAT_HOLD_SETTINGS
+                if "flat-floor" in name:
+                    extra["planner_settings"] = FLAT_FLOOR_SETTINGS
             elif name == "planner+shape":
                 shape_cfg, shape = shape_config(cfg, trace)
                 policy = PlannerPolicy(shape_cfg, profile, name=name)

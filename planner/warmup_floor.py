@@ -6,7 +6,8 @@ minute it meets the next burst with the fleet it found (code tenants x8: 93.9%
 against 99.2% from a running start, docs/control.md). With
 `predictor.warmup_trace_path` the warm-up's last intervals stand in for the
 runs before the first: each sized for its own load as the planner sizes a
-forecast equal to it, the window's share of them (its length less the intervals
+forecast equal to it (with the burst basis, sizing.burst_basis, whatever
+sizing.independent_burst_basis says), the window's share of them (its length less the intervals
 already collected), the largest per pool; with a scale-down floor
 (decision.scale_down_floor_s), its share of the largest over that longer window too. `decide` raises a target below it
 (`planner.stabilization.start_from_warmup`), so a fresh fleet scales up to
@@ -82,6 +83,12 @@ def warmup_floor(
     live = history_for_prediction(obs)
     if not has_load_data(live):
         return None
+    if cfg.sizing.independent_burst_basis is not None:
+        # Sized at their busiest 15 s whatever the basis for independent arrivals: no correction factor
+        # measured them, and a running planner's recommendation for a bursty interval carries the queueing
+        # its correction read there (code tenants: flat sizing puts the warm-up hour's highest at 5-6 prefill
+        # replicas where the running planner's reached 7-8).
+        cfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"independent_burst_basis": None})})
     floor: Targets = {p: 0 for p in POOLS}
     counted, longest, frac = 0, 0.0, None
     for window_s, share in scale_down_windows(cfg):

@@ -116,3 +116,19 @@ def test_the_scale_down_floor_counts_its_share_of_its_longer_window(setup):
     # Once the planner's own history fills the floor's window too, no floor.
     assert warmup_floor(live([300] * 10), history(WARM), floored, profile) is None
     assert warmup_floor(live([300] * 3), history(WARM), cfg, profile).floor_frac is None
+
+
+def test_the_warmup_is_sized_at_its_peaks_whatever_the_basis_for_independent_arrivals(setup):
+    """The burst arrives in its busiest 15 s: flat sizing for independent arrivals would read it at its minute's
+    mean; the floor sizes the warm-up with the burst basis either way."""
+    cfg, profile = setup
+    peaky = history(WARM)
+    peaky = LoadHistory(t_s=peaky.t_s, num_requests=peaky.num_requests, avg_isl_tokens=peaky.avg_isl_tokens,
+                        avg_osl_tokens=peaky.avg_osl_tokens, interval_s=INTERVAL_S, peak_window_s=15.0,
+                        peak_rps=tuple(4 * c / INTERVAL_S if c > 1000 else c / INTERVAL_S for c in WARM))
+    flat = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"independent_burst_basis": "off"})})
+    by_flat = size_for_load(interval_load(peaky, 7), flat, profile)["prefill"]
+    at_peak = size_for_load(interval_load(peaky, 7), cfg, profile)["prefill"]
+    assert at_peak > by_flat  # the case means something: the burst basis asks more for the burst
+    floor = warmup_floor(live([300]), peaky, flat, profile)
+    assert floor.targets["prefill"] == at_peak == warmup_floor(live([300]), peaky, cfg, profile).targets["prefill"]
