@@ -1,7 +1,8 @@
 """Scale-down damping: rules that hold a scale-down the evidence does not yet support.
 
 HPA's stabilization window (down only to the highest recent recommendation),
-the scale-down floor (never below a share of the longer window's highest), the warm-up hold (no scale-down on too short a load history) and the warm-up
+the scale-down floor (never below a share of a longer window's highest), the
+warm-up hold (no scale-down on too short a load history) and the warm-up
 trace's start floor (no pool below what its last window needed, while it stands
 in for the planner's own). Scale-ups are never delayed. Each rule returns the
 new targets and its reasons.

@@ -7,9 +7,10 @@ against 99.2% from a running start, docs/control.md). With
 `predictor.warmup_trace_path` the warm-up's last intervals stand in for the
 runs before the first: each sized for its own load as the planner sizes a
 forecast equal to it (with the burst basis, sizing.burst_basis, whatever
-sizing.independent_burst_basis says), the window's share of them (its length less the intervals
-already collected), the largest per pool; with a scale-down floor
-(decision.scale_down_floor_s), its share of the largest over that longer window too. `decide` raises a target below it
+sizing.independent_burst_basis says), the window's share of them (its length
+less the intervals already collected), the largest per pool; with a scale-down
+floor (decision.scale_down_floor_s), its share of the largest over that longer
+window too. `decide` raises a target below it
 (`planner.stabilization.start_from_warmup`), so a fresh fleet scales up to
 where a running planner would have held it, and the floor fades as the
 planner's own recommendations fill the window.

@@ -343,7 +343,8 @@ def test_stabilize_scale_down_refuses_rank_zero():
         pytest.param(t(1, 2), [(NOW - 3000, 2, 6), (NOW - 60, 1, 1)], 3600.0, 0.5, t(1, 3),
                      id="the highest of the window counts, not the newest: decode down to 3"),
         pytest.param(t(1, 1), [(NOW - 3601, 9, 9)], 3600.0, 0.5, t(1, 1), id="older than the window: no floor"),
-        pytest.param(t(1, 1), [(NOW - 100, 2, 5)], 3600.0, 0.25, t(1, 2), id="a quarter: ceil(0.5) = 1, ceil(1.25) = 2"),
+        pytest.param(t(1, 1), [(NOW - 100, 2, 5)], 3600.0, 0.25, t(1, 2),
+                     id="a quarter: ceil(0.5) = 1, ceil(1.25) = 2"),
         pytest.param(t(1, 1), [(NOW - 100, 9, 9)], None, 0.5, t(1, 1), id="no window: off"),
         pytest.param(t(5, 6), [(NOW - 100, 9, 9)], 3600.0, 0.5, t(5, 6), id="scale-ups are never touched"),
     ],
@@ -726,3 +727,20 @@ def test_decision_reasons_are_machine_readable():
     assert veto["numbers"]["avg_spare_kv_frac"] == pytest.approx(0.2)
     assert veto["numbers"]["spare_kv_after_removal_frac"] == pytest.approx(0.0)
     assert veto["numbers"]["requested_replicas"] == 2
+
+
+def test_the_run_message_names_the_floors():
+    """A scale-down the floor held and a scale-up the warm-up's floor made say so in the run's state message."""
+    from types import SimpleNamespace
+
+    from flows.report import run_message
+
+    fl = fleet(6, 1, history=[(NOW - 3000, 8, 1), (NOW - 200, 2, 1), (NOW - 100, 2, 1)])
+    held = run(fl=fl, sz=sizing(2, 1), sat=None, scale_down_floor_s=3600.0)
+    assert run_message(SimpleNamespace(decision=held, fleet=fl), record=None, applying=False) == (
+        "dry run, would have scaled down: scale-down floor")
+    start = decide(sizing=sizing(2, 1), saturation=None, fleet=fleet(), obs=obs(), cfg=cfg(), now_s=NOW,
+                   start_floor=StartFloor(targets=t(6, 2), intervals=4, window_s=300.0))
+    # From (2, 4): prefill up to the warm-up's 6, decode down only to its 2; both pools name the floor once.
+    assert run_message(SimpleNamespace(decision=start, fleet=fleet()), record=None, applying=False) == (
+        "dry run, would have rebalanced: warm-up floor")
