@@ -294,7 +294,7 @@ def check_history_covers_window(
     if connector.history_max_entries < needed:
         raise ValueError(
             f"connector.history_max_entries ({connector.history_max_entries}) keeps fewer than the {needed} "
-            f"recommendations a {window_s:g} s stabilization window holds at one run every {interval_s:g} s "
+            f"recommendations {field} ({window_s:g} s) holds at one run every {interval_s:g} s "
             f"(ceil({window_s:g} / {interval_s:g}) + 1); raise it or shorten the window"
         )
 

@@ -397,7 +397,8 @@ def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path,
                  r"planner.decision.independent_stabilization_s \(360 s\)",
                  id="the recurrence hold's 360 s window is the longer one"),
     pytest.param({}, 60.0, {"scale_down_floor_s": 3600.0},
-                 r"connector.history_max_entries \(32\) keeps fewer than the 61 .*ceil\(3600 / 60\) \+ 1",
+                 r"connector.history_max_entries \(32\) keeps fewer than the 61 recommendations "
+                 r"planner.decision.scale_down_floor_s \(3600 s\) holds .*ceil\(3600 / 60\) \+ 1",
                  id="the scale-down floor's hour at one run a minute: 61 entries > the default 32"),
 ])
 def test_run_config_rejects_history_shorter_than_window(h200_profile_dir, connector, interval_s, window_s, message):
