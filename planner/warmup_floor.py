@@ -90,12 +90,17 @@ def warmup_floor(
         # its correction read there (code tenants: flat sizing puts the warm-up hour's highest at 5-6 prefill
         # replicas where the running planner's reached 7-8).
         cfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"independent_burst_basis": None})})
+    # Each window's share of the warm-up: its intervals less those collected, the newest last.
+    windows = [(window_s, share, math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - len(live))
+               for window_s, share in scale_down_windows(cfg)]
+    longest_n = max(n for _, _, n in windows)
+    # The longest window's intervals, each sized once: the shorter windows are their newest.
+    tail = [_sized(j, warmup, cfg, profile, ttft_view, sized)
+            for j in range(max(0, len(warmup) - longest_n), len(warmup))] if longest_n > 0 else []
     floor: Targets = {p: 0 for p in POOLS}
     counted, longest, frac = 0, 0.0, None
-    for window_s, share in scale_down_windows(cfg):
-        n = math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - len(live)
-        sized_n = [t for t in (_sized(j, warmup, cfg, profile, ttft_view, sized)
-                               for j in range(max(0, len(warmup) - n), len(warmup))) if t is not None]
+    for window_s, share, n in windows:
+        sized_n = [t for t in tail[max(0, len(tail) - n):] if t is not None] if n > 0 else []
         if not sized_n:
             continue
         floor = {p: max(floor[p], math.ceil(share * max(t[p] for t in sized_n) - 1e-9)) for p in POOLS}
