@@ -38,7 +38,8 @@ arrivals look independent, prefill sized on each interval's flat load (no burst 
 held at the highest recommendation of 420 s; the p90 basis only once two runs in a row read clumping. Each of
 these variants gets its own cheapest static fleet reaching its attainment. `planner+flat-floor`,
 `planner+warm+flat-floor` and `planner+running+flat-floor` set FLAT_FLOOR_SETTINGS: the same flat sizing under
-HPA's 300 s hold, and no scale-down below half the highest recommendation of the last hour.
+HPA's 300 s hold, no scale-down below half the highest recommendation of the last hour, and the p90 basis
+from a clumping index of 1.7 (the default 1.8).
 Planner rows carry diagnostics: the share of requests no fleet can serve in time
 (single-request prefill above the TTFT target), misses by pool, and how
 concentrated the misses are in the worst intervals.
@@ -196,10 +197,11 @@ RECURRENCE_HOLD_S = 360.0
 # two runs in a row read clumping (docs/control.md, "Flat sizing and a longer hold").
 FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.independent_stabilization_s": 420,
                       "decision.independent_stabilization_rank": 1, "predictor.clumping_runs": 2}
-# planner+flat-floor: the same flat sizing under HPA's 300 s hold, and no scale-down below half the last hour's
-# highest recommendation (docs/control.md, "A floor under the scale-down").
+# planner+flat-floor: the same flat sizing under HPA's 300 s hold, no scale-down below half the last hour's
+# highest recommendation, and the p90 basis from a clumping index of 1.7 (docs/control.md, "A floor under the
+# scale-down").
 FLAT_FLOOR_SETTINGS = {"sizing.independent_burst_basis": "off", "predictor.clumping_runs": 2,
-                       "decision.scale_down_floor_s": 3600}
+                       "predictor.clumping_max_index": 1.7, "decision.scale_down_floor_s": 3600}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
 VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
                         "planner+running+recurrence", "planner+flat-hold", "planner+warm+flat-hold",

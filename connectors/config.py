@@ -172,8 +172,9 @@ class KubernetesConnectorConfig(StrictModel):
         "sla-planner", min_length=1, description="prefix of the annotations holding the last decision"
     )
     history_max_entries: int = Field(
-        32, ge=1, le=500,
-        description="entries kept in each history (applied decisions; run recommendations for stabilization)",
+        64, ge=1, le=500,
+        description="entries kept in each history (applied decisions; run recommendations for stabilization); "
+        "64 hold an hour's runs at one a minute (decision.scale_down_floor_s: 3600 needs 61)",
     )
     history_max_age_s: float = Field(
         3600.0, gt=0,
@@ -214,8 +215,9 @@ class VirtualConnectorConfig(StrictModel):
         5, ge=0, le=50, description="re-read and retry this many times when another run recorded in between"
     )
     history_max_entries: int = Field(
-        32, ge=1, le=500,
-        description="entries kept in each history (applied decisions; run recommendations for stabilization)",
+        64, ge=1, le=500,
+        description="entries kept in each history (applied decisions; run recommendations for stabilization); "
+        "64 hold an hour's runs at one a minute (decision.scale_down_floor_s: 3600 needs 61)",
     )
     history_max_age_s: float = Field(
         3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"
@@ -261,8 +263,9 @@ class LocalConnectorConfig(StrictModel):
     gpus_per_prefill_replica: int = Field(1, ge=1, description="GPUs one prefill replica uses")
     gpus_per_decode_replica: int = Field(1, ge=1, description="GPUs one decode replica uses")
     history_max_entries: int = Field(
-        32, ge=1, le=500,
-        description="entries kept in each history (applied decisions; run recommendations for stabilization)",
+        64, ge=1, le=500,
+        description="entries kept in each history (applied decisions; run recommendations for stabilization); "
+        "64 hold an hour's runs at one a minute (decision.scale_down_floor_s: 3600 needs 61)",
     )
     history_max_age_s: float = Field(
         3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"

@@ -11,7 +11,7 @@ new targets and its reasons.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from planner.types import POOLS, Reason, ReasonCode, StartFloor, Step, Targets
 
@@ -35,31 +35,42 @@ def stabilize_scale_down(
     the window's recommendations reached (fewer entries: the lowest of them);
     why: said in the reason after the window.
     """
-    out = dict(targets)
-    reasons: list[Reason] = []
     if window_s <= 0:
-        return out, reasons
+        return dict(targets), []
     if rank < 1:
         raise ValueError(f"stabilize_scale_down: rank must be >= 1, got {rank!r}")
+    which = "highest recommendation" if rank == 1 else f"largest target {rank} recommendations reached"
+
+    def reason(pool: str, t: int, held: int, level: int, ranked: list[int], entries: int) -> Reason:
+        return Reason(ReasonCode.STABILIZATION_WINDOW, pool,
+                      f"{pool}: scale-down to {t} held at {held}: {which} in the last {window_s:.0f} s{why} was "
+                      f"{level}",
+                      {"recommended_replicas": float(t), "window_max_replicas": float(ranked[0]),
+                       "window_held_replicas": float(level), "window_rank": float(rank),
+                       "window_s": window_s, "window_entries": float(entries)})
+
+    return _hold_scale_downs(targets, current=current, history=history, window_s=window_s, now_s=now_s,
+                             level=lambda ranked: ranked[min(rank, len(ranked)) - 1], reason=reason)
+
+
+def _hold_scale_downs(targets: Targets, *, current: Targets, history: Sequence[tuple[float, int, int]],
+                      window_s: float, now_s: float, level: Callable[[list[int]], int],
+                      reason: Callable[..., Reason]) -> Step:
+    """Each pool's scale-down held at level(its recommendations of the last window_s seconds, highest first),
+    never above current; reason(pool, target, held, level, ranked, entries) explains a held one."""
+    out = dict(targets)
+    reasons: list[Reason] = []
     recent = [entry for entry in history if entry[0] > now_s - window_s]
     for i, pool in enumerate(POOLS):
         t, c = targets[pool], current[pool]
         if t >= c or not recent:
             continue
         ranked = sorted((int(entry[1 + i]) for entry in recent), reverse=True)
-        held_at = ranked[min(rank, len(ranked)) - 1]
-        stabilized = min(c, max(t, held_at))
-        if stabilized != t:
-            out[pool] = stabilized
-            which = "highest recommendation" if rank == 1 else f"largest target {rank} recommendations reached"
-            reasons.append(
-                Reason(ReasonCode.STABILIZATION_WINDOW, pool,
-                       f"{pool}: scale-down to {t} held at {stabilized}: {which} in the last "
-                       f"{window_s:.0f} s{why} was {held_at}",
-                       {"recommended_replicas": float(t), "window_max_replicas": float(ranked[0]),
-                        "window_held_replicas": float(held_at), "window_rank": float(rank),
-                        "window_s": window_s, "window_entries": float(len(recent))})
-            )
+        at = level(ranked)
+        held = min(c, max(t, at))
+        if held != t:
+            out[pool] = held
+            reasons.append(reason(pool, t, held, at, ranked, len(recent)))
     return out, reasons
 
 
@@ -80,28 +91,18 @@ def floor_scale_down(
     tenants x8: 3 prefill replicas for a burst that needs 6 lose 1,300 of its 3,300 requests, 4 lose 250).
     history: (decided_at_s, prefill, decode) recommendations, as for stabilize_scale_down.
     """
-    out = dict(targets)
-    reasons: list[Reason] = []
     if not window_s:
-        return out, reasons
-    recent = [entry for entry in history if entry[0] > now_s - window_s]
-    for i, pool in enumerate(POOLS):
-        t, c = targets[pool], current[pool]
-        if t >= c or not recent:
-            continue
-        highest = max(int(entry[1 + i]) for entry in recent)
-        floor = math.ceil(frac * highest - 1e-9)
-        held = min(c, max(t, floor))
-        if held != t:
-            out[pool] = held
-            reasons.append(
-                Reason(ReasonCode.SCALE_DOWN_FLOOR, pool,
-                       f"{pool}: scale-down to {t} held at {held}: {frac:.0%} of the highest recommendation in the "
-                       f"last {window_s:.0f} s ({highest})",
-                       {"recommended_replicas": float(t), "window_max_replicas": float(highest),
-                        "floor_frac": frac, "window_s": window_s, "window_entries": float(len(recent))})
-            )
-    return out, reasons
+        return dict(targets), []
+
+    def reason(pool: str, t: int, held: int, level: int, ranked: list[int], entries: int) -> Reason:
+        return Reason(ReasonCode.SCALE_DOWN_FLOOR, pool,
+                      f"{pool}: scale-down to {t} held at {held}: {frac:.0%} of the highest recommendation in the "
+                      f"last {window_s:.0f} s ({ranked[0]})",
+                      {"recommended_replicas": float(t), "window_max_replicas": float(ranked[0]),
+                       "floor_frac": frac, "window_s": window_s, "window_entries": float(entries)})
+
+    return _hold_scale_downs(targets, current=current, history=history, window_s=window_s, now_s=now_s,
+                             level=lambda ranked: math.ceil(frac * ranked[0] - 1e-9), reason=reason)
 
 
 def hold_scale_down_in_warmup(
