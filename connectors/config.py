@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, TypeVar, Union
 
 from pydantic import Field, field_validator, model_validator
 
@@ -172,9 +172,9 @@ class KubernetesConnectorConfig(StrictModel):
         "sla-planner", min_length=1, description="prefix of the annotations holding the last decision"
     )
     history_max_entries: int = Field(
-        64, ge=1, le=500,
+        32, ge=1, le=500,
         description="entries kept in each history (applied decisions; run recommendations for stabilization); "
-        "64 hold an hour's runs at one a minute (decision.scale_down_floor_s: 3600 needs 61)",
+        "left unset, a run configuration raises it to what its longest scale-down window holds",
     )
     history_max_age_s: float = Field(
         3600.0, gt=0,
@@ -215,9 +215,9 @@ class VirtualConnectorConfig(StrictModel):
         5, ge=0, le=50, description="re-read and retry this many times when another run recorded in between"
     )
     history_max_entries: int = Field(
-        64, ge=1, le=500,
+        32, ge=1, le=500,
         description="entries kept in each history (applied decisions; run recommendations for stabilization); "
-        "64 hold an hour's runs at one a minute (decision.scale_down_floor_s: 3600 needs 61)",
+        "left unset, a run configuration raises it to what its longest scale-down window holds",
     )
     history_max_age_s: float = Field(
         3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"
@@ -263,13 +263,34 @@ class LocalConnectorConfig(StrictModel):
     gpus_per_prefill_replica: int = Field(1, ge=1, description="GPUs one prefill replica uses")
     gpus_per_decode_replica: int = Field(1, ge=1, description="GPUs one decode replica uses")
     history_max_entries: int = Field(
-        64, ge=1, le=500,
+        32, ge=1, le=500,
         description="entries kept in each history (applied decisions; run recommendations for stabilization); "
-        "64 hold an hour's runs at one a minute (decision.scale_down_floor_s: 3600 needs 61)",
+        "left unset, a run configuration raises it to what its longest scale-down window holds",
     )
     history_max_age_s: float = Field(
         3600.0, gt=0, description="recommendations older than this are dropped, s (keep >= the stabilization window)"
     )
+
+
+C = TypeVar("C", KubernetesConnectorConfig, VirtualConnectorConfig, LocalConnectorConfig)
+
+
+def fit_history_to_window(connector: C, *, window_s: float, interval_s: float) -> C:
+    """The connector with its history raised to hold the window where the configuration left it unset.
+
+    A window holds ceil(window_s / interval_s) + 1 runs (as check_history_covers_window counts) and needs
+    history_max_age_s >= window_s: an hour's scale-down floor at one run every 10 s keeps 361 entries
+    instead of the default 32. A field set explicitly is kept (the check then names it when too short).
+    """
+    if window_s <= 0:
+        return connector
+    update: dict[str, float] = {}
+    needed = math.ceil(window_s / interval_s) + 1
+    if "history_max_entries" not in connector.model_fields_set and connector.history_max_entries < needed:
+        update["history_max_entries"] = needed
+    if "history_max_age_s" not in connector.model_fields_set and connector.history_max_age_s < window_s:
+        update["history_max_age_s"] = window_s
+    return connector.model_copy(update=update) if update else connector
 
 
 def check_history_covers_window(

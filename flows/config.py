@@ -17,6 +17,7 @@ from connectors.config import (
     MetricsConfig,
     PlannerMetricsConfig,
     check_history_covers_window,
+    fit_history_to_window,
 )
 from planner.config import PlannerConfig, parse_yaml
 from planner.strict import StrictModel
@@ -43,6 +44,8 @@ class PlannerRunConfig(StrictModel):
     @model_validator(mode="after")
     def _history_covers_stabilization(self) -> "PlannerRunConfig":
         name, window_s = self.planner.decision.recommendation_window
+        self.connector = fit_history_to_window(self.connector, window_s=window_s,
+                                               interval_s=self.planner.adjustment_interval_s)
         check_history_covers_window(
             self.connector,
             window_s=window_s,

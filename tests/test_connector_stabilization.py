@@ -196,8 +196,8 @@ def play(backend: Backend, window_s: float, rows: list[tuple], changes: int):
 @pytest.mark.parametrize("window_s, rows, changes", CASES)
 def test_dip_after_quiet_window_is_held_by_recorded_recommendations(per_run_backend, window_s, rows, changes):
     fleet = play(per_run_backend, window_s, rows, changes)
-    # Every run recorded its recommendation (the default 64 newest kept), oldest first.
-    expected = [(T0_S + t_s, rec[0], rec[1]) for t_s, rec, _ in rows][-64:]
+    # Every run recorded its recommendation (the default 32 newest kept), oldest first.
+    expected = [(T0_S + t_s, rec[0], rec[1]) for t_s, rec, _ in rows][-32:]
     assert list(fleet.recent_targets) == expected
 
 
@@ -396,10 +396,10 @@ def test_flow_records_every_acting_run_and_no_dry_run(prefect_harness, tmp_path,
                  r"connector.history_max_age_s \(300 s\) is shorter than "
                  r"planner.decision.independent_stabilization_s \(360 s\)",
                  id="the recurrence hold's 360 s window is the longer one"),
-    pytest.param({}, 30.0, {"scale_down_floor_s": 3600.0},
-                 r"connector.history_max_entries \(64\) keeps fewer than the 121 recommendations "
-                 r"planner.decision.scale_down_floor_s \(3600 s\) holds .*ceil\(3600 / 30\) \+ 1",
-                 id="the scale-down floor's hour at one run every 30 s: 121 entries > the default 64"),
+    pytest.param({"history_max_entries": 60}, 60.0, {"scale_down_floor_s": 3600.0},
+                 r"connector.history_max_entries \(60\) keeps fewer than the 61 recommendations "
+                 r"planner.decision.scale_down_floor_s \(3600 s\) holds .*ceil\(3600 / 60\) \+ 1",
+                 id="the scale-down floor's hour at one run a minute: 61 entries > 60 set"),
 ])
 def test_run_config_rejects_history_shorter_than_window(h200_profile_dir, connector, interval_s, window_s, message):
     from flows.config import PlannerRunConfig
@@ -417,17 +417,38 @@ def test_run_config_rejects_history_shorter_than_window(h200_profile_dir, connec
     pytest.param({"history_max_entries": 31}, 10.0, 300.0, id="entries: exactly ceil(300 / 10) + 1 = 31"),
     pytest.param({"history_max_age_s": 300.0}, 60.0, 300.0, id="age cap equal to the window"),
     pytest.param({"history_max_entries": 1, "history_max_age_s": 1.0}, 60.0, 0.0, id="window 0: nothing to keep"),
-    pytest.param({}, 60.0, {"scale_down_floor_s": 3600.0},
-                 id="the scale-down floor's hour at one run a minute: 61 entries, the default keeps 64"),
 ])
 def test_run_config_accepts_history_covering_window(h200_profile_dir, connector, interval_s, window_s):
     from flows.config import PlannerRunConfig
 
     PlannerRunConfig.model_validate({
         "planner": {"adjustment_interval_s": interval_s, "profile": {"dir": str(h200_profile_dir)},
-                    "decision": window_s if isinstance(window_s, dict) else {"scale_down_stabilization_s": window_s}},
+                    "decision": {"scale_down_stabilization_s": window_s}},
         "connector": {"kind": "local", **connector},
     })
+
+
+@pytest.mark.parametrize("connector, interval_s, decision, entries, age_s", [
+    pytest.param({}, 10.0, {"scale_down_floor_s": 3600.0}, 361, 3600.0,
+                 id="unset: an hour's floor at one run every 10 s keeps ceil(3600 / 10) + 1 = 361"),
+    pytest.param({}, 60.0, {"scale_down_stabilization_s": 7200.0}, 121, 7200.0,
+                 id="unset: a two-hour window raises the age cap too"),
+    pytest.param({}, 60.0, {"scale_down_stabilization_s": 300.0}, 32, 3600.0,
+                 id="unset: the defaults already hold HPA's 300 s"),
+    pytest.param({"history_max_entries": 400}, 10.0, {"scale_down_floor_s": 3600.0}, 400, 3600.0,
+                 id="set: kept when it holds the window"),
+])
+def test_run_config_sizes_an_unset_history_to_the_window(h200_profile_dir, connector, interval_s, decision,
+                                                         entries, age_s):
+    from flows.config import PlannerRunConfig
+
+    for kind in ("local", "virtual"):
+        cfg = PlannerRunConfig.model_validate({
+            "planner": {"adjustment_interval_s": interval_s, "profile": {"dir": str(h200_profile_dir)},
+                        "decision": decision},
+            "connector": {"kind": kind, **connector},
+        })
+        assert (cfg.connector.history_max_entries, cfg.connector.history_max_age_s) == (entries, age_s)
 
 
 def test_decision_without_recommendation_records_its_targets(tmp_path):
