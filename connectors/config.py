@@ -275,17 +275,22 @@ class LocalConnectorConfig(StrictModel):
 C = TypeVar("C", KubernetesConnectorConfig, VirtualConnectorConfig, LocalConnectorConfig)
 
 
+def _entries_for_window(window_s: float, interval_s: float) -> int:
+    """Recommendations a window holds: ceil(window_s / interval_s) runs, and one more for a run starting early."""
+    return math.ceil(window_s / interval_s) + 1
+
+
 def fit_history_to_window(connector: C, *, window_s: float, interval_s: float) -> C:
     """The connector with its history raised to hold the window where the configuration left it unset.
 
-    A window holds ceil(window_s / interval_s) + 1 runs (as check_history_covers_window counts) and needs
+    A window holds ceil(window_s / interval_s) + 1 runs (_entries_for_window) and needs
     history_max_age_s >= window_s: an hour's scale-down floor at one run every 10 s keeps 361 entries
     instead of the default 32. A field set explicitly is kept (the check then names it when too short).
     """
     if window_s <= 0:
         return connector
     update: dict[str, float] = {}
-    needed = math.ceil(window_s / interval_s) + 1
+    needed = _entries_for_window(window_s, interval_s)
     if "history_max_entries" not in connector.model_fields_set and connector.history_max_entries < needed:
         update["history_max_entries"] = needed
     if "history_max_age_s" not in connector.model_fields_set and connector.history_max_age_s < window_s:
@@ -314,7 +319,7 @@ def check_history_covers_window(
             f"{field} ({window_s:g} s): recommendations would be "
             f"dropped while still in the window"
         )
-    needed = math.ceil(window_s / interval_s) + 1
+    needed = _entries_for_window(window_s, interval_s)
     if connector.history_max_entries < needed:
         raise ValueError(
             f"connector.history_max_entries ({connector.history_max_entries}) keeps fewer than the {needed} "
