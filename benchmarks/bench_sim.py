@@ -36,10 +36,9 @@ holds at the largest target two of the window's recommendations reached, not at 
 `planner+flat-hold`, `planner+warm+flat-hold` and `planner+running+flat-hold` set FLAT_HOLD_SETTINGS: while
 arrivals look independent, prefill sized on each interval's flat load (no burst sizing on top) and a scale-down
 held at the highest recommendation of 420 s; the p90 basis only once two runs in a row read clumping. Each of
-these variants gets its own cheapest static fleet reaching its attainment. `planner+flat-floor`,
-`planner+warm+flat-floor` and `planner+running+flat-floor` set FLAT_FLOOR_SETTINGS: the same flat sizing under
-HPA's 300 s hold, no scale-down below half the highest recommendation of the last hour, and the p90 basis
-from a clumping index of 1.7 (the default 1.8).
+these variants gets its own cheapest static fleet reaching its attainment. `planner+hpa`, `planner+warm+hpa`
+and `planner+running+hpa` set HPA_WINDOW_SETTINGS, the default before flat-floor: burst sizing while arrivals
+look independent, HPA's 300 s hold alone (no floor), the p90 basis from one reading of a clumping index of 1.8.
 Planner rows carry diagnostics: the share of requests no fleet can serve in time
 (single-request prefill above the TTFT target), misses by pool, and how
 concentrated the misses are in the worst intervals.
@@ -196,23 +195,24 @@ RECURRENCE_HOLD_S = 360.0
 # sizing on top) and a scale-down held at the highest recommendation of 420 s; the p90 basis is taken only once
 # two runs in a row read clumping (docs/control.md, "Flat sizing and a longer hold").
 FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.independent_stabilization_s": 420,
-                      "decision.independent_stabilization_rank": 1, "predictor.clumping_runs": 2}
-# planner+flat-floor: the same flat sizing under HPA's 300 s hold, no scale-down below half the last hour's
-# highest recommendation, and the p90 basis from a clumping index of 1.7 (docs/control.md, "A floor under the
-# scale-down").
-FLAT_FLOOR_SETTINGS = {"sizing.independent_burst_basis": "off", "predictor.clumping_runs": 2,
-                       "predictor.clumping_max_index": 1.7, "decision.scale_down_floor_s": 3600}
+                      "decision.independent_stabilization_rank": 1, "predictor.clumping_runs": 2,
+                      "predictor.clumping_max_index": 1.8, "decision.scale_down_floor_s": None}
+# planner+hpa: the default before flat-floor (docs/control.md, "A floor under the scale-down"): prefill sized
+# for sub-interval bursts while arrivals look independent, HPA's 300 s hold alone, the p90 basis from one
+# reading of a clumping index of 1.8.
+HPA_WINDOW_SETTINGS = {"sizing.independent_burst_basis": None, "predictor.clumping_runs": 1,
+                       "predictor.clumping_max_index": 1.8, "decision.scale_down_floor_s": None}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
 VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
                         "planner+running+recurrence", "planner+flat-hold", "planner+warm+flat-hold",
-                        "planner+running+flat-hold", "planner+flat-floor", "planner+warm+flat-floor",
-                        "planner+running+flat-floor")
+                        "planner+running+flat-hold", "planner+hpa", "planner+warm+hpa", "planner+running+hpa")
 
 
 def variant_policy(cfg, profile, label: str, folder: Path, name: str):
-    """planner+warm / +recurrence / +warm+recurrence / +flat-hold / +flat-floor: the default planner warmed from
+    """planner+warm / +recurrence / +warm+recurrence / +flat-hold / +hpa: the default planner warmed from
     WARMUP_DRAWS[label] (written to folder as Mooncake JSONL) and/or with the recurrence hold, the flat-hold
-    settings (FLAT_HOLD_SETTINGS) or the flat-floor ones (FLAT_FLOOR_SETTINGS). None: no warm-up draw for label."""
+    settings (FLAT_HOLD_SETTINGS) or the previous default's (HPA_WINDOW_SETTINGS). None: no warm-up draw for
+    label."""
     from sim.policies import PlannerPolicy
     from sim.traces import write_mooncake_jsonl
     from sim.whatif import with_settings
@@ -220,8 +220,8 @@ def variant_policy(cfg, profile, label: str, folder: Path, name: str):
     parts = set(name.split("+")[1:])
     if "flat-hold" in parts:
         cfg = with_settings(cfg, FLAT_HOLD_SETTINGS)
-    if "flat-floor" in parts:
-        cfg = with_settings(cfg, FLAT_FLOOR_SETTINGS)
+    if "hpa" in parts:
+        cfg = with_settings(cfg, HPA_WINDOW_SETTINGS)
     if "recurrence" in parts:
         cfg = with_settings(cfg, {"decision.independent_stabilization_s": RECURRENCE_HOLD_S})
     if "warm" in parts:
@@ -374,8 +374,8 @@ def bench_control(
                     extra["independent_stabilization_s"] = RECURRENCE_HOLD_S
                 if "flat-hold" in name:
                     extra["planner_settings"] = FLAT_HOLD_SETTINGS
-                if "flat-floor" in name:
-                    extra["planner_settings"] = FLAT_FLOOR_SETTINGS
+                if "hpa" in name.split("+"):
+                    extra["planner_settings"] = HPA_WINDOW_SETTINGS
             elif name == "planner+shape":
                 shape_cfg, shape = shape_config(cfg, trace)
                 policy = PlannerPolicy(shape_cfg, profile, name=name)
@@ -550,6 +550,12 @@ ABLATION = {
     "burst ratio x mean forecast": {"sizing": {"burst_basis": "mean"}},
     "burst ratio x upper forecast": {"sizing": {"burst_basis": "upper"}},
     "burst lookback 5 intervals": {"predictor": {"burst_lookback_intervals": 5}},
+    "- scale-down floor (HPA's window alone)": {"decision": {"scale_down_floor_s": None}},
+    "- flat sizing for independent arrivals": {"sizing": {"independent_burst_basis": None}},
+    "- two clumping readings at 1.7 (one at 1.8)": {"predictor": {"clumping_runs": 1, "clumping_max_index": 1.8}},
+    "- all three (the default before flat-floor)": {"decision": {"scale_down_floor_s": None},
+                                                    "sizing": {"independent_burst_basis": None},
+                                                    "predictor": {"clumping_runs": 1, "clumping_max_index": 1.8}},
 }
 
 

@@ -81,10 +81,10 @@ class PredictorConfig(StrictModel):
         "fewer: the p90",
     )
     clumping_max_index: float = Field(
-        1.8, gt=0, le=1e6, description="size_on auto: below this clumping index the mean is sized on (about 1.2 "
+        1.7, gt=0, le=1e6, description="size_on auto: below this clumping index the mean is sized on (about 1.2 "
         "for independent arrivals, 2-3 for pairs of synchronised copies, 3-7 for eight at 40 rps)",
     )
-    clumping_runs: int = Field(1, ge=1, le=100, description="size_on auto: the p90 only once the index reads at or "
+    clumping_runs: int = Field(2, ge=1, le=100, description="size_on auto: the p90 only once the index reads at or "
         "above clumping_max_index on this many runs in a row (each read from the history as it stood then; 2: one "
         "clumpy reading among independent tenants' does not switch the basis); 1: this run's alone")
     upper_quantile: float = Field(
@@ -242,8 +242,9 @@ class SizingConfig(StrictModel):
         "upper = the forecast burst ratio applied to the mean / upper forecast; off: arrivals flat within an "
         "interval",
     )
-    independent_burst_basis: Literal["history", "mean", "upper", "off"] | None = Field(None, description="burst_basis "
-        "while sized on the mean (predictor.size_on auto: arrivals look independent); None: burst_basis always")
+    independent_burst_basis: Literal["history", "mean", "upper", "off"] | None = Field("off", description="burst_basis "
+        "while sized on the mean (size_on auto: arrivals look independent; off: flat, the scale-down floor holding "
+        "recurring bursts); None: burst_basis always")
 
 
 class SaturationThresholds(StrictModel):
@@ -371,16 +372,15 @@ class DecisionConfig(StrictModel):
         "for a scale-down to hold at it (1: the highest, as scale_down_stabilization_s)",
     )
     scale_down_floor_s: float | None = Field(
-        None, gt=0, le=86_400,
+        3600.0, gt=0, le=86_400,
         description="scale down no lower than scale_down_floor_frac of the highest target recommended over this "
-        "window, s: bursty tenants come back after quiet spells longer than the stabilization window; None: off",
+        "window, s: bursty tenants come back after quiet spells longer than the stabilization window; None: HPA's "
+        "window alone",
     )
-    scale_down_floor_frac: float = Field(
-        0.5, gt=0, le=1, description="with scale_down_floor_s: the share of the window's highest target kept"
-    )
-    wait_for_previous_s: float = Field(
-        1800.0, ge=0, description="make no new decision while the previous one is not done, for at most this long, s"
-    )
+    scale_down_floor_frac: float = Field(0.5, gt=0, le=1, description="with scale_down_floor_s: the share of the "
+                                         "window's highest target kept")
+    wait_for_previous_s: float = Field(1800.0, ge=0, description="make no new decision while the previous one is "
+                                       "not done, for at most this long, s")
     scale_up_past_pending_s: float = Field(
         600.0, ge=0,
         description="while the previous decision is not done, scale up past it (never down) once it is this old, "

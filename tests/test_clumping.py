@@ -251,7 +251,7 @@ def test_sizing_basis_rejects_an_unknown_basis():
 def test_config_defaults_and_checks():
     cfg = PredictorConfig()
     assert (cfg.size_on, cfg.clumping_lookback_intervals, cfg.clumping_min_intervals, cfg.clumping_quantile,
-            cfg.clumping_max_index, cfg.clumping_runs) == ("auto", 10, 4, 0.4, 1.8, 1)
+            cfg.clumping_max_index, cfg.clumping_runs) == ("auto", 10, 4, 0.4, 1.7, 2)
     with pytest.raises(ValidationError, match="clumping_min_intervals \\(11\\) must not exceed"):
         PredictorConfig(clumping_min_intervals=11)
     with pytest.raises(ValidationError, match="size_on"):

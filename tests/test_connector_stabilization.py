@@ -113,7 +113,7 @@ def planner_run(backend: Backend, *, now_s: float, prefill: int, decode: int, wi
         saturation=None,
         fleet=fleet,
         obs=observation(now_s),
-        cfg=DecisionConfig(scale_down_stabilization_s=window_s),
+        cfg=DecisionConfig(scale_down_stabilization_s=window_s, scale_down_floor_s=None),  # HPA's window alone
         now_s=now_s,
     )
     record = conn.apply(decision, now_s=now_s)
@@ -406,7 +406,8 @@ def test_run_config_rejects_history_shorter_than_window(h200_profile_dir, connec
 
     data = {
         "planner": {"adjustment_interval_s": interval_s, "profile": {"dir": str(h200_profile_dir)},
-                    "decision": window_s if isinstance(window_s, dict) else {"scale_down_stabilization_s": window_s}},
+                    "decision": {"scale_down_floor_s": None,  # the case's window alone, unless it names the floor
+                                 **(window_s if isinstance(window_s, dict) else {"scale_down_stabilization_s": window_s})}},
         "connector": {"kind": "local", **connector},
     }
     with pytest.raises(ValueError, match=message):
@@ -423,7 +424,7 @@ def test_run_config_accepts_history_covering_window(h200_profile_dir, connector,
 
     PlannerRunConfig.model_validate({
         "planner": {"adjustment_interval_s": interval_s, "profile": {"dir": str(h200_profile_dir)},
-                    "decision": {"scale_down_stabilization_s": window_s}},
+                    "decision": {"scale_down_stabilization_s": window_s, "scale_down_floor_s": None}},
         "connector": {"kind": "local", **connector},
     })
 
@@ -433,8 +434,10 @@ def test_run_config_accepts_history_covering_window(h200_profile_dir, connector,
                  id="unset: an hour's floor at one run every 10 s keeps ceil(3600 / 10) + 1 = 361"),
     pytest.param({}, 60.0, {"scale_down_stabilization_s": 7200.0}, 121, 7200.0,
                  id="unset: a two-hour window raises the age cap too"),
-    pytest.param({}, 60.0, {"scale_down_stabilization_s": 300.0}, 32, 3600.0,
+    pytest.param({}, 60.0, {"scale_down_stabilization_s": 300.0, "scale_down_floor_s": None}, 32, 3600.0,
                  id="unset: the defaults already hold HPA's 300 s"),
+    pytest.param({}, 60.0, {}, 61, 3600.0,
+                 id="unset: the default floor's hour at one run a minute keeps ceil(3600 / 60) + 1 = 61"),
     pytest.param({"history_max_entries": 400}, 10.0, {"scale_down_floor_s": 3600.0}, 400, 3600.0,
                  id="set: kept when it holds the window"),
 ])

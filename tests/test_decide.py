@@ -360,10 +360,10 @@ def test_floor_scale_down(targets, history, window_s, frac, expected):
 def test_decide_keeps_a_share_of_the_hours_highest_after_the_stabilization_window():
     """A burst 50 min ago sized prefill 8: the 300 s window has let go, the floor keeps 4 of the 6 running."""
     history = [(NOW - 3000, 8, 1), (NOW - 200, 2, 1), (NOW - 100, 2, 1)]
-    d = run(fl=fleet(6, 1, history=history), sz=sizing(2, 1), sat=None, scale_down_floor_s=3600.0)
+    d = run(fl=fleet(6, 1, history=history), sz=sizing(2, 1), sat=None)  # the default: an hour, half
     assert (d.prefill_replicas, d.recommended_prefill_replicas) == (4, 2)
     assert (ReasonCode.SCALE_DOWN_FLOOR, "prefill") in codes(d.reasons)
-    off = run(fl=fleet(6, 1, history=history), sz=sizing(2, 1), sat=None)
+    off = run(fl=fleet(6, 1, history=history), sz=sizing(2, 1), sat=None, scale_down_floor_s=None)
     assert off.prefill_replicas == 2 and "scale_down_floor" not in off.codes()
 
 
@@ -396,11 +396,15 @@ def test_decide_holds_by_recurrence_only_when_arrivals_look_independent(mean, co
 
 
 def test_recommendation_window_covers_every_hold():
-    assert cfg().recommendation_window == ("scale_down_stabilization_s", 300.0)
-    assert cfg(independent_stabilization_s=360.0).recommendation_window == ("independent_stabilization_s", 360.0)
-    assert cfg(independent_stabilization_s=120.0).recommendation_window == ("scale_down_stabilization_s", 300.0)
-    assert cfg(scale_down_floor_s=3600.0, independent_stabilization_s=420.0).recommendation_window == (
-        "scale_down_floor_s", 3600.0)
+    assert cfg().recommendation_window == ("scale_down_floor_s", 3600.0)  # the default floor's hour
+    hpa = {"scale_down_floor_s": None}
+    assert cfg(**hpa).recommendation_window == ("scale_down_stabilization_s", 300.0)
+    assert cfg(**hpa, independent_stabilization_s=360.0).recommendation_window == ("independent_stabilization_s",
+                                                                                   360.0)
+    assert cfg(**hpa, independent_stabilization_s=120.0).recommendation_window == ("scale_down_stabilization_s",
+                                                                                   300.0)
+    assert cfg(scale_down_floor_s=3600.0, independent_stabilization_s=4200.0).recommendation_window == (
+        "independent_stabilization_s", 4200.0)
 
 
 @pytest.mark.parametrize(

@@ -220,9 +220,10 @@ def test_the_scale_down_floor_meets_a_burst_after_a_quiet_spell(tables, cfg, pro
     rates = [1.0] * 26
     rates[6] = rates[20] = 150.0
     trace = _poisson(rates, seg_s=60, isl=2000, osl=50, seed=5)
-    floored = cfg.model_copy(update={"decision": cfg.decision.model_copy(update={"scale_down_floor_s": 3600.0})})
+    hpa_only = cfg.model_copy(update={"decision": cfg.decision.model_copy(update={"scale_down_floor_s": None})})
+    assert cfg.decision.scale_down_floor_s == 3600.0  # the default floor: an hour
     runs = {name: replay(trace, tables, PlannerPolicy(c, profile), scenario=ReplaySettings(interval_s=60))
-            for name, c in (("hpa", cfg), ("floor", floored))}
+            for name, c in (("hpa", hpa_only), ("floor", cfg))}
     hpa, fl = (runs[k].timeline for k in ("hpa", "floor"))
     peak = max(hpa.prefill_target[7:10])
     assert peak > 2 * min(hpa.prefill_target[14:20])  # the case means something: HPA lets the burst's fleet go

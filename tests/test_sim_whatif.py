@@ -173,23 +173,25 @@ def test_cli_turns_on_the_recurrence_hold(shared_data, h200_profile_dir, tmp_pat
 
 def test_cli_sets_planner_fields(shared_data, h200_profile_dir, tmp_path, capsys):
     # --set FIELD=VALUE sets any planner configuration field for the planner policies: on eight independent
-    # tenants of the bursty code trace, flat sizing and a 420 s hold while arrivals look independent cost
-    # fewer GPU-hours than the default (docs/control.md); the summary, its output and the report say what was set.
+    # tenants of the bursty code trace, the previous default (burst sizing while arrivals look independent,
+    # HPA's 300 s hold alone, the p90 basis from one clumping reading at 1.8) costs more GPU-hours than the
+    # default's flat sizing under an hour's floor (docs/control.md); the summary, its output and the report say
+    # what was set.
     code = shared_data / "traces" / "azure2023_code.csv.gz"
     base, tuned = tmp_path / "base.json", tmp_path / "tuned.json"
     args = ("--policy", "planner", "--load-multiplier", "8")
-    sets = ("--set", "sizing.independent_burst_basis=off", "--set", "decision.independent_stabilization_s=420",
-            "--set", "decision.independent_stabilization_rank=1")
+    sets = ("--set", "sizing.independent_burst_basis=null", "--set", "decision.scale_down_floor_s=null",
+            "--set", "predictor.clumping_runs=1", "--set", "predictor.clumping_max_index=1.8")
     assert main(_cli(code, h200_profile_dir, *args, "--json", str(base))) == 0
     assert main(_cli(code, h200_profile_dir, *args, *sets, "--json", str(tuned))) == 0
     s_base, s_tuned = json.loads(base.read_text()), json.loads(tuned.read_text())
     assert s_base["planner_settings"] == {}
-    assert s_tuned["planner_settings"] == {"sizing.independent_burst_basis": "off",
-                                           "decision.independent_stabilization_s": 420,
-                                           "decision.independent_stabilization_rank": 1}
-    assert s_tuned["requests"] == s_base["requests"] and s_tuned["gpu_hours"] < s_base["gpu_hours"]
-    assert "decision.independent_stabilization_s = 420" in capsys.readouterr().out
-    assert "| planner settings | sizing.independent_burst_basis = off, " in markdown_report(s_tuned)
+    assert s_tuned["planner_settings"] == {"sizing.independent_burst_basis": None,
+                                           "decision.scale_down_floor_s": None,
+                                           "predictor.clumping_runs": 1, "predictor.clumping_max_index": 1.8}
+    assert s_tuned["requests"] == s_base["requests"] and s_tuned["gpu_hours"] > s_base["gpu_hours"]
+    assert "predictor.clumping_max_index = 1.8" in capsys.readouterr().out
+    assert "| planner settings | sizing.independent_burst_basis = " in markdown_report(s_tuned)
     assert "planner settings" not in markdown_report(s_base)
     for bad, needle in ((("--set", "decision.no_such_field=1"), "'decision.no_such_field': the planner "
                          "configuration has no such field"),

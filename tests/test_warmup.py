@@ -257,5 +257,7 @@ def test_a_fresh_fleet_starts_where_the_warmups_last_window_held_it(prefect_harn
     out = policy.decide(PolicyInput(now_s=720.0, observation=obs, fleet=fleet, interval_index=0))
     assert (out.prefill_replicas, out.decode_replicas) == (warm["prefill_replicas"], warm["decode_replicas"])
     floor = policy.last_plan.start_floor
-    assert floor.intervals == 4 and floor.targets["prefill"] == warm["prefill_replicas"]
+    # The default's hour-long scale-down floor counts the whole warm-up (its last 300 s in full, the rest at half).
+    assert (floor.intervals, floor.window_s, floor.floor_frac) == (len(counts), 3600.0, 0.5)
+    assert floor.targets["prefill"] == warm["prefill_replicas"]
     assert floor == warmup_floor(obs, policy._warmup_for(obs), policy.cfg, policy.profile)

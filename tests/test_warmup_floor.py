@@ -14,6 +14,7 @@ from planner.warmup_floor import interval_load, size_for_load, warmup_floor
 INTERVAL_S = 60.0
 # A quiet warm-up whose third-newest interval is a burst: 300 requests/minute around a 3,000 one.
 WARM = [300] * 7 + [3000, 300, 300]
+HPA_ONLY = DecisionConfig(scale_down_floor_s=None)
 
 
 def history(counts, *, start_s: float = 0.0) -> LoadHistory:
@@ -34,7 +35,9 @@ def live(counts) -> Observation:
 @pytest.fixture(scope="module")
 def setup(request):
     profile_dir = request.getfixturevalue("h200_profile_dir")
-    cfg = PlannerConfig(profile=ProfileConfig(dir=str(profile_dir)), predictor=PredictorConfig(name="kalman"))
+    # HPA's 300 s window alone: the default's hour-long scale-down floor has its own tests below.
+    cfg = PlannerConfig(profile=ProfileConfig(dir=str(profile_dir)), predictor=PredictorConfig(name="kalman"),
+                        decision=HPA_ONLY)
     return cfg, load_profile_dir(profile_dir)
 
 
@@ -66,7 +69,8 @@ def test_the_floor_is_the_window_share_of_the_warmup_and_fades(setup, collected,
 def test_the_window_is_the_longest_hold(setup):
     """With independent_stabilization_s 420 s the warm-up stands in for 7 intervals less those collected."""
     cfg, profile = setup
-    longer = cfg.model_copy(update={"decision": DecisionConfig(independent_stabilization_s=420.0)})
+    longer = cfg.model_copy(update={"decision": DecisionConfig(independent_stabilization_s=420.0,
+                                                                   scale_down_floor_s=None)})
     assert warmup_floor(live([300] * 3), history(WARM), longer, profile).intervals == 4
     assert warmup_floor(live([300] * 3), history(WARM), cfg, profile).intervals == 2
 
@@ -116,6 +120,11 @@ def test_the_scale_down_floor_counts_its_share_of_its_longer_window(setup):
     # Once the planner's own history fills the floor's window too, no floor.
     assert warmup_floor(live([300] * 10), history(WARM), floored, profile) is None
     assert warmup_floor(live([300] * 3), history(WARM), cfg, profile).floor_frac is None
+    # The default: an hour at half, so the whole ten-minute warm-up counts, the burst at half.
+    default = warmup_floor(live([300] * 3), history(WARM), cfg.model_copy(update={"decision": DecisionConfig()}),
+                           profile)
+    assert (default.window_s, default.floor_frac, default.intervals) == (3600.0, 0.5, len(WARM))
+    assert default.targets["prefill"] == max(quiet["prefill"], math.ceil(burst["prefill"] * 0.5))
 
 
 def test_the_warmup_is_sized_at_its_peaks_whatever_the_basis_for_independent_arrivals(setup):
@@ -127,8 +136,10 @@ def test_the_warmup_is_sized_at_its_peaks_whatever_the_basis_for_independent_arr
                         avg_osl_tokens=peaky.avg_osl_tokens, interval_s=INTERVAL_S, peak_window_s=15.0,
                         peak_rps=tuple(4 * c / INTERVAL_S if c > 1000 else c / INTERVAL_S for c in WARM))
     flat = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"independent_burst_basis": "off"})})
+    burst = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"independent_burst_basis": None})})
+    assert cfg.sizing.independent_burst_basis == "off"  # the default: flat for independent arrivals
     by_flat = size_for_load(interval_load(peaky, 7), flat, profile)["prefill"]
-    at_peak = size_for_load(interval_load(peaky, 7), cfg, profile)["prefill"]
+    at_peak = size_for_load(interval_load(peaky, 7), burst, profile)["prefill"]
     assert at_peak > by_flat  # the case means something: the burst basis asks more for the burst
     floor = warmup_floor(live([300]), peaky, flat, profile)
-    assert floor.targets["prefill"] == at_peak == warmup_floor(live([300]), peaky, cfg, profile).targets["prefill"]
+    assert floor.targets["prefill"] == at_peak == warmup_floor(live([300]), peaky, burst, profile).targets["prefill"]
