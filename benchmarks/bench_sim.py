@@ -202,6 +202,8 @@ FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.indepen
 # reading of a clumping index of 1.8.
 HPA_WINDOW_SETTINGS = {"sizing.independent_burst_basis": None, "predictor.clumping_runs": 1,
                        "predictor.clumping_max_index": 1.8, "decision.scale_down_floor_s": None}
+# A variant name's part -> the planner settings it sets (the policy and the row's record read the same table).
+NAMED_SETTINGS = {"flat-hold": FLAT_HOLD_SETTINGS, "hpa": HPA_WINDOW_SETTINGS}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
 VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
                         "planner+running+recurrence", "planner+flat-hold", "planner+warm+flat-hold",
@@ -218,10 +220,8 @@ def variant_policy(cfg, profile, label: str, folder: Path, name: str):
     from sim.whatif import with_settings
 
     parts = set(name.split("+")[1:])
-    if "flat-hold" in parts:
-        cfg = with_settings(cfg, FLAT_HOLD_SETTINGS)
-    if "hpa" in parts:
-        cfg = with_settings(cfg, HPA_WINDOW_SETTINGS)
+    for part in parts & NAMED_SETTINGS.keys():
+        cfg = with_settings(cfg, NAMED_SETTINGS[part])
     if "recurrence" in parts:
         cfg = with_settings(cfg, {"decision.independent_stabilization_s": RECURRENCE_HOLD_S})
     if "warm" in parts:
@@ -372,10 +372,8 @@ def bench_control(
                     extra["warmup"] = WARMUP_SOURCES[warmup].format(seed=WARMUP_SEED + seed)
                 if "recurrence" in name:
                     extra["independent_stabilization_s"] = RECURRENCE_HOLD_S
-                if "flat-hold" in name:
-                    extra["planner_settings"] = FLAT_HOLD_SETTINGS
-                if "hpa" in name.split("+"):
-                    extra["planner_settings"] = HPA_WINDOW_SETTINGS
+                for part in set(name.split("+")) & NAMED_SETTINGS.keys():
+                    extra["planner_settings"] = NAMED_SETTINGS[part]
             elif name == "planner+shape":
                 shape_cfg, shape = shape_config(cfg, trace)
                 policy = PlannerPolicy(shape_cfg, profile, name=name)
@@ -553,10 +551,19 @@ ABLATION = {
     "- scale-down floor (HPA's window alone)": {"decision": {"scale_down_floor_s": None}},
     "- flat sizing for independent arrivals": {"sizing": {"independent_burst_basis": None}},
     "- two clumping readings at 1.7 (one at 1.8)": {"predictor": {"clumping_runs": 1, "clumping_max_index": 1.8}},
-    "- all three (the default before flat-floor)": {"decision": {"scale_down_floor_s": None},
-                                                    "sizing": {"independent_burst_basis": None},
-                                                    "predictor": {"clumping_runs": 1, "clumping_max_index": 1.8}},
 }
+
+
+def _by_section(settings: dict) -> dict:
+    """Dotted planner settings ("decision.scale_down_floor_s": None) as an ABLATION change, by section."""
+    out: dict[str, dict] = {}
+    for key, value in settings.items():
+        section, field = key.split(".")
+        out.setdefault(section, {})[field] = value
+    return out
+
+
+ABLATION["- all three (the default before flat-floor)"] = _by_section(HPA_WINDOW_SETTINGS)
 
 
 def bench_ablation(quick: bool, only: list[str] | None, variants: list[str] | None = None) -> dict:
