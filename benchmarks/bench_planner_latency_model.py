@@ -42,8 +42,8 @@ from bench_retrain import DATA, DEFAULT_DECODE_PICK, PROFILE_DIR, samples_cached
 from connectors.profiles import load_profile_dir  # noqa: E402
 from planner.profile_checks import ProfileRangeWarning  # noqa: E402
 from planner.ttft_view import ProfileTtftView  # noqa: E402
-from routing.model_export import to_document  # noqa: E402
-from routing.predictor import ProfileEstimator  # noqa: E402
+from routing.training.export import to_document  # noqa: E402
+from routing.models.predictor import ProfileEstimator  # noqa: E402
 from routing.training.config import TrainingConfig  # noqa: E402
 from routing.training.data import prepare_samples  # noqa: E402
 from routing.training.evaluation import evaluate_all  # noqa: E402

@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 
 from connectors.profiles import load_profile_dir  # noqa: E402
 from routing.features import FEATURE_SET_VERSION  # noqa: E402
-from routing.predictor import ProfileEstimator  # noqa: E402
+from routing.models.predictor import ProfileEstimator  # noqa: E402
 from routing.training.config import TrainingConfig  # noqa: E402
 from routing.training.data import prepare_samples  # noqa: E402
 from routing.training.evaluation import STRATA  # noqa: E402

@@ -80,7 +80,7 @@ def fleet_specs(n: int) -> list[tuple[str, str, dict]]:
 
 
 def make_registry(n: int, profile):
-    from routing.registry import Endpoint, EndpointRegistry
+    from routing.fleet.registry import Endpoint, EndpointRegistry
 
     reg = EndpointRegistry(default_max_kv_tokens=profile.decode.max_kv_tokens)
     for eid, role, domains in fleet_specs(n):
@@ -89,7 +89,7 @@ def make_registry(n: int, profile):
 
 
 def request_stream(seed: int, *, critical: bool = False):
-    from routing.picker import RouteRequest
+    from routing.picking.picker import RouteRequest
 
     rng = np.random.default_rng(seed)
     k = 0
@@ -104,9 +104,9 @@ def request_stream(seed: int, *, critical: bool = False):
 def collect_samples(profile, *, n_requests: int, seed: int) -> list:
     """Route requests through the picker (profile estimate) and record noisy observed latencies."""
     from routing.config import PickerConfig
-    from routing.picker import Picker, dispatch_record
-    from routing.predictor import LatencyPredictor, ProfileEstimator
-    from routing.samples import SampleStore
+    from routing.picking.picker import Picker, dispatch_record
+    from routing.models.predictor import LatencyPredictor, ProfileEstimator
+    from routing.samples.store import SampleStore
 
     rng = np.random.default_rng(seed)
     reg = make_registry(100, profile)
@@ -140,7 +140,7 @@ def train_document(samples: list, *, version: str, max_iter: int) -> tuple[dict,
     from threadpoolctl import threadpool_limits
 
     from routing.features import features_from_samples
-    from routing.model_export import export_hist_gradient_boosting, model_document
+    from routing.training.export import export_hist_gradient_boosting, model_document
 
     t0 = time.perf_counter()
     regs = {}
@@ -160,9 +160,9 @@ def bench_picks(profile, *, sizes, picks: int, document: dict | None, seed: int)
     import gc
 
     from routing.config import PickerConfig
-    from routing.model_store import ModelStore
-    from routing.picker import Picker, dispatch_record
-    from routing.predictor import LatencyPredictor, ProfileEstimator
+    from routing.models.store import ModelStore
+    from routing.picking.picker import Picker, dispatch_record
+    from routing.models.predictor import LatencyPredictor, ProfileEstimator
 
     store = ModelStore()
     if document is not None:
@@ -309,10 +309,10 @@ def bench_asgi_cpu(*, endpoints: int, document: dict | None, routes: int, seed: 
     """
     import gc
 
-    from routing.app import create_app
+    from routing.http.app import create_app
     from routing.config import RouterConfig
-    from routing.picker import RouteRequest
-    from routing.registry import Endpoint
+    from routing.picking.picker import RouteRequest
+    from routing.fleet.registry import Endpoint
 
     cfg = RouterConfig.model_validate({"profile_dir": str(PROFILE_DIR), "seed": 0, "picker": PICKER})
     app = create_app(cfg, token=TOKEN, data_token=DATA_TOKEN)

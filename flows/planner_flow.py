@@ -26,7 +26,7 @@ from planner.pipeline import PlanResult, Steps, needs_warmup, plan_steps
 from planner.profile import EngineProfile
 from planner.ttft_view import TtftView
 from planner.types import DecisionRecord
-from routing.planner_view import TtftChoice
+from routing.models.planner_view import TtftChoice
 from planner.whatif import WhatIf, apply_what_if, effective_config
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet

@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from planner.config import ProfileConfig
 from routing.features import FEATURE_SETS, TARGETS
-from routing.predictor import DEFAULT_PREFILL_TOKEN_BUDGET, ProfileEstimator
+from routing.models.predictor import DEFAULT_PREFILL_TOKEN_BUDGET, ProfileEstimator
 from routing.training.buckets import bucket_labels
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples
@@ -291,7 +291,7 @@ def _strata_section(ev: Evaluation, cfg: TrainingConfig) -> list[str]:
               f"(`input_tokens`) of the endpoint at dispatch. The gate refuses a candidate whose MAPE or p90 loss "
               f"in a stratum with at least {cfg.stratum_min_samples} held-out rows is more than "
               f"{cfg.stratum_max_regression_frac:.0%} above the current model's. As served: the p90 the router "
-              f"serves with its online calibration (routing.online_calibration), the held-out rows replayed in "
+              f"serves with its online calibration (routing.models.online_calibration), the held-out rows replayed in "
               f"time order from a fresh start."]
     return lines
 

@@ -90,9 +90,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from routing.app import create_app
-    from routing.server import uvicorn_options
-    from routing.topology import TopologyLabelError
+    from routing.http.app import create_app
+    from routing.http.server import uvicorn_options
+    from routing.fleet.topology import TopologyLabelError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -112,7 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
     # One worker process: the registry and in-flight state live in memory.
     # No proxy-header rewriting: rate limits and sample quotas key on the
     # client address, which a forged X-Forwarded-For must not change.
-    # httptools under routing.server's protocol: it adds the request-head deadline and size limit.
+    # httptools under routing.http.server's protocol: it adds the request-head deadline and size limit.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                 loop="uvloop", proxy_headers=False, **uvicorn_options(cfg))
     return 0
@@ -121,7 +121,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _register(args: argparse.Namespace) -> int:
     import httpx
 
-    from routing.topology import TopologyLabelError, read_domain_labels
+    from routing.fleet.topology import TopologyLabelError, read_domain_labels
 
     token = os.environ.get(args.token_env)
     if not token:

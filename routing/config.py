@@ -245,7 +245,7 @@ class ScrapeConfig(StrictModel):
 
 
 class OnlineCalibrationConfig(StrictModel):
-    """Online p90 calibration of the active published model (routing.online_calibration)."""
+    """Online p90 calibration of the active published model (routing.models.online_calibration)."""
 
     enabled: bool = Field(
         True, description="re-calibrate the served p90 on recent outcomes so 90% of requests fall below it, per "

@@ -29,16 +29,16 @@ from prometheus_client import CollectorRegistry
 
 from routing.config import RouterConfig
 from routing.features import ROLES, TTFT_FEATURES, feature_matrix, view_feature_matrix
-from routing.lifecycle import InFlight, Sample
-from routing.model_store import ModelStore
-from routing.pick_result import PickResult
-from routing.picker import Picker, RouteRequest, dispatch_record
-from routing.online_calibration import online_calibration
-from routing.predictor import LatencyPredictor, ProfileEstimator
-from routing.registry import Endpoint, EndpointRegistry
-from routing.samples import SampleStore
+from routing.fleet.lifecycle import InFlight, Sample
+from routing.models.store import ModelStore
+from routing.picking.result import PickResult
+from routing.picking.picker import Picker, RouteRequest, dispatch_record
+from routing.models.online_calibration import online_calibration
+from routing.models.predictor import LatencyPredictor, ProfileEstimator
+from routing.fleet.registry import Endpoint, EndpointRegistry
+from routing.samples.store import SampleStore
 from routing.service_metrics import ServiceMetrics
-from routing.topology import read_domain_labels
+from routing.fleet.topology import read_domain_labels
 
 log = logging.getLogger("sla_planner.routing")
 

@@ -1,6 +1,6 @@
 """The routing service's picker, in-process, as the simulator's router.
 
-`PickerRouter` keeps a `routing.registry.EndpointRegistry` in step with the
+`PickerRouter` keeps a `routing.fleet.registry.EndpointRegistry` in step with the
 simulated fleet (one endpoint per ready worker, with its topology domains) and,
 before every pick, hands it each candidate's current engine metrics as a scrape
 would (KV usage, waiting and running requests). The picker then chooses with its
@@ -31,9 +31,9 @@ import numpy as np
 
 from planner.config import SloTarget
 from routing.config import PickerConfig
-from routing.picker import Picker, RouteRequest, dispatch_record
-from routing.predictor import LatencyPredictor, ProfileEstimator
-from routing.registry import Endpoint, EndpointRegistry
+from routing.picking.picker import Picker, RouteRequest, dispatch_record
+from routing.models.predictor import LatencyPredictor, ProfileEstimator
+from routing.fleet.registry import Endpoint, EndpointRegistry
 from sim.fleet import DecodeWorker, PrefillWorker, zone_of
 
 LEVELS = ("zone", "rack")
@@ -46,7 +46,7 @@ def _domains(domain: str) -> dict[str, str]:
 
 
 class PickerRouter:
-    """Router protocol adapter around routing.picker.Picker."""
+    """Router protocol adapter around routing.picking.picker.Picker."""
 
     name = "picker"
 
@@ -60,7 +60,7 @@ class PickerRouter:
         seed: int = 0,
     ):
         """profile: planner.profile.EngineProfile (the estimate and KV capacity).
-        predictor: a routing.predictor.LatencyPredictor; default: the profile estimate."""
+        predictor: a routing.models.predictor.LatencyPredictor; default: the profile estimate."""
         self.slo = slo
         self.config = config or PickerConfig.model_validate({"topology": {"levels": list(LEVELS)}})
         self.max_kv_tokens = float(profile.decode.max_kv_tokens)

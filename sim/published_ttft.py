@@ -2,7 +2,7 @@
 
 A what-if asks what the planner would do with the router's model instead of the
 profile: the document is read and validated as the routing service does, and
-tabulated on an idle prefill engine (routing.planner_view). No freshness check:
+tabulated on an idle prefill engine (routing.models.planner_view). No freshness check:
 the file is the question asked.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from planner.profile import EngineProfile
 from planner.ttft_view import TabulatedTtftView
-from routing.models import parse_model_document
-from routing.planner_view import tabulate_ttft
+from routing.models.validated import parse_model_document
+from routing.models.planner_view import tabulate_ttft
 
 
 def load_ttft_view(path: str | Path, profile: EngineProfile) -> TabulatedTtftView:

@@ -242,7 +242,7 @@ class ServiceSink:
         return self.now_s
 
     def dispatched(self, event: LifecycleEvent) -> None:
-        from routing.picker import RouteRequest
+        from routing.picking.picker import RouteRequest
 
         self.service.dispatched(
             RouteRequest(request_id=event.request_id, input_tokens=event.input_tokens),
@@ -321,7 +321,7 @@ def record_samples(
     """
     from connectors.profiles import load_profile_dir
     from routing.config import RouterConfig
-    from routing.registry import Endpoint
+    from routing.fleet.registry import Endpoint
     from routing.service import RoutingService
 
     events = lifecycle_events(routed, decode_pick=decode_pick)

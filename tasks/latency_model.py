@@ -1,7 +1,7 @@
 """The planner's TTFT source as a task: the routing service's published model when fresh, else the profile.
 
 One call to the routing service (the active model and its document) and the
-choice of routing.planner_view. Any failure to read the model (the service
+choice of routing.models.planner_view. Any failure to read the model (the service
 down, a refused or missing token) falls back to the profile with the reason,
 without retries: the planner must plan this interval either way, and the next
 run reads the model again. The token comes from the environment variable
@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from connectors.config import LatencyModelConfig
 from connectors.router_admin import RouterAdminClient, RouterRequestError, RouterUnavailableError
 from planner.profile import EngineProfile
-from routing.planner_view import TtftChoice, choose_ttft_view
+from routing.models.planner_view import TtftChoice, choose_ttft_view
 
 
 def read_ttft_view(cfg: LatencyModelConfig, profile: EngineProfile, *, now_s: float) -> TtftChoice:

@@ -20,12 +20,12 @@ import uvicorn
 from connectors.profiles import load_profile_dir
 from routing.config import PickerConfig
 from routing.features import FEATURES
-from routing.lifecycle import InFlight
-from routing.model_export import model_document
-from routing.model_store import ModelStore
-from routing.picker import Picker
-from routing.predictor import LatencyPredictor, ProfileEstimator
-from routing.registry import Endpoint, EndpointRegistry
+from routing.fleet.lifecycle import InFlight
+from routing.training.export import model_document
+from routing.models.store import ModelStore
+from routing.picking.picker import Picker
+from routing.models.predictor import LatencyPredictor, ProfileEstimator
+from routing.fleet.registry import Endpoint, EndpointRegistry
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR = PROJECT_ROOT.parent / "shared" / "data" / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
@@ -132,7 +132,7 @@ def trained_document(version: str, *, seed: int = 0, scale: float = 1.0, n: int 
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
-    from routing.model_export import export_hist_gradient_boosting
+    from routing.training.export import export_hist_gradient_boosting
 
     rng = np.random.default_rng(seed)
     x = np.zeros((n, len(FEATURES["tpot"])))

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from connectors.config import PoolMapping, VirtualConnectorConfig
 from connectors.virtual import VirtualConnector
 from planner.types import Decision
-from routing.app import create_app
+from routing.http.app import create_app
 from routing.config import RouterConfig
 from sim.live_config import LiveConfig, make_tables
 from sim.live_fleet import LiveFleet

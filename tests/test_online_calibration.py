@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from routing.config import OnlineCalibrationConfig, RouterConfig
 from routing.features import feature_matrix
-from routing.online_calibration import OnlineCalibration, online_calibration
-from routing.picker import RouteRequest
-from routing.registry import Endpoint
+from routing.models.online_calibration import OnlineCalibration, online_calibration
+from routing.picking.picker import RouteRequest
+from routing.fleet.registry import Endpoint
 from routing.service import RoutingService
 from tests.fixtures_routing import PROFILE_DIR, h200_profile, linear, linear_document
 
@@ -261,7 +261,7 @@ def test_the_retrain_evaluation_and_model_card_report_coverage_as_served():
 def test_the_model_list_over_http_reports_the_online_calibration():
     import httpx
 
-    from routing.app import create_app
+    from routing.http.app import create_app
     from tests.fixtures_routing import TOKEN, RunningServer
 
     cfg = RouterConfig(profile_dir=str(PROFILE_DIR), seed=1,

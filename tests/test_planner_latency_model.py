@@ -1,6 +1,6 @@
 """The planner's TTFT from the routing service's published model: a real in-process service over HTTP.
 
-The service (routing.app on uvicorn, 127.0.0.1) serves the measured H200 profile; documents are
+The service (routing.http.app on uvicorn, 127.0.0.1) serves the measured H200 profile; documents are
 published through the admin client as the retrain flow publishes them. Linear documents make the
 idle-engine TTFT hand-checkable: mean 50 + 0.01 x input_tokens ms, p90 60 + 0.012 x input_tokens ms.
 """
@@ -18,9 +18,9 @@ from connectors.config import LatencyModelConfig
 from connectors.router_admin import RouterAdminClient
 from flows.config import PlannerRunConfig, ReplayInputs
 from planner.config import parse_yaml
-from routing.app import create_app
+from routing.http.app import create_app
 from routing.config import RouterConfig
-from routing.model_export import model_document
+from routing.training.export import model_document
 from sim.published_ttft import load_ttft_view
 from tasks.latency_model import read_ttft_view
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from routing.features import FEATURE_SETS, FEATURES, RAW_FIELDS
-from routing.model_export import bucket_tree, model_document, to_document
-from routing.models import parse_model_document
+from routing.training.export import bucket_tree, model_document, to_document
+from routing.models.validated import parse_model_document
 from routing.training.buckets import bucket_labels, bucket_of
 from routing.training.calibration import conformal_offset
 from routing.training.config import TrainingConfig
@@ -486,7 +486,7 @@ def _log_linear_ttft_document() -> tuple[dict, PreparedSamples]:
     """A log-link linear TTFT model fitted on queueing_ttft (TPOT: the usual trees), and its samples."""
     from sklearn.linear_model import LinearRegression
 
-    from routing.model_export import export_linear, export_target
+    from routing.training.export import export_linear, export_target
     from routing.training.split import splits_for
 
     prepared = PreparedSamples(fetched=2000, by_target={"ttft": queueing_ttft(1000), "tpot": synthetic("tpot", 1000)})

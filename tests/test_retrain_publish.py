@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from routing.features import FEATURES
-from routing.models import document_predictions
+from routing.models.validated import document_predictions
 from routing.training.data import PreparedSamples, TargetData
 from routing.training.fit import fit_all
 from routing.training.publish import decide_candidate

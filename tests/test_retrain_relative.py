@@ -15,9 +15,9 @@ import pytest
 
 from connectors.profiles import load_profile_dir
 from routing.features import FEATURES
-from routing.model_export import to_document
-from routing.models import document_predictions, parse_model_document
-from routing.predictor import LatencyPredictor, ProfileEstimator
+from routing.training.export import to_document
+from routing.models.validated import document_predictions, parse_model_document
+from routing.models.predictor import LatencyPredictor, ProfileEstimator
 from routing.training.config import TrainingConfig
 from routing.training.data import TargetData
 from routing.training.fit import fit_target

@@ -12,9 +12,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from routing.app import create_app
+from routing.http.app import create_app
 from routing.config import RouterConfig
-from routing.registry import Endpoint
+from routing.fleet.registry import Endpoint
 from tests.fixtures_routing import PROFILE_DIR, TOKEN, RunningServer, h200_profile
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from routing.app import create_app
+from routing.http.app import create_app
 from routing.config import RouterConfig
 from tests.fixtures_routing import (
     PROFILE_DIR,
@@ -40,7 +40,7 @@ def serve(overrides: dict | None = None, *, token: str | None = TOKEN, fleet: in
         svc = app.state.service
         for i in range(fleet):
             for role in ("prefill", "decode"):
-                from routing.registry import Endpoint
+                from routing.fleet.registry import Endpoint
 
                 svc.register(Endpoint(id=f"{role[0]}{i}", role=role, url=None,
                                       domains={"zone": "ab"[i % 2]}))
@@ -243,7 +243,7 @@ def test_drained_endpoint_finishes_its_requests_with_samples_and_is_not_picked()
         page = client.get("/v1/samples", params={"after_seq": before}, headers=AUTH).json()["samples"]
         assert [(s["target"], s["endpoint_id"]) for s in page if s["request_id"] == "dr-1"] == [
             ("ttft", "p0"), ("tpot", "d0")]
-        from routing.registry import Endpoint
+        from routing.fleet.registry import Endpoint
 
         svc.register(Endpoint(id="p9", role="prefill"))
         idle = client.delete("/v1/endpoints/p9", params={"drain": "true"}, headers=AUTH).json()
@@ -303,7 +303,7 @@ def test_no_headroom_is_shed_with_429_and_critical_still_routes():
 
 def test_topology_fail_is_an_error_to_the_client():
     with serve({"picker": {"topology": {"level": "zone", "policy": "fail"}}}, fleet=0) as (client, svc):
-        from routing.registry import Endpoint
+        from routing.fleet.registry import Endpoint
 
         svc.register(Endpoint(id="p", role="prefill", domains={"zone": "a"}))
         svc.register(Endpoint(id="d", role="decode", domains={"zone": "b"}))

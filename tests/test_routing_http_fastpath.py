@@ -13,9 +13,9 @@ import contextlib
 import httpx
 import pytest
 
-from routing.app import create_app
+from routing.http.app import create_app
 from routing.config import RouterConfig
-from routing.registry import Endpoint
+from routing.fleet.registry import Endpoint
 from tests.fixtures_routing import PROFILE_DIR, TOKEN, RunningServer, h200_profile
 
 SLO = {"ttft_ms": 500.0, "itl_ms": 50.0}

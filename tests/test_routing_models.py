@@ -12,10 +12,10 @@ from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 
 from routing.features import FEATURE_SETS, FEATURES
-from routing.model_export import export_hist_gradient_boosting, export_linear, model_document
-from routing.model_store import ModelStore, UnknownVersionError, VersionExistsError
-from routing.models import parse_model_document
-from routing.predictor import LatencyPredictor, ProfileEstimator
+from routing.training.export import export_hist_gradient_boosting, export_linear, model_document
+from routing.models.store import ModelStore, UnknownVersionError, VersionExistsError
+from routing.models.validated import parse_model_document
+from routing.models.predictor import LatencyPredictor, ProfileEstimator
 from tests.fixtures_routing import h200_profile, linear, linear_document, trained_document
 
 
@@ -323,7 +323,7 @@ def _rows(reg: dict, n: int, *, seed: int) -> np.ndarray:
 
 def _compiled(model, *, narrow):
     """The same forest compiled again with 32-bit (narrow) or 64-bit masks."""
-    from routing.compiled_regressors import BitvectorTrees
+    from routing.models.compiled import BitvectorTrees
 
     fast = model._models[("ttft", "mean")]
     doc = model.document["targets"]["ttft"]["mean"]

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from routing.config import PickerConfig
-from routing.picker import MissingSloError, NoEndpointError, Picker, RouteRequest, dispatch_record
-from routing import predictor as predictor_module
-from routing.predictor import LatencyPredictor, ProfileEstimator
+from routing.picking.picker import MissingSloError, NoEndpointError, Picker, RouteRequest, dispatch_record
+from routing.models import predictor as predictor_module
+from routing.models.predictor import LatencyPredictor, ProfileEstimator
 from tests.fixtures_routing import fleet, h200_profile, occupy, picker
 
 
@@ -342,8 +342,8 @@ def test_estimate_name_carries_the_budget():
 def test_topology_candidates_follow_registry_changes_between_picks():
     # The picker keeps each registry state's same-domain candidate sets; every
     # register/deregister must be seen by the next pick on the same picker.
-    from routing.picker import TopologyError
-    from routing.registry import Endpoint
+    from routing.picking.picker import TopologyError
+    from routing.fleet.registry import Endpoint
 
     qos = {lvl: {"latency_ms": ms, "bandwidth_gbyte_per_s": 10.0} for lvl, ms in (("none", 5.0), ("zone", 1.0))}
     pk = picker({"topology": {"level": "zone", "policy": "fail", "levels": ["zone"], "qos": qos},

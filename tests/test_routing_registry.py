@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from routing.features import RAW_FIELDS, feature_matrix, features_from_samples
-from routing.picker import RouteRequest, dispatch_record
-from routing.lifecycle import InFlight
-from routing.registry import Endpoint
-from routing.registry_errors import (
+from routing.picking.picker import RouteRequest, dispatch_record
+from routing.fleet.lifecycle import InFlight
+from routing.fleet.registry import Endpoint
+from routing.fleet.errors import (
     DuplicateRequestError,
     RegistryError,
     UnknownEndpointError,

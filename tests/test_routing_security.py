@@ -1,7 +1,7 @@
 """The routing service's data plane against an attacker on the same network.
 
 Each test replays an attack on the real service (uvicorn on 127.0.0.1 with the
-protocol and limits `sla-planner router` uses, routing.server.uvicorn_options)
+protocol and limits `sla-planner router` uses, routing.http.server.uvicorn_options)
 and shows it holds: tokens, the context-length bound, the in-flight bound and
 TTL, per-source rate limits, head and body deadlines, sample validation and
 the retrain gate's per-source cap on held-out rows.
@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import uvicorn
 
-from routing.app import create_app
+from routing.http.app import create_app
 from routing.config import RouterConfig
-from routing.registry import Endpoint
-from routing.server import uvicorn_options
+from routing.fleet.registry import Endpoint
+from routing.http.server import uvicorn_options
 from routing.service import RoutingService
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples, TargetData, prepare_samples
@@ -150,7 +150,7 @@ def test_an_unauthenticated_load_push_no_longer_sheds_every_route():
 
 
 def test_without_a_data_token_the_data_plane_is_open_and_a_warning_says_so(caplog):
-    with caplog.at_level("WARNING", logger="sla_planner.routing.app"), serve(data_token=None) as (client, _, _):
+    with caplog.at_level("WARNING", logger="sla_planner.routing.http.app"), serve(data_token=None) as (client, _, _):
         assert client.post("/v1/route", json={"input_tokens": 100, "slo": SLO}).status_code == 200
     warnings = [r.getMessage() for r in caplog.records if "data-plane token" in r.getMessage()]
     assert len(warnings) == 1 and "SLA_ROUTER_DATA_TOKEN" in warnings[0]

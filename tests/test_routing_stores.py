@@ -27,14 +27,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from routing.app import create_app
+from routing.http.app import create_app
 from routing.config import RouterConfig
 from routing.features import RAW_FIELDS
-from routing.lifecycle import Sample
-from routing.model_store import ModelStore
-from routing.registry import Endpoint
-from routing.sample_format import SEQ_BLOCK
-from routing.samples import SampleStore
+from routing.fleet.lifecycle import Sample
+from routing.models.store import ModelStore
+from routing.fleet.registry import Endpoint
+from routing.samples.format import SEQ_BLOCK
+from routing.samples.store import SampleStore
 from routing.store_guard import StoreFullError, StoreLockedError
 from tests.fixtures_retrain import TOKEN_ENV, router_process
 from tests.fixtures_routing import PROFILE_DIR, PROJECT_ROOT, TOKEN, RunningServer, h200_profile, linear_document
@@ -115,7 +115,7 @@ def test_a_state_file_naming_an_unsafe_version_is_a_startup_error(tmp_path):
 
 def test_a_second_model_store_on_one_directory_is_refused_until_the_holder_dies(tmp_path):
     with child(f"""
-        from routing.model_store import ModelStore
+        from routing.models.store import ModelStore
         store = ModelStore(directory={str(tmp_path)!r})
         print("ready")
         import time; time.sleep(60)
@@ -164,7 +164,7 @@ def _kill_mid_writing(path: Path) -> tuple[list[int], int]:
     # Only the 1 s timer flushes (flush_rows above anything written here): the samples added since the
     # last flush exist only in memory when the kill comes.
     with child(f"""
-        from routing.samples import SampleStore
+        from routing.samples.store import SampleStore
         from tests.test_routing_stores import sample
         store = SampleStore(capacity=100_000, path={str(path)!r}, flush_rows=10_000_000)
         k = 0
@@ -228,7 +228,7 @@ def test_a_damaged_page_loses_only_its_rows(tmp_path, caplog):
     with open(path, "r+b") as f:  # a torn or rotten page: its b-tree header is garbage
         f.seek(page * PAGE_SIZE)
         f.write(b"\xff" * 64)
-    with caplog.at_level("WARNING", logger="routing.sample_file"):
+    with caplog.at_level("WARNING", logger="routing.samples.file"):
         again = SampleStore(capacity=10_000, path=path)
     got = stored(again)
     lost = sorted(set(before) - {s["request_id"] for s in got})
@@ -257,7 +257,7 @@ def test_a_flipped_byte_inside_a_row_is_quarantined_not_served(tmp_path, caplog)
     path.write_bytes(data)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA quick_check").fetchone()[0] == "ok"  # SQLite cannot see this
-    with caplog.at_level("WARNING", logger="routing.sample_file"):
+    with caplog.at_level("WARNING", logger="routing.samples.file"):
         again = SampleStore(capacity=100, path=path)
     # Before: r7 came back with the altered latency, silently.
     assert [s["request_id"] for s in stored(again)] == [f"r{k}" for k in range(20) if k != 7]
@@ -413,7 +413,7 @@ def test_a_sample_flush_on_a_full_disk_keeps_the_file_and_retries_until_it_fits(
         store.add(sample(f"early{k}"))
     store.flush()
     filler = fill(small_disk)
-    with caplog.at_level("ERROR", logger="routing.sample_file"):
+    with caplog.at_level("ERROR", logger="routing.samples.file"):
         for k in range(500):  # ~100 KiB of rows: the file system holds them only once the filler goes
             store.add(sample(f"late{k}"))
         store.flush()

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from routing.config import RouterConfig
-from routing.picker import RouteRequest, TopologyError
+from routing.picking.picker import RouteRequest, TopologyError
 from routing.service import RoutingService
-from routing.topology import TopologyLabelError, read_domain_labels
+from routing.fleet.topology import TopologyLabelError, read_domain_labels
 from tests.fixtures_routing import PROFILE_DIR, fleet, h200_profile, occupy, picker
 
 A = {"zone": "a", "rack": "a1"}

@@ -21,7 +21,7 @@ routing service and calls, in order:
    calibration MAPE); its p90 may then be "flat", the estimate times the
    calibration, when the trees do worse on the newer half of the calibration
    slice (`p90_select`).
-3. `routing.model_export.to_document`: export to the routing service's safe JSON format (trees as
+3. `routing.training.export.to_document`: export to the routing service's safe JSON format (trees as
    node arrays, link "log"; nothing pickled).
 4. `evaluation.evaluate_all`: the candidate, the currently published model and the profile
    estimate on the same held-out rows (`split.holdout_rows`: the most recent slice,

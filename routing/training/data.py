@@ -62,7 +62,7 @@ class PreparedSamples:
 def prepare_samples(samples: Sequence[Mapping], cfg: TrainingConfig, *, estimate=None) -> PreparedSamples:
     """Split samples (the sample store's dicts) by target, drop bad ones, build features.
 
-    estimate: the router's profile estimate (routing.predictor.ProfileEstimator: `name`,
+    estimate: the router's profile estimate (routing.models.predictor.ProfileEstimator: `name`,
     predict(target, x) -> ms); its prediction of each row is kept for relative models.
 
     Dropped with a reason: non-finite latency (NaN, inf, missing, not a number),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from routing.features import FEATURES, TARGETS, Target
-from routing.models import document_predictions
+from routing.models.validated import document_predictions
 from routing.training.buckets import bucket_labels, bucket_of
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples
@@ -126,7 +126,7 @@ def evaluate_all(
 
     The candidate is scored through its exported document, so what is measured
     is what the router will serve. estimate: has predict(target, x) -> ms
-    (routing.predictor.ProfileEstimator).
+    (routing.models.predictor.ProfileEstimator).
     """
     splits = splits_for(prepared, cfg)
     holdout, cand, est, cur, points = {}, {}, {}, {} if current_document is not None else None, {}

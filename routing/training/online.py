@@ -7,7 +7,7 @@ import heapq
 import numpy as np
 
 from routing.features import Target
-from routing.online_calibration import OnlineCalibration, online_calibration
+from routing.models.online_calibration import OnlineCalibration, online_calibration
 
 
 def served_p90(target: Target, x: np.ndarray, p90_ms: np.ndarray, y_ms: np.ndarray, *, dispatched_s: np.ndarray,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from routing.features import FEATURES, ROLE_CODE, TARGETS, Target
-from routing.models import document_predictions, parse_model_document
+from routing.models.validated import document_predictions, parse_model_document
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples
 from routing.training.split import splits_for

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from routing.features import TARGETS, Target
-from routing.model_export import to_document
+from routing.training.export import to_document
 from routing.training.calibration import calibration_offsets
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples, TargetData

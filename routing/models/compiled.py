@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from routing.model_format import TreesRegressor
+from routing.models.format import TreesRegressor
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,14 @@ from dataclasses import InitVar, dataclass
 import numpy as np
 
 from routing.config import PickerConfig
-from routing.draws import argmax_random, argmax_tiebreak, argmin_random
+from routing.picking.draws import argmax_random, argmax_tiebreak, argmin_random
 from routing.features import TTFT_FEATURES, view_feature_matrix, view_raw_features
-from routing.headroom import margin_ms, per_endpoint, relative_headroom
-from routing.lifecycle import InFlight
-from routing.load_matrix import EndpointView
-from routing.pick_result import Choice, PickResult, Tier
-from routing.registry import EndpointRegistry
-from routing.topology import MISSING, cost_table_ms, prefill_has_local_decode, relation_name, shared_depth
+from routing.picking.headroom import margin_ms, per_endpoint, relative_headroom
+from routing.fleet.lifecycle import InFlight
+from routing.fleet.load_matrix import EndpointView
+from routing.picking.result import Choice, PickResult, Tier
+from routing.fleet.registry import EndpointRegistry
+from routing.fleet.topology import MISSING, cost_table_ms, prefill_has_local_decode, relation_name, shared_depth
 
 _N_TTFT = len(TTFT_FEATURES)
 
@@ -131,7 +131,7 @@ class Picker:
     """Chooses endpoints for requests; see the module docstring for the rules."""
 
     def __init__(self, config: PickerConfig, predictor, *, rng: np.random.Generator | int | None = None):
-        """predictor: routing.predictor.LatencyPredictor (anything with snapshot()).
+        """predictor: routing.models.predictor.LatencyPredictor (anything with snapshot()).
         rng: a numpy Generator or a seed (None: fresh entropy)."""
         self.config = config
         self.predictor = predictor

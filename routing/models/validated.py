@@ -1,6 +1,6 @@
 """Validated, ready-to-serve latency models: a decoded document checked completely, then compiled.
 
-The router validates a document (routing.model_format) completely before it can serve: schema, feature
+The router validates a document (routing.models.format) completely before it can serve: schema, feature
 names equal to a feature set routing.features knows for the target, array
 shapes, child indices that form a tree (no cycles, bounded depth), finite
 numbers, size limits, and finite non-negative predictions on probe rows.
@@ -20,9 +20,9 @@ from typing import Literal
 import numpy as np
 from pydantic import ValidationError
 
-from routing.compiled_regressors import BitvectorTrees, CompiledLinear, levelwise_trees
+from routing.models.compiled import BitvectorTrees, CompiledLinear, levelwise_trees
 from routing.features import FEATURE_SET_VERSION, FEATURE_SETS, FEATURES, TARGETS, Target, columns_of
-from routing.model_format import ModelDocument, TargetModels, TreesRegressor
+from routing.models.format import ModelDocument, TargetModels, TreesRegressor
 
 MAX_TREE_DEPTH = 64
 # Bounds that keep one prediction call cheap and one document small.
@@ -64,7 +64,7 @@ class LatencyModel:
                    estimate=None) -> np.ndarray:
         """Predicted latency, ms: `predict`, times the estimate's prediction for a relative model.
 
-        estimate: has `name` and predict(target, x) -> ms (routing.predictor.ProfileEstimator); needed
+        estimate: has `name` and predict(target, x) -> ms (routing.models.predictor.ProfileEstimator); needed
         only for a relative target, and must be the estimate named in `base` (ValueError otherwise).
         """
         pred = self.predict(target, x, quantile=quantile)

@@ -27,7 +27,7 @@ then means feature set 1):
 
 A relative target ("relative": true; the document then names its estimate in
 "base") predicts the ratio of the latency to the router's profile estimate
-(routing.predictor.ProfileEstimator) on the same row: the router multiplies the two, so the estimate carries what
+(routing.models.predictor.ProfileEstimator) on the same row: the router multiplies the two, so the estimate carries what
 the trees cannot extrapolate (more load than training saw) and the trees
 correct its bias. A router serves it only when its own estimate has that name
 (the service refuses it on publish otherwise); a router that predates the

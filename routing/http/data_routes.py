@@ -10,11 +10,11 @@ from fastapi import FastAPI, Path
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from routing.http_answers import EndpointOut, EventOut, HealthOut, OkOut, PredictOut
-from routing.http_bodies import ID_PATTERN, DispatchedBody, MetricsBody, PredictBody
-from routing.http_errors import error_response, error_responses
-from routing.picker import RouteRequest
-from routing.registry_errors import DuplicateRequestError, RegistryError, UnknownEndpointError
+from routing.http.answers import EndpointOut, EventOut, HealthOut, OkOut, PredictOut
+from routing.http.bodies import ID_PATTERN, DispatchedBody, MetricsBody, PredictBody
+from routing.http.errors import error_response, error_responses
+from routing.picking.picker import RouteRequest
+from routing.fleet.errors import DuplicateRequestError, RegistryError, UnknownEndpointError
 from routing.service import RoutingService
 
 

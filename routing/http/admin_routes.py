@@ -13,14 +13,14 @@ from fastapi import FastAPI, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import Field, create_model
 
-from routing.http_answers import ModelListOut, PublishedOut, RegisteredOut, RemovedOut, RollbackOut, SamplesOut
-from routing.http_bodies import ID_PATTERN, EndpointBody, RollbackBody
-from routing.http_errors import error_response, error_responses
-from routing.model_format import ModelDocument
-from routing.model_store import UnknownVersionError, VersionExistsError
-from routing.registry import Endpoint
-from routing.registry_errors import RegistryError, UnknownEndpointError
-from routing.samples import FEATURE_NAMES
+from routing.http.answers import ModelListOut, PublishedOut, RegisteredOut, RemovedOut, RollbackOut, SamplesOut
+from routing.http.bodies import ID_PATTERN, EndpointBody, RollbackBody
+from routing.http.errors import error_response, error_responses
+from routing.models.format import ModelDocument
+from routing.models.store import UnknownVersionError, VersionExistsError
+from routing.fleet.registry import Endpoint
+from routing.fleet.errors import RegistryError, UnknownEndpointError
+from routing.samples.store import FEATURE_NAMES
 from routing.service import RoutingService
 
 

@@ -21,10 +21,10 @@ from urllib.parse import parse_qsl
 import orjson
 from fastapi import FastAPI
 
-from routing.http_errors import error_answer
-from routing.ratelimit import retry_after_header
+from routing.http.errors import error_answer
+from routing.http.ratelimit import retry_after_header
 
-log = logging.getLogger("sla_planner.routing.app")
+log = logging.getLogger("sla_planner.routing.http.app")
 
 
 @dataclass(eq=False)

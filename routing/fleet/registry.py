@@ -13,7 +13,7 @@ level, and load from two sources:
 Lifecycle calls also keep, per endpoint, the estimated running prefill batch
 (tokens and start time: a first token ends a batch and the next starts with
 what was waiting; routing.features defines the features). The lifecycle
-bookkeeping lives in routing.lifecycle, the matrix layout in routing.load_matrix.
+bookkeeping lives in routing.fleet.lifecycle, the matrix layout in routing.fleet.load_matrix.
 
 Load lives in one float matrix (a row per endpoint slot) so a pick gathers the
 candidates' state in a single numpy indexing operation. All times are passed in
@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from routing.features import ROLE_CODE, ROLES, Role, view_raw_features
-from routing.lifecycle import InFlight, RequestLifecycle
-from routing.load_matrix import (
+from routing.fleet.lifecycle import InFlight, RequestLifecycle
+from routing.fleet.load_matrix import (
     BATCH_AT, BATCH_TIF, BLOCK_FIELDS, DECODE_TIF, KV_M, LC_RUN, LC_WAIT, M_AT, MAX_KV, MIN_ITL, MIN_TTFT, N_COLS,
     PREFILL_TIF, ROLE, ROLE_CODES, RUN_M, WAIT_M, EndpointView,
 )
-from routing.registry_errors import RegistryError, UnknownEndpointError
-from routing.topology import MISSING
+from routing.fleet.errors import RegistryError, UnknownEndpointError
+from routing.fleet.topology import MISSING
 
 
 @dataclass(frozen=True)

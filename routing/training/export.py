@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 
 from routing.features import FEATURE_SET_VERSION, FEATURE_SETS, TARGETS, Target
-from routing.model_format import FORMAT, FORMAT_VERSION
+from routing.models.format import FORMAT, FORMAT_VERSION
 from routing.training.buckets import BUCKET_EDGES
 from routing.training.fit import TargetModels
 
@@ -175,7 +175,7 @@ def to_document(
     created_at_s: float | None = None,
     notes: str = "",
 ) -> dict:
-    """A publishable model document (routing.models format) for both targets."""
+    """A publishable model document (routing.models.validated format) for both targets."""
     feature_set = models["ttft"].feature_set
     if models["tpot"].feature_set != feature_set:
         raise ValueError(f"to_document: TTFT models use feature set {feature_set}, TPOT models "

@@ -46,7 +46,7 @@ The estimate assumes one GPU per engine, like the profile's per-GPU figures.
 
 `LatencyPredictor.snapshot()` pins one model for a whole pick, so a model swap
 in the middle of a pick cannot mix two versions. A relative published model
-(routing.models: a target marked relative, the estimate named in `base`)
+(routing.models.validated: a target marked relative, the estimate named in `base`)
 predicts ratios to this estimate: the pinned model multiplies them by the
 estimate on the same rows.
 """
@@ -62,7 +62,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from routing.features import TARGETS, TPOT_FEATURES, TTFT_FEATURES, Target, features_from_samples
-from routing.online_calibration import OnlineCalibration, served_factor
+from routing.models.online_calibration import OnlineCalibration, served_factor
 
 _COL = {name: j for j, name in enumerate(TPOT_FEATURES)}
 # Running-batch features (tokens, elapsed time, tokens queued behind it), when
@@ -240,7 +240,7 @@ class LatencyPredictor:
 
     def __init__(self, *, estimate: ProfileEstimator, models=None, quantile: Literal["mean", "p90"] = "p90",
                  online: OnlineCalibration | None = None):
-        """models: routing.model_store.ModelStore or None (estimate only); online: the online p90
+        """models: routing.models.store.ModelStore or None (estimate only); online: the online p90
         calibration of published models (used only with quantile p90)."""
         self.estimate = estimate
         self.models = models
@@ -250,7 +250,7 @@ class LatencyPredictor:
         self._pending_lock = threading.Lock()
 
     def observe(self, sample) -> int:
-        """Feed a recorded sample (routing.lifecycle.Sample) to the online calibration: samples predicted by
+        """Feed a recorded sample (routing.fleet.lifecycle.Sample) to the online calibration: samples predicted by
         a published model wait until `batch` of them are scored together against the active model's p90.
         Returns how many outcomes were counted by this call (0 while they wait)."""
         if self.online is None or sample.model_version is None or sample.predicted_ms is None:

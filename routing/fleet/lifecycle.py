@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from routing.features import RAW_FIELDS, Role, Target
-from routing.load_matrix import BATCH_AT, BATCH_TIF, DECODE_TIF, LC_RUN, LC_WAIT, MAX_KV, MIN_ITL, MIN_TTFT, PREFILL_TIF
-from routing.registry_errors import DuplicateRequestError, RegistryError, UnknownRequestError
+from routing.fleet.load_matrix import BATCH_AT, BATCH_TIF, DECODE_TIF, LC_RUN, LC_WAIT, MAX_KV, MIN_ITL, MIN_TTFT, PREFILL_TIF
+from routing.fleet.errors import DuplicateRequestError, RegistryError, UnknownRequestError
 
 
 @dataclass

@@ -23,8 +23,8 @@ import numpy as np
 from planner.profile import EngineProfile
 from planner.ttft_view import TabulatedTtftView, TtftView
 from routing.features import LOAD_FIELDS, feature_matrix
-from routing.models import LatencyModel, parse_model_document
-from routing.predictor import ProfileEstimator
+from routing.models.validated import LatencyModel, parse_model_document
+from routing.models.predictor import ProfileEstimator
 
 TABLE_POINTS = 64
 

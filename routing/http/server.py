@@ -7,7 +7,7 @@ nothing, or trickles its headers a byte at a time, holds a connection for
 ever. `head_guarded_protocol` is uvicorn's httptools protocol with both: the
 request line and headers must arrive within `limits.header_timeout_s` (else
 408 and the connection is closed) and stay within `limits.max_header_bytes`
-(else 431). The body's deadline is the request guard's (routing.guard).
+(else 431). The body's deadline is the request guard's (routing.http.guard).
 """
 
 from __future__ import annotations

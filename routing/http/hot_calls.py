@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Path, Request
 from pydantic import BaseModel, ValidationError
 
-from routing.guard import client_source
-from routing.http_answers import EventBatchOut, EventOut, RouteOut, ShedOut
-from routing.http_bodies import EventBatch, RouteBody
-from routing.http_errors import error_answer, error_responses, invalid_answer, json_response
-from routing.pick_result import PickResult
-from routing.picker import MissingSloError, NoEndpointError, TopologyError
-from routing.registry_errors import DuplicateRequestError, RegistryError, UnknownEndpointError, UnknownRequestError
+from routing.http.guard import client_source
+from routing.http.answers import EventBatchOut, EventOut, RouteOut, ShedOut
+from routing.http.bodies import EventBatch, RouteBody
+from routing.http.errors import error_answer, error_responses, invalid_answer, json_response
+from routing.picking.result import PickResult
+from routing.picking.picker import MissingSloError, NoEndpointError, TopologyError
+from routing.fleet.errors import DuplicateRequestError, RegistryError, UnknownEndpointError, UnknownRequestError
 from routing.service import RoutingService
 
 # The one path parameter a hot call may have, and its longest value.

@@ -1,7 +1,7 @@
 """Bounded training-sample store that keeps coverage across load levels.
 
 Every completed request leaves a TTFT and usually a TPOT sample (features at
-dispatch + observed latency, see routing.lifecycle.Sample). The store keeps at
+dispatch + observed latency, see routing.fleet.lifecycle.Sample). The store keeps at
 most `capacity` of them. Samples fall into load buckets: (target, role, KV-usage
 bucket, waiting-queue bucket). When full, the oldest sample of the currently
 largest bucket goes, so a burst of samples from one common load level cannot
@@ -16,7 +16,7 @@ evicted count grow instead of a silent gap.
 Eviction and insertion are O(1) amortised: buckets are grouped by size, and
 the ordered index drops evicted entries lazily.
 
-Persistence (optional, `path`) is the SQLite mirror of routing.sample_file.
+Persistence (optional, `path`) is the SQLite mirror of routing.samples.file.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from routing.features import FEATURES, RAW_FIELDS, ROLE_CODE, ROLES, TARGETS
-from routing.lifecycle import Sample
-from routing.sample_file import SampleFile
-from routing.sample_format import SEQ_BLOCK
+from routing.fleet.lifecycle import Sample
+from routing.samples.file import SampleFile
+from routing.samples.format import SEQ_BLOCK
 from routing.store_guard import StoreLock, lock_and_load
 
 WAITING_EDGES = (1, 2, 4, 8)  # waiting-queue buckets: 0, 1, 2-3, 4-7, 8+

@@ -1,6 +1,6 @@
 """Published latency models: versions, the active one, atomic swap, rollback, persistence.
 
-A document is validated and compiled completely (routing.models) before it can
+A document is validated and compiled completely (routing.models.validated) before it can
 become active; a bad one raises and the active model keeps serving. Becoming
 active is one reference assignment, so picks in progress finish on the model
 they pinned and the next pick sees the new one: nothing is dropped. Rollback
@@ -31,8 +31,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from routing.model_format import VERSION_PATTERN
-from routing.models import DEFAULT_MAX_NODES, DEFAULT_MAX_TREES, LatencyModel, parse_model_document
+from routing.models.format import VERSION_PATTERN
+from routing.models.validated import DEFAULT_MAX_NODES, DEFAULT_MAX_TREES, LatencyModel, parse_model_document
 from routing.store_guard import StoreFullError, StoreLock, is_full, lock_and_load
 
 STATE_FILE = "state.json"

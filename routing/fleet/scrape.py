@@ -15,7 +15,7 @@ import logging
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-log = logging.getLogger("sla_planner.routing.scrape")
+log = logging.getLogger("sla_planner.routing.fleet.scrape")
 
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 _WAITING = ("vllm:num_requests_waiting",)

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, ConfigDict, Field, Strict, create_model, model_validator
 
 from planner.strict import StrictModel
-from routing.picker import RouteRequest
+from routing.picking.picker import RouteRequest
 
 # No "/": an id is one path segment (/v1/requests/{id}/...), and an encoded %2F
 # is decoded before routing here and rewritten or refused by many proxies.

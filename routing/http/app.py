@@ -26,18 +26,18 @@ import logging
 from fastapi import Depends, FastAPI
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from routing.admin_routes import add_endpoint_routes, add_model_routes, add_sample_routes
+from routing.http.admin_routes import add_endpoint_routes, add_model_routes, add_sample_routes
 from routing.config import RouterConfig
-from routing.data_routes import add_read_routes, add_request_routes
-from routing.guard import RequestGuard, query_names_of
-from routing.hot_calls import add_hot_routes, fast_path, hot_calls
-from routing.http_bodies import bounded_bodies
-from routing.http_errors import Refused, add_error_handlers
-from routing.ratelimit import TokenBuckets
-from routing.scrape import scrape_forever
+from routing.http.data_routes import add_read_routes, add_request_routes
+from routing.http.guard import RequestGuard, query_names_of
+from routing.http.hot_calls import add_hot_routes, fast_path, hot_calls
+from routing.http.bodies import bounded_bodies
+from routing.http.errors import Refused, add_error_handlers
+from routing.http.ratelimit import TokenBuckets
+from routing.fleet.scrape import scrape_forever
 from routing.service import RoutingService
 
-log = logging.getLogger("sla_planner.routing.app")
+log = logging.getLogger("sla_planner.routing.http.app")
 
 
 def create_app(config: RouterConfig, *, token: str | None, data_token: str | None = None,

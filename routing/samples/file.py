@@ -59,8 +59,8 @@ import time
 import numpy as np
 
 from routing.features import RAW_FIELDS, ROLE_CODE, TARGETS
-from routing.lifecycle import Sample
-from routing.sample_format import (
+from routing.fleet.lifecycle import Sample
+from routing.samples.format import (
     CURRENT_LAYOUT_CRC,
     SCHEMA_VERSION,
     SEQ_BLOCK,
@@ -70,14 +70,14 @@ from routing.sample_format import (
     layout_crc,
     row_crc,
 )
-from routing.sample_salvage import Salvage, salvage_file
+from routing.samples.salvage import Salvage, salvage_file
 from routing.store_guard import is_full
 
 log = logging.getLogger(__name__)
 
 
 class SampleFile:
-    """Persistence methods of routing.samples.SampleStore (a mixin: they read and write the store's state).
+    """Persistence methods of routing.samples.store.SampleStore (a mixin: they read and write the store's state).
 
     Called with the store's lock held, except `_open` (from the constructor, before the store is shared).
     """

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from routing.features import RAW_FIELDS
-from routing.sample_format import SCHEMA_VERSION, SEQ_BLOCK, SampleStoreVersionError
+from routing.samples.format import SCHEMA_VERSION, SEQ_BLOCK, SampleStoreVersionError
 
 
 @dataclass

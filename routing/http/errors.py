@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from routing.http_answers import ErrorBody
+from routing.http.answers import ErrorBody
 from routing.store_guard import StoreFullError
 
 

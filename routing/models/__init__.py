@@ -1,0 +1,1 @@
+"""Serving latency models: the published document, validated and compiled, stored, calibrated online, and the predictor."""

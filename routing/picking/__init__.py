@@ -1,0 +1,1 @@
+"""Picking endpoints for a request: SLO-aware, topology-aware choice and its outcome."""
