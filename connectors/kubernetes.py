@@ -20,29 +20,16 @@ availableReplicas, else readyReplicas) and `observedGeneration`; GPUs per replic
 from the operator's `gpusPerReplica`, else the component's `nvidia.com/gpu`.
 
 The last decision and the recommendation history live on the DGD as annotations
-(the operator does not revert metadata). A run writes only when something
-changes: one write guarded by `metadata.resourceVersion` (a merge patch in
-v1alpha1, a JSON patch with a `test` of it in v1beta1, carrying the replicas of
-components without an adapter) with the recommendation when it differs from
-the one in effect, plus the decision annotations when the targets change; then,
-with adapters, their /scale. A conflict (409, or 422 from the resourceVersion
-test) makes the connector read afresh and retry. Annotations (prefix
-configurable, default `sla-planner`):
+(connectors.annotation_ledger; the operator does not revert metadata). A run writes
+only when something changes: one write guarded by `metadata.resourceVersion` (a
+merge patch in v1alpha1, a JSON patch with a `test` of it in v1beta1, carrying the
+replicas of components without an adapter) with the recommendation when it differs
+from the one in effect, plus the decision annotations when the targets change;
+then, with adapters, their /scale. A conflict (409, or 422 from the resourceVersion
+test) makes the connector read afresh and retry.
 
-- `<prefix>/decision-id`: increases by one per applied decision
-- `<prefix>/decided-at-s`: Unix time of the decision, seconds
-- `<prefix>/targets`: `{"prefill": n, "decode": m}`
-- `<prefix>/recent-targets`: JSON list of recent applied decisions
-- `<prefix>/recommendations`: JSON list of recommendation changes
-  `{"t_s", "prefill", "decode"}`, oldest first, each stamped with the first
-  run that recommended it and in effect until the next (stabilization window:
-  a recommendation holds scale-downs until the window has passed since it was
-  superseded)
-
-Credentials: the in-cluster service account (the official loader, which
-re-reads the rotated token file every minute) or a kubeconfig. A 401 makes the
-connector load them again and retry once, so a token revoked right after its
-rotation costs one request; a second 401 is an error naming the credentials.
+Credentials and API errors are connectors.kube_session's (in-cluster service
+account or kubeconfig; a 401 reloads them once).
 
 A decision is done when both pools' ready replicas equal its targets and the
 operator has observed the DGD's current generation.
@@ -50,35 +37,24 @@ operator has observed the DGD's current generation.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 
-import urllib3
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config import incluster_config
-from kubernetes.config.config_exception import ConfigException
 
 from connectors import dgd
 from connectors.base import (
     ConcurrentWriteError,
     ConnectorError,
-    ConnectorUnavailableError,
     ResourceAccessError,
-    add_recommendation_change,
-    append_targets,
     as_applied_targets,
     changes_as_recent_targets,
-    parse_recommendations,
-    parse_targets_history,
     recommendation_entry,
     refuse_stale,
     recommendation_of,
-    targets_entry,
 )
+from connectors.annotation_ledger import AnnotationLedger
 from connectors.config import KubernetesConnectorConfig
+from connectors.kube_session import KubeSession
 from planner.types import POOLS, Decision, DecisionRecord, FleetState, Pool, PoolState
 
 log = logging.getLogger(__name__)
@@ -103,20 +79,17 @@ class KubernetesConnector:
         self.config = config
         self.namespace = config.namespace or default_namespace
         self.name = config.dgd_name
-        self._in_cluster = config.auth == "in_cluster" or (
-            config.auth == "auto" and incluster_config.SERVICE_HOST_ENV_NAME in os.environ
+        self._session = KubeSession(
+            auth=config.auth, kubeconfig_path=config.kubeconfig_path, kubeconfig_context=config.kubeconfig_context,
+            resource=self.resource, not_found_hint="check connector.dgd_name and namespace", api_client=api_client,
         )
-        # Credentials we loaded ourselves can be loaded again (a rotated token); an injected client cannot.
-        self._reloadable = api_client is None
-        self.auth_source = "the given API client" if api_client is not None else self._auth_source()
-        self._api = k8s_client.CustomObjectsApi(api_client or self._make_api_client())
+        self.auth_source = self._session.auth_source
         self._version: str | None = None if config.api == "auto" else config.api
-        prefix = config.annotation_prefix.rstrip("/")
-        self._ann_id = f"{prefix}/decision-id"
-        self._ann_at = f"{prefix}/decided-at-s"
-        self._ann_targets = f"{prefix}/targets"
-        self._ann_history = f"{prefix}/recent-targets"
-        self._ann_recommendations = f"{prefix}/recommendations"
+        self._ledger = AnnotationLedger(prefix=config.annotation_prefix, resource=self.resource)
+
+    @property
+    def _api(self) -> k8s_client.CustomObjectsApi:
+        return k8s_client.CustomObjectsApi(self._session.api_client)
 
     @property
     def resource(self) -> str:
@@ -148,9 +121,8 @@ class KubernetesConnector:
         """The DGD exists, is readable, and has a prefill and a decode component."""
         obj = self._get(doing="validating")
         self._workers(obj)
+        self._ledger.validate(obj)
         self._last_decision(obj)
-        self._history(obj)
-        self._recommendations(obj)
 
     def read_fleet(self, *, now_s: float) -> FleetState:
         obj = self._get(doing="reading the fleet")
@@ -162,8 +134,8 @@ class KubernetesConnector:
             prefill=pools["prefill"],
             decode=pools["decode"],
             last_decision=self._last_decision(obj),
-            recent_targets=changes_as_recent_targets(self._recommendations(obj), now_s=now_s),
-            applied_targets=as_applied_targets(self._history(obj)),
+            recent_targets=changes_as_recent_targets(self._ledger.recommendations(obj), now_s=now_s),
+            applied_targets=as_applied_targets(self._ledger.history(obj)),
         )
 
     def apply(self, decision: Decision, *, now_s: float) -> DecisionRecord | None:
@@ -186,25 +158,10 @@ class KubernetesConnector:
             current = self._current_replicas(workers)
             refuse_stale(decision, (current["prefill"][0], current["decode"][0]), resource=self.resource)
             changed = [p for p in POOLS if decision.apply and current[p][0] != want[p]]
-            recommendations = add_recommendation_change(
-                self._recommendations(obj), entry, max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s
+            annotations = self._ledger.updates(
+                obj, entry=entry, want=want if changed else None, now_s=now_s,
+                max_entries=cfg.history_max_entries, max_age_s=cfg.history_max_age_s,
             )
-            annotations: dict[str, str] = {}
-            if recommendations is not None:
-                annotations[self._ann_recommendations] = json.dumps(recommendations, separators=(",", ":"))
-            if changed:
-                new_id = self._decision_id((obj.get("metadata") or {}).get("annotations") or {}) + 1
-                history = append_targets(
-                    self._history(obj),
-                    targets_entry(decision_id=new_id, decided_at_s=now_s, prefill=want["prefill"], decode=want["decode"]),
-                    max_entries=cfg.history_max_entries,
-                )
-                annotations.update({
-                    self._ann_id: str(new_id),
-                    self._ann_at: repr(float(now_s)),
-                    self._ann_targets: json.dumps(want, separators=(",", ":")),
-                    self._ann_history: json.dumps(history, separators=(",", ":")),
-                })
             if not annotations:
                 return None
             try:
@@ -317,48 +274,11 @@ class KubernetesConnector:
             out[pool] = (replicas if isinstance(replicas, int) else worker.replicas, True)
         return out
 
-    def _decision_id(self, annotations: dict) -> int:
-        text = annotations.get(self._ann_id)
-        if text is None:
-            return 0
-        try:
-            value = int(text)
-        except ValueError:
-            value = -1
-        if value < 0:
-            raise ConnectorError(
-                f"{self.resource}: annotation {self._ann_id} must be a non-negative integer, got {text!r}"
-            )
-        return value
-
-    def _history(self, obj: dict) -> list[dict]:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        return parse_targets_history(
-            annotations.get(self._ann_history), source=f"{self.resource}: annotation {self._ann_history}"
-        )
-
-    def _recommendations(self, obj: dict) -> list[dict]:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        return parse_recommendations(
-            annotations.get(self._ann_recommendations),
-            source=f"{self.resource}: annotation {self._ann_recommendations}",
-        )
-
     def _last_decision(self, obj: dict) -> DecisionRecord | None:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        decision_id = self._decision_id(annotations)
-        if decision_id == 0:
+        last = self._ledger.last_targets(obj)
+        if last is None:
             return None
-        try:
-            targets = json.loads(annotations[self._ann_targets])
-            decided_at_s = float(annotations[self._ann_at])
-            prefill, decode = int(targets["prefill"]), int(targets["decode"])
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ConnectorError(
-                f"{self.resource}: annotations {self._ann_targets} / {self._ann_at} must accompany "
-                f"{self._ann_id}={decision_id} as JSON {{\"prefill\": n, \"decode\": m}} and seconds "
-                f"({type(exc).__name__}: {exc})"
-            ) from None
+        decision_id, decided_at_s, prefill, decode = last
         workers = self._workers(obj)
         ready = {p: dgd.ready_replicas(workers[p]) for p in POOLS}
         done = dgd.caught_up(obj) and ready["prefill"] == prefill and ready["decode"] == decode
@@ -414,84 +334,4 @@ class KubernetesConnector:
         )
 
     def _call(self, fn, *, verb: str, doing: str, resource: str | None = None):
-        try:
-            try:
-                return fn()
-            except ApiException as exc:
-                if exc.status != 401 or not self._reloadable:
-                    raise
-                # A 401 with credentials we loaded: the token may have been rotated (and the old
-                # one revoked) since we read it; read them again and retry once.
-                self._api = k8s_client.CustomObjectsApi(self._make_api_client())
-                return fn()
-        except ApiException as exc:
-            raise self._api_error(exc, verb=verb, doing=doing, resource=resource) from exc
-        except urllib3.exceptions.HTTPError as exc:
-            host = self._api.api_client.configuration.host
-            reason = getattr(exc, "reason", None)
-            if isinstance(exc, urllib3.exceptions.SSLError) or isinstance(reason, urllib3.exceptions.SSLError):
-                ca = self._api.api_client.configuration.ssl_ca_cert
-                raise ConnectorError(
-                    f"{self.resource}: {doing}: TLS with the Kubernetes API server {host} failed "
-                    f"(auth from {self.auth_source}; CA file {ca or 'none: the system CAs'}): {reason or exc}"
-                ) from exc
-            raise ConnectorUnavailableError(
-                f"{self.resource}: {doing}: Kubernetes API server {host} unreachable ({exc})"
-            ) from exc
-
-    def _api_error(self, exc: ApiException, *, verb: str, doing: str, resource: str | None = None) -> ConnectorError:
-        try:
-            status = json.loads(exc.body or "{}")
-        except ValueError:
-            status = {}
-        message = status.get("message") if isinstance(status, dict) else None
-        message = message or exc.reason or "no message"
-        what = f"{verb} {resource or self.resource}"
-        if exc.status == 409:
-            return ConcurrentWriteError(f"{what}: 409 Conflict: {message}")
-        if exc.status == 403:
-            granted = (resource or f"{PLURAL}.{GROUP}").split(" in namespace")[0].split("/")[0]
-            sub = "/scale" if resource and "(scale)" in resource else ""
-            return ResourceAccessError(
-                f"{what}: 403 Forbidden: {message} (grant the planner's service account the "
-                f"{verb!r} verb on {granted}{sub})"
-            )
-        if exc.status == 404:
-            return ResourceAccessError(f"{what}: 404 Not Found: {message} (check connector.dgd_name and namespace)")
-        if exc.status == 401:
-            fix = (
-                "check the service account token is mounted, current and not revoked"
-                if self._in_cluster and self._reloadable else "check the credentials"
-            )
-            again = ", read again after a first 401" if self._reloadable else ""
-            return ResourceAccessError(f"{what}: 401 Unauthorized: {message} (auth from {self.auth_source}{again}; {fix})")
-        if exc.status in (429, 500, 502, 503, 504):
-            return ConnectorUnavailableError(f"{what} while {doing}: HTTP {exc.status}: {message}")
-        return ConnectorError(f"{what} while {doing}: HTTP {exc.status}: {message}")
-
-    def _auth_source(self) -> str:
-        """The credentials' origin, for error messages: in-cluster token file or kubeconfig (and context)."""
-        cfg = self.config
-        if self._in_cluster:
-            return (
-                f"the in-cluster service account (token {incluster_config.SERVICE_TOKEN_FILENAME}, "
-                f"CA {incluster_config.SERVICE_CERT_FILENAME})"
-            )
-        return f"kubeconfig {cfg.kubeconfig_path or os.environ.get('KUBECONFIG') or '~/.kube/config'}" + (
-            f" context {cfg.kubeconfig_context!r}" if cfg.kubeconfig_context else ""
-        )
-
-    def _make_api_client(self) -> k8s_client.ApiClient:
-        cfg = self.config
-        try:
-            if self._in_cluster:
-                configuration = k8s_client.Configuration()
-                # The official loader re-reads the (kubelet-rotated) token file at most a minute
-                # after it changes, through the refresh hook it sets on this configuration.
-                k8s_config.load_incluster_config(client_configuration=configuration, try_refresh_token=True)
-                return k8s_client.ApiClient(configuration)
-            return k8s_config.new_client_from_config(
-                config_file=cfg.kubeconfig_path, context=cfg.kubeconfig_context
-            )
-        except (ConfigException, OSError) as exc:
-            raise ConnectorError(f"Kubernetes auth from {self.auth_source} failed: {exc}") from exc
+        return self._session.call(fn, verb=verb, doing=doing, resource=resource, default_grant=f"{PLURAL}.{GROUP}")
