@@ -30,7 +30,7 @@ can take a pool below what the guardrail asked for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from planner.config import DecisionConfig, FastPathConfig
 from planner.decision_gates import (
@@ -47,7 +47,7 @@ from planner.stabilization import (
     floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup,
 )
 from planner.types import (
-    POOLS, Decision, FleetState, Observation, Pool, PoolSizing, Reason, ReasonCode, StartFloor, Targets,
+    POOLS, Decision, FleetState, Observation, Pool, PoolSizing, Reason, ReasonCode, StartFloor, Step, Targets,
 )
 
 

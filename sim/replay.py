@@ -336,7 +336,7 @@ class _ReplayRun:
 
     def fast_path_until(self, end_s: float, k: int) -> None:
         """Polls and fast-path runs strictly before end_s (the next scheduled run)."""
-        sim, trigger, scenario = self.sim, self.trigger, self.scenario
+        sim, trigger = self.sim, self.trigger
         while not sim.done and trigger.next_time_s() < end_s:
             now = trigger.next_time_s()
             sim.run_until(now)

@@ -1,7 +1,8 @@
 """Session-wide test settings shared by every area.
 
-Area-specific fixtures for real components live in tests/fixtures_*.py and are
-imported by the tests that need them.
+Area-specific fixtures for real components live in tests/fixtures_*.py; the fixtures of shared
+components (etcd, Prefect, Prometheus, the fake Kubernetes API) are registered below, their helpers
+are imported by the tests that need them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["tests.fixtures_etcd", "tests.fixtures_prefect", "tests.fixtures_prometheus", "tests.k8s_fake_server"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import re
 from pathlib import Path
 

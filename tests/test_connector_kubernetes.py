@@ -24,16 +24,12 @@ from connectors.factory import make_connector
 from connectors.kubernetes import KubernetesConnector
 from planner.types import Decision
 from tests.fixtures_net import free_port
-from tests.k8s_fake_server import (  # noqa: F401  (fixtures)
+from tests.k8s_fake_server import (
     GROUP,
     PLURAL,
     TEST_TOKEN,
     VERSION,
     FakeKubeApiServer,
-    dgd_manifest,
-    fake_k8s_api,
-    fake_k8s_api_tls,
-    k8s_namespace,
     kube_api_client,
     load_manifest,
     make_self_signed_cert,

@@ -33,9 +33,7 @@ from connectors.virtual import VirtualConnector
 from planner.config import DecisionConfig
 from planner.decide import decide
 from planner.types import Decision, DecisionRecord, Observation, PoolSizing
-from tests.fixtures_etcd import etcd, etcd_namespace, etcd_server  # noqa: F401  (fixtures)
-from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
-from tests.k8s_fake_server import dgd_manifest, fake_k8s_api, k8s_namespace, kube_api_client, seed_dgd  # noqa: F401
+from tests.k8s_fake_server import kube_api_client, seed_dgd
 
 T0_S = 1_700_000_000.0
 INTERVAL_S = 60.0

@@ -19,7 +19,7 @@ from connectors.config import VirtualConnectorConfig
 from connectors.factory import make_connector
 from connectors.virtual import VirtualConnector
 from planner.types import Decision
-from tests.fixtures_etcd import EtcdServer, etcd, etcd_namespace, etcd_server  # noqa: F401
+from tests.fixtures_etcd import EtcdServer
 
 T0_S = 1_700_000_000.0
 

@@ -16,7 +16,6 @@ import yaml
 
 from tests.fixtures_frontend import FrontendFeeder
 from tests.fixtures_prefect_server import ROOT, PrefectStack
-from tests.fixtures_prometheus import live_exporter, prometheus_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,6 @@ from sim.live_config import LiveConfig, make_tables
 from sim.live_fleet import LiveFleet
 from sim.trace_shaping import TraceSegment, build_trace, shaped_trace
 from sim.traces import load_trace, time_window
-from tests.fixtures_etcd import etcd, etcd_namespace, etcd_server  # noqa: F401
 from tests.fixtures_net import free_port
 from tests.fixtures_routing import TOKEN, RunningServer
 

@@ -24,8 +24,6 @@ from planner.config import FastPathConfig, PlannerConfig, ProfileConfig
 from planner.fast_path import SaturationSignal
 from planner.types import PodMetrics
 from planner_cli.watch import SaturationWatcher
-from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
-from tests.fixtures_prometheus import live_exporter, prometheus_server  # noqa: F401  (fixtures)
 from tests.test_flow_planner import _observation
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,6 @@ from flows.report import artifact_key
 from planner.config import PlannerConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, PodMetrics
 from planner.whatif import WhatIf
-from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
-from tests.fixtures_prometheus import prometheus_server  # noqa: F401  (fixture)
 
 INTERVAL_S = 60.0
 

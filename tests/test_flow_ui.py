@@ -20,7 +20,6 @@ from flows.report import CELL_WIDTH_CHARS
 from planner.config import PlannerConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, PodMetrics
 from planner.whatif import WhatIf
-from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERVAL_S = 60.0

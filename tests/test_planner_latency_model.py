@@ -23,7 +23,6 @@ from routing.config import RouterConfig
 from routing.training.export import model_document
 from sim.published_ttft import load_ttft_view
 from tasks.latency_model import read_ttft_view
-from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 from tests.fixtures_routing import PROFILE_DIR, TOKEN, RunningServer, free_port, h200_profile, linear
 
 DATA_TOKEN = "planner-data-token-0123456789"

@@ -9,15 +9,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from connectors.profiles import load_profile_dir
 from routing.features import FEATURES
+from routing.models.predictor import ProfileEstimator
 from routing.models.validated import document_predictions
 from routing.training.data import PreparedSamples, TargetData
 from routing.training.fit import fit_all
 from routing.training.publish import decide_candidate
-from tests.test_retrain_relative import CFG, PROFILE_DIR, data, estimate  # noqa: F401 (fixture)
+from tests.test_retrain_relative import CFG, PROFILE_DIR, data
 
 pytestmark = pytest.mark.skipif(not PROFILE_DIR.exists(), reason="profile data not found")
 N = 3000
+
+
+@pytest.fixture(scope="module")
+def estimate():
+    return ProfileEstimator(load_profile_dir(PROFILE_DIR))
 
 
 def tpot_drifting_in_holdout(estimate, *, holdout_ratio: float) -> TargetData:

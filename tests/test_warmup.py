@@ -17,7 +17,6 @@ from planner.pipeline import needs_warmup, predict_load
 from planner.predict import prime_history
 from planner.types import LoadHistory, Observation
 from sim.traces import load_warmup_history
-from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 
 INTERVAL_S = 60.0
 
