@@ -1,4 +1,4 @@
-"""The shape the README's architecture section promises, read from the source with `ast`.
+"""The shape docs/architecture.md promises, read from the source with `ast`.
 
 Imports are counted wherever they are written, inside functions too: a lazy import that
 closes a circle is still a circle. Limits: a module stays under ~500 lines (outside tests
@@ -179,9 +179,7 @@ def test_no_function_is_long_in_the_layers_read_first():
 
 
 def architecture_section() -> str:
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    start = readme.index("\n## Architecture\n")
-    return readme[start: readme.index("\n## ", start + 1)]
+    return (PROJECT_ROOT / "docs" / "architecture.md").read_text()
 
 
 def test_the_readme_names_every_module_with_its_concept():
@@ -196,6 +194,6 @@ def test_the_readme_names_every_module_with_its_concept():
             rows[f"{package}/{name.strip('`')}"] = concept.strip(" |")
     modules = {str(p.relative_to(PROJECT_ROOT)) for p in source_files()
                if p.name != "__init__.py" or p.parent.name in ("training", "executor")}
-    assert sorted(modules - rows.keys()) == [], "modules the README's architecture section does not name"
+    assert sorted(modules - rows.keys()) == [], "modules docs/architecture.md does not name"
     assert sorted(rows.keys() - modules) == [], "rows naming modules that no longer exist"
     assert [m for m, concept in rows.items() if len(concept) < 10] == []
