@@ -7,23 +7,24 @@ component. Before 1.0 it took flags (`python3 -m planner_sla --adjustment-interv
 keys they turned into. Settings that are absent take Dynamo's defaults, so the
 migrated planner starts from what Dynamo actually ran with. Environment variables
 the 1.6.1 planner reads (PROMETHEUS_ENDPOINT, DYN_NAMESPACE, ...) count as settings.
+A 1.x `--config` is checked by Dynamo 1.6.1's rules (migrate_dynamo_config); the
+pre-1.0 flags by that planner's argparse (an unknown flag stops it), with its units
+(--ttft/--itl in seconds) and its Prometheus default.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-
-import yaml
 
 from connectors import dgd
 from connectors.migrate import MigrationError
-
-PROMETHEUS_DEFAULT = "http://prometheus-kube-prometheus-prometheus.monitoring.svc.cluster.local:9090"
+from connectors.migrate_dynamo_config import (
+    DYNAMO_ENV, PROMETHEUS_DEFAULT, ConfigRefused, effective_config, parse_config_text,
+)
 
 # Dynamo 1.6.1's PlannerConfig defaults (dynamo/planner/config/defaults.py and planner_config.py).
 DYNAMO_DEFAULTS: dict[str, object] = {
@@ -50,19 +51,6 @@ DYNAMO_DEFAULTS: dict[str, object] = {
     "scheduling": None, "plugin_registration": None,
 }
 
-# Environment variables the 1.6.1 planner reads into its config (default_factory=os.environ.get(...)).
-DYNAMO_ENV = {
-    "DYN_NAMESPACE": "namespace",
-    "PROMETHEUS_ENDPOINT": "metric_pulling_prometheus_endpoint",
-    "PROMETHEUS_TOKEN": "metric_pulling_prometheus_token",
-    "PROMETHEUS_TOKEN_FILE": "metric_pulling_prometheus_token_file",
-    "PROMETHEUS_SSL_VERIFY": "metric_pulling_prometheus_ssl_verify",
-    "PROMETHEUS_EXTRA_QUERY_PARAMS": "metric_pulling_prometheus_extra_query_params",
-    "PROMETHEUS_CA_BUNDLE": "metric_pulling_prometheus_ca_bundle",
-    "DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": "metric_pulling_prometheus_request_timeout_seconds",
-    "PLANNER_PROMETHEUS_PORT": "metric_reporting_prometheus_port",
-}
-
 # Flags of the pre-1.0 planner (dynamo/planner/utils/planner_argparse.py) named differently from the 1.6.1 key.
 LEGACY_FLAGS = {
     "adjustment_interval": "throughput_adjustment_interval_seconds",
@@ -75,14 +63,16 @@ LEGACY_FLAGS = {
     "loadbased_adjustment_interval": "load_adjustment_interval_seconds",
     "loadbased_scaling_down_sensitivity": "load_scaling_down_sensitivity",
     "loadbased_min_observations": "load_min_observations",
+    "load_prediction_window_size": "prophet_window_size",
+    "prometheus_port": "metric_reporting_prometheus_port",
 }
 LEGACY_ONLY_DEFAULTS = {
     "disable_throughput_scaling": False, "no_correction": False, "loadbased_router_metrics_url": None,
-    "loadbased_learning_window": 50, "loadbased_metric_samples": 10,
+    "loadbased_learning_window": 50, "loadbased_metric_samples": 10, "isl": 3000, "osl": 150,
 }
 _SWITCHES = {"no_operation", "load_predictor_log1p", "no_correction", "enable_throughput_scaling",
              "disable_throughput_scaling", "enable_loadbased_scaling", "advisory", "enable_load_scaling"}
-_INTS = {"decode_engine_num_gpu", "prefill_engine_num_gpu", "prefill_min_endpoint", "decode_min_endpoint",
+_INTS = {"isl", "osl", "decode_engine_num_gpu", "prefill_engine_num_gpu", "prefill_min_endpoint", "decode_min_endpoint",
          "total_gpu_power_limit", "prefill_scale_up_queue_tokens", "prefill_scale_down_queue_tokens",
          "loadbased_learning_window", "loadbased_metric_samples"}
 _FLOATS = {"decode_scale_up_kv_rate", "decode_scale_down_kv_rate", "report_interval_hours"}
@@ -208,13 +198,15 @@ def mounted_from(comp: PlannerComponent, path: str) -> str | None:
     return None if best is None else f"{best[1]} at {best[0]}"
 
 
-def _planner_args(comp: PlannerComponent) -> list[str]:
-    """The tokens after the planner module (`dynamo.planner`, `planner_sla`), else every token."""
+def _planner_args(comp: PlannerComponent) -> tuple[str | None, list[str]]:
+    """The planner module (`dynamo.planner`, `planner_sla`) and the tokens after it; else None and every token."""
     tokens = list(comp.tokens)
     for i, token in enumerate(tokens):
-        if token in ("dynamo.planner", "planner_sla", "dynamo.planner.planner_sla") or token.endswith("planner_sla.py"):
-            return tokens[i + 1:]
-    return tokens
+        if token in CONFIG_MODULES or token in LEGACY_MODULES:
+            return token, tokens[i + 1:]
+        if token.endswith("planner_sla.py"):
+            return "planner_sla", tokens[i + 1:]
+    return None, tokens
 
 
 def _coerce(key: str, value: object, *, spelled: str) -> object:
@@ -249,95 +241,195 @@ def _coerce(key: str, value: object, *, spelled: str) -> object:
 class PlannerSettings:
     """The planner's effective settings by 1.6.1 key, and how each was given (for messages)."""
 
-    values: dict[str, object]
+    values: dict[str, object]  # the keys given (config, flags, environment), at their effective values
     given: dict[str, str]  # key -> how it was spelled ("--ttft", "config ttft_ms", "env PROMETHEUS_ENDPOINT")
     legacy: bool
     config_file: str | None = None  # --config path when its content was not found
+    effective: dict[str, object] = field(default_factory=dict)  # 1.x: every key as Dynamo runs with it
+    ignored: list[tuple[str, object, str]] = field(default_factory=list)  # (spelled, value, why) Dynamo ignores
+    refused: list[ConfigRefused] = field(default_factory=list)  # lenient: what Dynamo refuses, dropped
+    notes: list[str] = field(default_factory=list)  # how an older era's values were read
 
     def get(self, key: str) -> object:
-        return self.values.get(key, DYNAMO_DEFAULTS.get(key, LEGACY_ONLY_DEFAULTS.get(key)))
+        if key in self.values:
+            return self.values[key]
+        if key in self.effective:
+            return self.effective[key]
+        return DYNAMO_DEFAULTS.get(key, LEGACY_ONLY_DEFAULTS.get(key))
 
     def spelled(self, key: str) -> str:
         return self.given.get(key, f"{key} (Dynamo default)")
 
 
+# Modules that start a planner: Dynamo 1.x's entry point, and the pre-1.0 SLA planner's.
+CONFIG_MODULES = ("dynamo.planner", "dynamo.planner.__main__")
+LEGACY_MODULES = ("planner_sla", "dynamo.planner.planner_sla")
+
+
 def planner_settings(comp: PlannerComponent, *, configmaps: Mapping[str, Mapping[str, str]],
-                     source: str) -> PlannerSettings:
-    """Parse the planner's `--config` (inline JSON, or a file from a mounted ConfigMap) or its pre-1.0 flags."""
-    args = _planner_args(comp)
+                     source: str, namespace: str | None = None, lenient: bool = False) -> PlannerSettings:
+    """Parse the planner's `--config` (inline JSON, or a file from a mounted ConfigMap) or its pre-1.0 flags.
+
+    namespace: the DGD's Kubernetes namespace (the pre-1.0 Prometheus default is built from it).
+    Raises ConfigRefused for what the planner would not start with (with `lenient`: listed in `refused`).
+    """
+    module, args = _planner_args(comp)
+    if module in CONFIG_MODULES or (module not in LEGACY_MODULES and any(_is_config_flag(a) for a in args)):
+        return _config_settings(args, comp, configmaps, source=source, lenient=lenient)
+    return _legacy_settings(args, comp, namespace=namespace, source=source, lenient=lenient)
+
+
+def _is_config_flag(token: str) -> bool:
+    """`--config`, `--config=...`, or an abbreviation argparse expands to it (`--conf`)."""
+    name = token.partition("=")[0]
+    return len(name) >= 3 and "--config".startswith(name)
+
+
+def _refuse(problem: ConfigRefused, refused: list[ConfigRefused], lenient: bool) -> None:
+    if not lenient:
+        raise problem
+    refused.append(problem)
+
+
+def _config_settings(args: list[str], comp: PlannerComponent, configmaps: Mapping[str, Mapping[str, str]], *,
+                     source: str, lenient: bool) -> PlannerSettings:
+    """Dynamo 1.x: argparse with one option, `--config`, then PlannerConfig.from_config_arg."""
+    refused: list[ConfigRefused] = []
+    config_arg = None
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if _is_config_flag(token):
+            if "=" in token:
+                config_arg = token.partition("=")[2]
+            elif i < len(args) and not args[i].startswith("-"):
+                config_arg, i = args[i], i + 1
+            else:
+                _refuse(ConfigRefused("--config", None, "expected one argument"), refused, lenient)
+            continue
+        _refuse(ConfigRefused(f"planner argument {token}", token, "unrecognized: Dynamo 1.6.1's planner takes only "
+                              "--config"), refused, lenient)
+    if config_arg is None:
+        _refuse(ConfigRefused("--config", None, "Dynamo 1.6.1's planner requires --config"), refused, lenient)
+        config_arg = "{}"
+    data, config_file = _config_data(config_arg, comp, configmaps, refused=refused, lenient=lenient)
+    eff = effective_config(data, comp.env, lenient=lenient)
+    effective = eff.config.model_dump()
+    values = {key: effective[key] for key in eff.given}
+    return PlannerSettings(values=values, given=dict(eff.given), legacy=False, config_file=config_file,
+                           effective=effective, ignored=eff.ignored, refused=refused + eff.refused)
+
+
+def _config_data(arg: str, comp: PlannerComponent, configmaps: Mapping[str, Mapping[str, str]], *,
+                 refused: list[ConfigRefused], lenient: bool) -> tuple[object, str | None]:
+    """The `--config` value parsed as Dynamo reads it, and the path when the file's content is not in the input.
+
+    A path inside a ConfigMap mounted into the planner is read from that ConfigMap when the
+    input holds it (a key it lacks is no file, as in the container); anything else is inline JSON.
+    """
+    path = PurePosixPath(arg.strip())
+    for mount, cm in comp.configmaps.items():
+        if path.is_absolute() and path.is_relative_to(mount):
+            if cm not in configmaps:
+                return {}, arg
+            content = configmaps[cm].get(str(path.relative_to(mount)))
+            if content is not None:
+                try:
+                    return parse_config_text(content, file_name=path.name), None
+                except ConfigRefused as problem:
+                    _refuse(problem, refused, lenient)
+                    return {}, None
+    try:
+        return parse_config_text(arg, file_name=None), None
+    except ConfigRefused as problem:
+        if not arg.strip().startswith(("{", "[")) and path.is_absolute() and not any(
+                path.is_relative_to(m) for m in comp.configmaps):
+            return {}, arg  # a file in the image or an unlisted volume: its content is not in the input
+        _refuse(problem, refused, lenient)
+        return {}, None
+
+
+def _legacy_settings(args: list[str], comp: PlannerComponent, *, namespace: str | None, source: str,
+                     lenient: bool) -> PlannerSettings:
+    """The pre-1.0 planner's flags (argparse: unknown flags refused), read as the 1.6.1 keys they became."""
     values: dict[str, object] = {}
     given: dict[str, str] = {}
-    for env_name, key in DYNAMO_ENV.items():
+    refused: list[ConfigRefused] = []
+    notes: list[str] = []
+    for env_name, (key, parse) in DYNAMO_ENV.items():
         if env_name in comp.env:
-            values[key] = _coerce(key, comp.env[env_name], spelled=f"env {env_name}")
-            given[key] = f"env {env_name}"
-    flags: list[tuple[str, object]] = []
+            try:
+                values[key] = parse(comp.env[env_name])
+                given[key] = f"env {env_name}"
+            except ValueError as exc:
+                _refuse(ConfigRefused(f"env {env_name}", comp.env[env_name], f"cannot be parsed: {exc}"), refused,
+                        lenient)
+    known = set(DYNAMO_DEFAULTS) | set(LEGACY_ONLY_DEFAULTS) | set(LEGACY_FLAGS)
     i = 0
     while i < len(args):
         token = args[i]
         i += 1
         if not token.startswith("--"):
+            _refuse(ConfigRefused(f"planner argument {token}", token, "unrecognized by the pre-1.0 planner"),
+                    refused, lenient)
             continue
         name, eq, value = token[2:].partition("=")
-        key = name.replace("-", "_")
-        if not eq:
-            if key in _SWITCHES:
-                value = "true"
-            elif i < len(args) and not args[i].startswith("--"):
+        flag = name.replace("-", "_")
+        if not eq and flag not in _SWITCHES:
+            if i < len(args) and not args[i].startswith("--"):
                 value, i = args[i], i + 1
             else:
-                raise MigrationError(f"{source}: planner argument --{name} has no value")
-        flags.append((f"--{name}", value))
-    config_arg = next((v for f, v in flags if f == "--config"), None)
-    legacy = config_arg is None
-    config_file = None
-    if config_arg is not None:
-        data = _config_data(str(config_arg), comp, configmaps, source=source)
-        if data is None:
-            config_file = str(config_arg)
-            data = {}
-        for k, v in data.items():
-            key = {"throughput_adjustment_interval": "throughput_adjustment_interval_seconds",
-                   "load_adjustment_interval": "load_adjustment_interval_seconds",
-                   "ttft": "ttft_ms", "itl": "itl_ms"}.get(k, k)
-            values[key] = _coerce(key, v, spelled=f"config {k}")
-            given[key] = f"config {k}"
-    for spelled, value in flags:
-        if spelled == "--config":
+                _refuse(ConfigRefused(f"--{name}", None, "expected one argument"), refused, lenient)
+                continue
+        elif not eq:
+            value = "true"
+        if flag not in known:
+            _refuse(ConfigRefused(f"--{name}", value, "not a flag of the pre-1.0 planner (nor a 1.6.1 setting): "
+                                  "it would not start"), refused, lenient)
             continue
-        name = spelled[2:].replace("-", "_")
-        key = LEGACY_FLAGS.get(name, name)
-        values[key] = _coerce(key, value, spelled=spelled)
-        given[key] = spelled
-    if legacy and "optimization_target" not in values:
-        values["optimization_target"] = "sla"  # the pre-1.0 planner_sla sized for SLA targets
-    return PlannerSettings(values=values, given=given, legacy=legacy, config_file=config_file)
-
-
-def _config_data(arg: str, comp: PlannerComponent, configmaps: Mapping[str, Mapping[str, str]], *,
-                 source: str) -> dict | None:
-    """The `--config` value as a mapping: inline JSON, or the mounted ConfigMap's file; None when not found."""
-    text = arg.strip()
-    if text.startswith("{"):
+        key = LEGACY_FLAGS.get(flag, flag)
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MigrationError(f"{source}: planner --config is not valid JSON: {exc}") from None
-    else:
-        path = PurePosixPath(text)
-        data = None
-        for mount, cm in comp.configmaps.items():
-            if path.is_relative_to(mount) and cm in configmaps:
-                content = configmaps[cm].get(str(path.relative_to(mount)))
-                if content is not None:
-                    try:
-                        data = yaml.safe_load(content)  # JSON is YAML
-                    except yaml.YAMLError as exc:
-                        raise MigrationError(f"{source}: ConfigMap {cm} {path.name}: not JSON or YAML: "
-                                             f"{str(exc).splitlines()[0]}") from None
-        if data is None:
-            return None
-    if not isinstance(data, dict):
-        raise MigrationError(f"{source}: planner --config must be a mapping, got {type(data).__name__}")
-    return data
+            values[key] = _coerce(key, value, spelled=f"--{name}")
+        except MigrationError as exc:
+            _refuse(ConfigRefused(f"--{name}", value, str(exc)), refused, lenient)
+            continue
+        given[key] = f"--{name}"
+    slo = {key: values[key] for key in ("ttft_ms", "itl_ms") if isinstance(values.get(key), float)}
+    if slo and all(0 < v < SECONDS_ERA_BELOW for v in slo.values()):
+        for key, value in slo.items():
+            values[key] = value * 1000.0
+            notes.append(f"{given[key]}={value:g}: below {SECONDS_ERA_BELOW:g}, read as seconds (the pre-1.0 "
+                         f"planner's unit then): {key} {values[key]:g}")
+    if "namespace" not in values and "DYNAMO_NAMESPACE" in comp.env:
+        values["namespace"], given["namespace"] = comp.env["DYNAMO_NAMESPACE"], "env DYNAMO_NAMESPACE"
+    if "metric_pulling_prometheus_endpoint" not in values:
+        url, note = legacy_prometheus_default(comp.env, namespace)
+        values["metric_pulling_prometheus_endpoint"] = url
+        given["metric_pulling_prometheus_endpoint"] = "the pre-1.0 planner's Prometheus default"
+        notes.append(note)
+    if "optimization_target" not in values:
+        values["optimization_target"] = "sla"  # the pre-1.0 planner_sla sized for SLA targets
+    return PlannerSettings(values=values, given=given, legacy=True, refused=refused, notes=notes)
 
+
+# Early pre-1.0 planners took --ttft/--itl in seconds (defaults 0.5 and 0.05), later ones and 1.x in ms: when
+# every one given is below this, the DGD is from the seconds era (no TTFT target is under 10 ms, none 10 s or more).
+SECONDS_ERA_BELOW = 10.0
+
+
+def legacy_prometheus_default(env: Mapping[str, str], k8s_namespace: str | None) -> tuple[str, str]:
+    """The pre-1.0 planner's Prometheus URL, built from DYNAMO_NAMESPACE and PROMETHEUS_PORT, and a line saying so.
+
+    It queried `http://<DYNAMO_NAMESPACE>-prometheus.<its namespace>.svc.cluster.local:<port>`
+    (DYNAMO_NAMESPACE default vllm-disagg-planner, PROMETHEUS_PORT default 9090); in the
+    namespace `default` it fell back to the bare `<DYNAMO_NAMESPACE>-prometheus`.
+    """
+    dyn_ns = env.get("DYNAMO_NAMESPACE", "vllm-disagg-planner")
+    port = env.get("PROMETHEUS_PORT", "9090")
+    ns = k8s_namespace or "default"
+    url = f"http://{dyn_ns}-prometheus.{ns}.svc.cluster.local:{port}"
+    if ns == "default":
+        return url, (f"the pre-1.0 planner in namespace 'default' queried the bare host '{dyn_ns}-prometheus' "
+                     f"(not a URL): written as {url}")
+    return url, f"pre-1.0 Prometheus default (from DYNAMO_NAMESPACE and PROMETHEUS_PORT): {url}"

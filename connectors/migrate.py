@@ -28,9 +28,13 @@ class Migration:
 
     config: dict
     unmapped: list[Unmapped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # where the result deliberately reads a value differently
 
     def skip(self, key: str, value: object, why: str) -> None:
         self.unmapped.append(Unmapped(key, value, why))
+
+    def note(self, line: str) -> None:
+        self.notes.append(line)
 
 
 class MigrationError(ValueError):

@@ -14,7 +14,8 @@ from connectors.dynamo_settings import (
     DYNAMO_DEFAULTS, LEGACY_ONLY_DEFAULTS, PlannerComponent, PlannerSettings, main_container, mounted_from,
     planner_component, planner_settings, split_args, spec_components,
 )
-from connectors.migrate import Migration
+from connectors.migrate import Migration, MigrationError
+from connectors.migrate_dynamo_config import ConfigRefused
 
 # Component names the pre-1.0 planner found workers by, per backend (dynamo/planner/defaults.py).
 LEGACY_WORKER_NAMES = {
@@ -46,28 +47,35 @@ DYNAMO_FIELDS: dict[str, tuple[str, str]] = {
     "prefill_min_endpoint": ("planner.decision.prefill.min_replicas", "overrides min_endpoint"),
     "decode_min_endpoint": ("planner.decision.decode.min_replicas", "overrides min_endpoint"),
     "max_throughput_scaling_replicas": ("planner.decision.max_step_replicas", "as is (1.x only)"),
-    "prefill_engine_num_gpu": ("planner.sizing.gpus_per_prefill_engine", "unset: the DGD's prefill GPUs"),
-    "decode_engine_num_gpu": ("planner.sizing.gpus_per_decode_engine", "unset: the DGD's decode GPUs"),
+    "prefill_engine_num_gpu": ("planner.sizing.gpus_per_prefill_engine", "the prefill worker's GPUs first, as "
+                               "Dynamo 1.6.1 reads them; this value when the worker has none (virtual: required)"),
+    "decode_engine_num_gpu": ("planner.sizing.gpus_per_decode_engine", "the decode worker's GPUs first, as "
+                              "Dynamo 1.6.1 reads them; this value when the worker has none (virtual: required)"),
     "profile_results_dir": ("planner.profile.dir", "a path inside the planner's container is reported; "
                                                    "`--profile-dir` gives the local copy"),
     "load_predictor": ("planner.predictor.name", "constant, arima, kalman, prophet: same names"),
     "load_predictor_log1p": ("planner.predictor.log1p", "ARIMA only here (reported for others)"),
-    "prophet_window_size": ("planner.predictor.history_intervals", "with load_predictor prophet"),
+    "prophet_window_size": ("planner.predictor.history_intervals", "with load_predictor prophet; pre-1.0 "
+                            "`--load-prediction-window-size`: every predictor's window"),
     "load_predictor_warmup_trace": ("planner.predictor.warmup_trace_path", "same Mooncake JSONL; a path inside "
                                                                            "the container is reported"),
-    "kalman_min_points": ("planner.predictor.params.kalman.min_points", "as is (at least 2)"),
+    "kalman_min_points": ("planner.predictor.params.kalman.min_points", "as is; below 2 written as 2 (a line "
+                          "says so)"),
     "kalman_q_level": ("", "our Kalman filter tunes its noise on the history"),
     "kalman_q_trend": ("", "our Kalman filter tunes its noise on the history"),
     "kalman_r": ("", "our Kalman filter tunes its noise on the history"),
-    "metric_pulling_prometheus_endpoint": ("metrics.prometheus_url", "also PROMETHEUS_ENDPOINT"),
+    "metric_pulling_prometheus_endpoint": ("metrics.prometheus_url", "also PROMETHEUS_ENDPOINT; pre-1.0: that "
+                                           "era's default from DYNAMO_NAMESPACE and PROMETHEUS_PORT"),
     "metric_pulling_prometheus_token_file": ("metrics.bearer_token_file", "also PROMETHEUS_TOKEN_FILE"),
-    "metric_pulling_prometheus_ssl_verify": ("metrics.verify_tls", "only when set (PROMETHEUS_SSL_VERIFY): "
-                                                                   "we verify by default"),
+    "metric_pulling_prometheus_ssl_verify": ("metrics.verify_tls", "when set (PROMETHEUS_SSL_VERIFY: true only "
+                                             "for 1/true/yes, as Dynamo reads it); unset: we verify (a line "
+                                             "says so for https)"),
     "metric_pulling_prometheus_request_timeout_seconds": ("metrics.request_timeout_s", "as is"),
     "metric_pulling_prometheus_token": ("", "a token in the config: put it in a file, metrics.bearer_token_file"),
     "metric_pulling_prometheus_ca_bundle": ("", "verify against the system CA store or set it in the image"),
     "metric_pulling_prometheus_extra_query_params": ("", _NO_EQUIVALENT),
-    "metric_reporting_prometheus_port": ("planner_metrics.port", "> 0: `enabled: true` and the port"),
+    "metric_reporting_prometheus_port": ("planner_metrics.port", "> 0: `enabled: true` and the port (pre-1.0 "
+                                         "`--prometheus-port`)"),
     "model_name": ("planner.model_id, metrics.frontend_selector",
                    "unset: the worker's --served-model-name/--model-name/--model, as Dynamo reads it"),
     "throughput_metrics_source": ("", "frontend only: router metrics are not read"),
@@ -101,7 +109,9 @@ DYNAMO_FIELDS: dict[str, tuple[str, str]] = {
     "scheduling": ("", "plugin pipeline: reported when it registers plugins or opens the gateway"),
     "plugin_registration": ("", "plugin registry: reported when it registers plugins"),
     "disable_throughput_scaling": ("", "pre-1.0 flag; reported"),
-    "no_correction": ("planner.correction.enabled: false", "pre-1.0 flag"),
+    "no_correction": ("planner.correction.enabled: false", "pre-1.0 flag; in a 1.x --config Dynamo ignores it"),
+    "isl": ("", "pre-1.0 dry run's input length"),
+    "osl": ("", "pre-1.0 dry run's output length"),
     "loadbased_router_metrics_url": ("", "pre-1.0 load-based loop"),
     "loadbased_learning_window": ("", "pre-1.0 load-based loop"),
     "loadbased_metric_samples": ("", "pre-1.0 load-based loop"),
@@ -132,16 +142,30 @@ def _workers(obj: dict, version: str, backend: str) -> tuple[dict | None, dict[s
 
 
 def from_dgd(obj: dict, *, configmaps: Mapping[str, Mapping[str, str]] | None = None,
-             namespace: str | None = None, profile_dir: str | None = None, source: str = "DGD") -> Migration:
+             namespace: str | None = None, profile_dir: str | None = None, source: str = "DGD",
+             lenient: bool = False) -> Migration:
     """Our run configuration from a DGD's planner settings.
 
     configmaps: ConfigMap name -> data, for a `--config` file mounted from one.
     namespace: the DGD's Kubernetes namespace when metadata has none.
     profile_dir: the profiler output on this machine (replaces profile_results_dir).
+    lenient: what Dynamo would refuse to start with is skipped (listed) instead of raising.
+    Raises MigrationError naming the setting Dynamo would refuse to start with.
     """
     comp = planner_component(obj, source=source)
-    s = planner_settings(comp, configmaps=configmaps or {}, source=source)
+    k8s_namespace = (obj.get("metadata") or {}).get("namespace") or namespace
+    try:
+        s = planner_settings(comp, configmaps=configmaps or {}, source=source, namespace=k8s_namespace,
+                             lenient=lenient)
+    except ConfigRefused as exc:
+        raise MigrationError(f"{source}: planner {exc}") from None
     out = Migration(config={})
+    for note in s.notes:
+        out.note(note)
+    for spelled, value, why in s.ignored:
+        out.skip(spelled, value, why)
+    for problem in s.refused:
+        out.skip(problem.key, problem.value, f"{problem.why}; skipped (--lenient)")
     if s.config_file is not None:
         out.skip("--config", s.config_file, f"a file inside the planner's container ({mounted_from(comp, s.config_file) or 'not mounted from anything in the DGD'}) "
                  "whose content is not in the input: every setting below is Dynamo's default; pass the ConfigMap too")
@@ -165,13 +189,17 @@ def from_dgd(obj: dict, *, configmaps: Mapping[str, Mapping[str, str]] | None = 
     _map_profile(s, comp, profile_dir, planner, out)
     predictor: dict = {}
     _map_predictor(s, predictor, out, comp)
-    if s.get("no_correction"):
+    if s.legacy and s.get("no_correction"):
         planner["correction"] = {"enabled": False}
 
     sizing: dict = {}
-    decision = _map_replicas(s, workers, connector, sizing, out)
+    try:
+        gpus = _engine_gpus(s, obj, comp.version, workers, out, lenient=lenient)
+    except ConfigRefused as exc:
+        raise MigrationError(f"{source}: planner {exc}") from None
+    decision = _map_replicas(s, gpus, connector, sizing, out)
 
-    _map_prometheus(s, metrics, out)
+    _map_prometheus(s, metrics, out, comp.env)
     port = int(s.get("metric_reporting_prometheus_port") or 0)
     planner_metrics = {"enabled": True, "port": port} if port > 0 else None
 
@@ -258,13 +286,72 @@ def _map_profile(s: PlannerSettings, comp: PlannerComponent, profile_dir: str | 
                  "(selected_prefill_interpolation/, selected_decode_interpolation/) here and pass --profile-dir")
 
 
-def _map_replicas(s: PlannerSettings, workers: dict | None, connector: dict, sizing: dict, out: Migration) -> dict:
-    """The decision's replica bounds and GPU budget; GPUs per engine into sizing (and a virtual connector)."""
-    decision: dict = {}
+def worker_engine_gpus(obj: dict, version: str, name: str) -> int:
+    """GPUs of one engine of the named worker as Dynamo 1.6.1 reads them (0: none).
+
+    Dynamo reads the operator's status.components.<name>.gpusPerEngine (when the
+    operator has seen the current generation); a DGD without it is read as the operator
+    fills it: the main container's nvidia.com/gpu limit (v1alpha1: resources gpu),
+    then its request, times the nodes of a multinode component.
+    """
+    comp = next((c for n, c, _ in spec_components(obj, version) if n == name), {})
+    status = ((obj.get("status") or {}).get("components") or {}).get(name) or {}
+    if (obj.get("metadata") or {}).get("generation") == (obj.get("status") or {}).get("observedGeneration") \
+            and isinstance(status.get("gpusPerEngine"), int):
+        return status["gpusPerEngine"]
+    resources = comp.get("resources") or {} if version == "v1alpha1" else main_container(comp, version).get(
+        "resources") or {}
+    resource = "gpu" if version == "v1alpha1" else "nvidia.com/gpu"
+    gpus = 0
+    for section in ("limits", "requests"):
+        try:
+            gpus = gpus or int(str((resources.get(section) or {}).get(resource, 0)))
+        except ValueError:
+            pass
+    nodes = (comp.get("multinode") or {}).get("nodeCount", 1)
+    return gpus * (nodes if isinstance(nodes, int) and nodes > 0 else 1)
+
+
+def _engine_gpus(s: PlannerSettings, obj: dict, version: str, workers: dict | None, out: Migration, *,
+                 lenient: bool) -> dict[str, int]:
+    """GPUs per engine by pool, as Dynamo 1.6.1 takes them: the worker's count first, the config's when it is 0.
+
+    A virtual environment has no workers to read: the config's values are required.
+    Pre-1.0 planners took the flag (else the worker's count). ConfigRefused when Dynamo
+    would stop for a missing count.
+    """
     gpus = {}
     for pool in ("prefill", "decode"):
-        given = s.get(f"{pool}_engine_num_gpu")
-        gpus[pool] = int(given) if given is not None else (workers[pool].gpus_per_replica if workers else 1)
+        key = f"{pool}_engine_num_gpu"
+        given = s.get(key)
+        worker = None
+        if workers is not None and s.get("environment") != "virtual":
+            worker = worker_engine_gpus(obj, version, workers[pool].name)
+        if s.legacy:
+            gpus[pool] = int(given) if given is not None else (worker or 1)
+        elif worker:
+            gpus[pool] = worker
+            if given is not None and int(given) != worker:
+                out.skip(s.spelled(key), given, f"Dynamo 1.6.1 uses the {pool} worker's {worker} GPU(s) per engine "
+                         "(this value only when the worker has none)")
+        elif given is not None:
+            gpus[pool] = int(given)
+        else:
+            where = ("a virtual environment reads no workers" if s.get("environment") == "virtual" or workers is None
+                     else f"the {pool} worker asks for no GPUs")
+            problem = ConfigRefused(key, None, f"{where} and the config sets none: Dynamo 1.6.1 stops "
+                                    f"(Missing {key} in config)")
+            if not lenient:
+                raise problem
+            out.skip(problem.key, None, f"{problem.why}; written as 1 (--lenient)")
+            gpus[pool] = 1
+    return gpus
+
+
+def _map_replicas(s: PlannerSettings, gpus: dict[str, int], connector: dict, sizing: dict, out: Migration) -> dict:
+    """The decision's replica bounds and GPU budget; GPUs per engine into sizing (and a virtual connector)."""
+    decision: dict = {}
+    for pool in ("prefill", "decode"):
         if gpus[pool] != 1:
             sizing[f"gpus_per_{pool}_engine"] = gpus[pool]
         if connector["kind"] == "virtual" and gpus[pool] != 1:
@@ -294,10 +381,14 @@ def _map_predictor(s: PlannerSettings, predictor: dict, out: Migration, comp: Pl
             predictor["log1p"] = True
         else:
             out.skip(s.spelled("load_predictor_log1p"), True, f"log1p applies to ARIMA only here, not {name}")
-    if name == "prophet":
+    if name == "prophet" or s.spelled("prophet_window_size") == "--load-prediction-window-size":
         predictor["history_intervals"] = int(s.get("prophet_window_size"))
     if name == "kalman":
-        predictor["params"] = {"kalman": {"min_points": max(2, int(s.get("kalman_min_points")))}}
+        points = int(s.get("kalman_min_points"))
+        if points < 2:
+            out.note(f"{s.spelled('kalman_min_points')}={points}: Dynamo 1.6.1 runs its Kalman filter from {points} "
+                     "point(s); ours needs 2 to see a trend: written as 2")
+        predictor["params"] = {"kalman": {"min_points": max(2, points)}}
     trace = s.get("load_predictor_warmup_trace")
     if trace:
         predictor["warmup_trace_path"] = str(trace)
@@ -307,12 +398,23 @@ def _map_predictor(s: PlannerSettings, predictor: dict, out: Migration, comp: Pl
                  "and set planner.predictor.warmup_trace_path")
 
 
-def _map_prometheus(s: PlannerSettings, metrics: dict, out: Migration) -> None:
+def _map_prometheus(s: PlannerSettings, metrics: dict, out: Migration, env: Mapping[str, str]) -> None:
     metrics["prometheus_url"] = str(s.get("metric_pulling_prometheus_endpoint"))
     if s.get("metric_pulling_prometheus_token_file"):
         metrics["bearer_token_file"] = str(s.get("metric_pulling_prometheus_token_file"))
+    verify_given = s.spelled("metric_pulling_prometheus_ssl_verify")
     if "metric_pulling_prometheus_ssl_verify" in s.values:
         metrics["verify_tls"] = bool(s.get("metric_pulling_prometheus_ssl_verify"))
+        raw = env.get("PROMETHEUS_SSL_VERIFY", "")
+        if verify_given == "env PROMETHEUS_SSL_VERIFY" and raw.lower() not in ("1", "true", "yes", "0", "false", "no"):
+            out.note(f"env PROMETHEUS_SSL_VERIFY={raw!r}: Dynamo 1.6.1 reads it as false (true only for 1/true/yes): "
+                     "written verify_tls: false")
+    elif str(metrics["prometheus_url"]).startswith("https:"):
+        out.note("metric_pulling_prometheus_ssl_verify unset: Dynamo 1.6.1 does not verify Prometheus' certificate "
+                 "by default; we do (verify_tls: true): set metrics.verify_tls: false to match")
+    if s.get("metric_pulling_prometheus_ca_bundle"):
+        out.note(f"{s.spelled('metric_pulling_prometheus_ca_bundle')}: Dynamo 1.6.1 checks that this path is a file "
+                 "in its container; not checked here")
     timeout = float(s.get("metric_pulling_prometheus_request_timeout_seconds"))
     if timeout != 10.0:
         metrics["request_timeout_s"] = timeout
@@ -327,7 +429,7 @@ _MAPPED = {"environment", "namespace", "backend", "mode", "optimization_target",
            "load_predictor_warmup_trace", "kalman_min_points", "metric_pulling_prometheus_endpoint",
            "metric_pulling_prometheus_token_file", "metric_pulling_prometheus_ssl_verify",
            "metric_pulling_prometheus_request_timeout_seconds", "metric_reporting_prometheus_port", "model_name",
-           "no_correction", "config"}
+           "no_correction", "config", "metric_pulling_prometheus_ca_bundle"}
 
 
 def _report_unmapped(s: PlannerSettings, out: Migration) -> None:

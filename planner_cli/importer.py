@@ -11,9 +11,11 @@ copy with --live) and maps its planner's settings: `--config` JSON or file
 
 The result is written as YAML (stdout, or -o), merged over --base when given,
 and loads through our models before it is written. Each setting that could not
-be mapped is one line on stderr: the key, its value and why. Bad input (not a
-DGD or ConfigMap, no planner, unreadable YAML, a value that does not validate)
-is one line and exit 2. The mapping: docs/dynamo.md, "Migrating from Dynamo's
+be mapped is one line on stderr: the key, its value and why; so is each value
+read differently from Dynamo on purpose (`note:`). Bad input (not a DGD or
+ConfigMap, no planner, unreadable YAML, a value that does not validate, a
+setting Dynamo 1.6.1's planner would refuse to start with) is one line and
+exit 2; `--lenient` skips (and lists) what Dynamo would refuse instead. The mapping: docs/dynamo.md, "Migrating from Dynamo's
 planner or WVA".
 """
 
@@ -39,6 +41,8 @@ def add_parser(subparsers) -> None:
     dgd.add_argument("file", nargs="?", metavar="FILE", help="DGD YAML (may also hold the planner's ConfigMap)")
     dgd.add_argument("--profile-dir", default=None, metavar="DIR",
                      help="the profiler output on this machine (replaces the in-cluster profile_results_dir)")
+    dgd.add_argument("--lenient", action="store_true",
+                     help="skip (and list) settings Dynamo 1.6.1 would refuse to start with instead of exit 2")
     wva = kinds.add_parser("wva", help="llm-d WVA saturation (and controller) ConfigMaps")
     wva.add_argument("file", nargs="*", metavar="FILE", help="ConfigMap YAML files")
     for sub, live_help in ((dgd, "read the DGD NAME (and its planner's ConfigMaps) from the cluster"),
@@ -117,7 +121,7 @@ def _from_dgd(args):
                 configmaps[name] = data
         namespace = args.namespace
     return from_dgd(obj, configmaps=configmaps, namespace=namespace, profile_dir=args.profile_dir,
-                    source=source), source
+                    source=source, lenient=args.lenient), source
 
 
 def _from_wva(args):
@@ -166,6 +170,8 @@ def run(args) -> int:
             raise ValueError("; ".join(problems)) from None
     except (ValueError, ConnectorError) as exc:
         return _fail(" ".join(str(exc).split()))
+    for line in migration.notes:
+        print(f"{PROG}: note: {line}", file=sys.stderr)
     for item in migration.unmapped:
         print(f"{PROG}: not mapped: {item.line()}", file=sys.stderr)
     text = (f"# sla-planner run configuration imported from {source} by `{PROG} {args.source_kind}`;\n"

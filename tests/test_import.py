@@ -134,7 +134,11 @@ def test_pre_1_0_flags_in_a_shell_command(capsys):
     assert data["planner"]["adjustment_interval_s"] == 60
     assert data["planner"]["profile"] == {"dir": "/data/profiling_results"}
     assert "max_step_replicas" not in data["planner"]["decision"]  # the pre-1.0 planner had no step limit
-    assert err == ["sla-planner import: not mapped: --profile-results-dir='/data/profiling_results': a path inside "
+    # that era's Prometheus: <DYNAMO_NAMESPACE env>-prometheus in the planner's namespace, port 9090
+    assert data["metrics"]["prometheus_url"] == "http://vllm-disagg-planner-prometheus.n.svc.cluster.local:9090"
+    assert err == ["sla-planner import: note: pre-1.0 Prometheus default (from DYNAMO_NAMESPACE and PROMETHEUS_PORT): "
+                   "http://vllm-disagg-planner-prometheus.n.svc.cluster.local:9090",
+                   "sla-planner import: not mapped: --profile-results-dir='/data/profiling_results': a path inside "
                    "the planner's container (PVC planner-pvc at /data): copy the profiler output "
                    "(selected_prefill_interpolation/, selected_decode_interpolation/) here and pass --profile-dir"]
 
@@ -160,9 +164,11 @@ def test_flags_as_dynamos_docs_write_them_including_the_warmup_trace(capsys, tmp
     assert p["decision"]["max_gpu_budget"] is None and p["decision"]["allow_scale_to_zero"] is True
     assert p["decision"]["prefill"] == {"min_replicas": 0, "max_replicas": 16}
     assert p["correction"] == {"enabled": False}
-    keys = [line.split("not mapped: ")[1].split("=")[0] for line in err]
+    keys = [line.split("not mapped: ")[1].split("=")[0] for line in err if "not mapped: " in line]
     assert keys == ["profile_results_dir (Dynamo default)", "--load-predictor-warmup-trace", "--max-gpu-budget",
                     "--kalman-r"]
+    assert [line.split(": ")[2] for line in err if ": note: " in line] == ["pre-1.0 Prometheus default (from "
+                                                                          "DYNAMO_NAMESPACE and PROMETHEUS_PORT)"]
 
 
 @pytest.mark.parametrize("content, message", [
