@@ -46,19 +46,12 @@ def run(args: argparse.Namespace) -> int:
     if args.intervals < 1:
         print("sla-planner plan: --intervals must be >= 1", file=sys.stderr)
         return 2
-    from planner_cli.local_prefect import prefect_api, prefect_env
+    from planner_cli.local_prefect import prefect_env
 
     prefect_env(verbose=args.verbose)
-    from connectors.config import LocalConnectorConfig
-    from connectors.local import LocalConnector
     from connectors.profiles import load_profile
     from flows.config import load_run_config
-    from sim.config import SimConfig
-    from sim.engine import FleetSim
-    from sim.lookup import ProfileTables
-    from sim.observation import LengthWindow, SloWindow, interval_observation
-    from sim.traces import load_trace, multiply_load
-    from sim.whatif import load_model
+    from workloads.traces import load_trace, multiply_load
 
     # Every input is read before Prefect starts: a bad one is one line at once.
     try:
@@ -68,13 +61,31 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as exc:
             raise ValueError(f"{args.config}: planner.profile: {exc}") from None
         trace = load_trace(args.trace)
+        trace_name = trace.name  # the file's, before the copies rename it
         if args.load_multiplier != 1.0:
             trace = multiply_load(trace, args.load_multiplier, seed=args.seed, jitter_s=args.jitter_s)
     except (ValueError, OSError) as exc:
         print(f"sla-planner plan: {exc}", file=sys.stderr)
         return 2
 
-    state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="sla-planner-plan-"))
+    if args.state_dir:
+        return _plan(args, cfg, profile, trace, trace_name, Path(args.state_dir))
+    # Without --state-dir the fleet's state lives as long as the command: nothing is left behind.
+    with tempfile.TemporaryDirectory(prefix="sla-planner-plan-") as state_dir:
+        return _plan(args, cfg, profile, trace, trace_name, Path(state_dir))
+
+
+def _plan(args: argparse.Namespace, cfg, profile, trace, trace_name: str, state_dir: Path) -> int:
+    """The replay, one planner flow run per interval, with the fleet's state in state_dir."""
+    from connectors.config import LocalConnectorConfig
+    from connectors.local import LocalConnector
+    from planner_cli.local_prefect import prefect_api
+    from sim.config import SimConfig
+    from sim.engine import FleetSim
+    from sim.lookup import ProfileTables
+    from sim.observation import LengthWindow, SloWindow, interval_observation
+    from sim.whatif.scenario import load_model
+
     state_dir.mkdir(parents=True, exist_ok=True)
     connector_cfg = LocalConnectorConfig(
         state_path=str(state_dir / "fleet.json"),
@@ -100,10 +111,10 @@ def run(args: argparse.Namespace) -> int:
     slo_window = SloWindow(interval_s=interval_s, window_intervals=max(1, round(cfg.metrics.slo_window_s / interval_s)))
 
     print(
-        f"replaying {trace.name} x{args.load_multiplier:g} ({load_model(args.load_multiplier, args.jitter_s)}; "
+        f"replaying {trace_name} x{args.load_multiplier:g} ({load_model(args.load_multiplier, args.jitter_s)}; "
         f"{len(trace.arrival_s)} requests) "
         f"through {profile.name}; SLA TTFT {cfg.planner.slo.ttft_ms:g} ms, ITL {cfg.planner.slo.itl_ms:g} ms; "
-        f"interval {interval_s:g} s; state in {state_dir}",
+        f"interval {interval_s:g} s" + (f"; state in {state_dir}" if args.state_dir else ""),
         flush=True,
     )
     with prefect_api("plan", verbose=args.verbose, debug=args.debug):

@@ -12,12 +12,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_plan_prints_each_interval_decision(tmp_path):
-    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"), DO_NOT_TRACK="1")
+    """The README's command as written (no --state-dir): it leaves nothing in the temp folder."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"), DO_NOT_TRACK="1", TMPDIR=str(temp))
     proc = subprocess.run(
-        [sys.executable, "-m", "planner_cli.main", "plan", "--intervals", "3", "--state-dir", str(tmp_path / "state")],
+        [sys.executable, "-m", "planner_cli.main", "plan", "--intervals", "3"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # The trace by its file's name and the copies once, not the copies' internal name as well.
+    assert proc.stdout.startswith("replaying azure2023_conv.csv.gz x8 ("), proc.stdout[:300]
+    assert "*load" not in proc.stdout
     assert "8 copies shifted by up to +-30 s: independent tenants" in proc.stdout  # the default load model, stated
     rows = [l for l in proc.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s+", l)]
     assert len(rows) == 3, proc.stdout
@@ -26,7 +32,7 @@ def test_plan_prints_each_interval_decision(tmp_path):
     assert first[0] == "60" and int(first[5]) > 1, rows[0]
     assert "sla_sizing" in rows[0]
     assert re.search(r"\d+ requests: [\d.]+% met both SLAs", proc.stdout)
-    assert (tmp_path / "state" / "fleet.json").is_file()
+    assert [p.name for p in temp.iterdir() if p.name.startswith("sla-planner-plan-")] == []
     # Prefect's local API logs to a file, not into the command's output (its shutdown can log a cancelled
     # database flush with a traceback).
     assert (tmp_path / "prefect-home" / "local-api.log").is_file()
