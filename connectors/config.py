@@ -13,7 +13,7 @@ from typing import Annotated, Literal, TypeVar, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from connectors.queries import QueryTemplates  # noqa: F401  (re-exported: configs and tests import it from here)
+from connectors.queries import SOURCE_SUMMARY, SOURCES, QueryTemplates  # re-exported: configs and tests import it
 from planner.length_shape import DEFAULT_LENGTH_WINDOW_S
 from planner.slo_attainment import DEFAULT_SLO_WINDOW_S
 from planner.strict import StrictModel
@@ -66,6 +66,14 @@ _MATCHERS_RE = re.compile(r"^\s*$|^[^{}]+$")
 class MetricsConfig(StrictModel):
     """Where and how the collect step reads metrics from Prometheus."""
 
+    source: Literal["dynamo", "llm-d", "vllm-router"] = Field(
+        "dynamo",
+        description="where arrivals, tokens and latencies come from, i.e. the default of every query: dynamo: the "
+        "Dynamo frontend (dynamo_frontend_*); llm-d: arrivals from the endpoint picker (llm_d_epp_request_total "
+        "+ llm_d_epp_request_error_total), tokens and latencies from vLLM's histograms; vllm-router: arrivals "
+        "from the routing service's route calls (router_requests_total), the rest from vLLM. KV usage and queue "
+        "are vLLM's gauges in all three. A query set in `queries` replaces the source's",
+    )
     prometheus_url: str = Field(
         "http://localhost:9090", min_length=1, description="Prometheus base URL (http or https)"
     )
@@ -121,6 +129,22 @@ class MetricsConfig(StrictModel):
     bearer_token_file: str | None = Field(
         None, description="file holding a bearer token sent as Authorization header; None: no auth"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_queries(cls, data):
+        """The source's queries under those the file sets (a QueryTemplates object is taken as given)."""
+        if isinstance(data, dict) and not isinstance(data.get("queries"), QueryTemplates):
+            source = data.get("source", "dynamo")
+            if source in SOURCES:
+                data = {**data, "queries": QueryTemplates.for_source(source, data.get("queries") or {})}
+        return data
+
+    def source_note(self) -> str:
+        """What the run reads from where: the source's summary and any query set apart from it."""
+        own = self.queries.overridden(self.source)
+        return (f"metrics source {self.source}: {SOURCE_SUMMARY[self.source]}"
+                + (f"; queries set in the config: {', '.join(own)}" if own else ""))
 
     @field_validator("prometheus_url")
     @classmethod

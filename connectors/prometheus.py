@@ -128,7 +128,7 @@ class PrometheusCollector(HistogramReads):
         if history_intervals < 1:
             raise ValueError(f"collect: history_intervals must be >= 1, got {history_intervals}")
         stale: list[str] = []
-        notes: list[str] = []
+        notes: list[str] = [self.cfg.source_note()]
         values: dict[str, float | None] = {}
         arrivals = self._arrivals_query(now_s=now_s, interval_s=interval_s, notes=notes)
         for name in _FRONTEND_SCALARS:
@@ -239,9 +239,9 @@ class PrometheusCollector(HistogramReads):
         if not self._instant("num_requests_fallback", now_s=now_s, interval_s=interval_s):
             return "num_requests"  # neither has data: reported stale under the primary's name
         notes.append(
-            "num_requests: queries.num_requests returned no series (no dynamo_frontend_requests_started_total?); "
-            "arrivals counted from queries.num_requests_fallback (requests finished, errors included), "
-            "which lags arrivals while requests queue"
+            f"num_requests: queries.num_requests returned no series (metrics source {self.cfg.source}: is its "
+            "arrival counter scraped?); arrivals counted from queries.num_requests_fallback (requests finished, "
+            "errors included), which lags arrivals while requests queue"
         )
         return "num_requests_fallback"
 

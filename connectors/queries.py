@@ -3,8 +3,10 @@
 PromQL queries are `string.Template` texts so PromQL's own braces stay as they
 are; the placeholders are:
 
-- `${frontend_selector}`: label matchers for the Dynamo frontend metrics
-  (MetricsConfig.frontend_selector), e.g. `model="llama-8b",namespace="dyn"`
+- `${frontend_selector}`: label matchers for the arrival source's metrics
+  (MetricsConfig.frontend_selector): the Dynamo frontend's, e.g.
+  `model="llama-8b",namespace="dyn"`, the llm-d endpoint picker's or the
+  routing service's (MetricsConfig.source picks which)
 - `${worker_selector}`: label matchers for the vLLM worker metrics
 - `${interval}`: the adjustment interval as a PromQL duration (`60s`, `1500ms`)
 - `${pod_group_by}`: the labels a per-pod query groups by (pod label, plus the
@@ -48,6 +50,82 @@ def _frontend_buckets(metric: str, window: str = "length_window") -> str:
 
 def _frontend_window_sum(metric: str) -> str:
     return f"sum(increase({metric}_sum{{${{frontend_selector}}}}[${{length_window}}]))"
+
+
+def _worker_avg(metric: str) -> str:
+    """Mean of a vLLM histogram over the interval, summed over engines: increase(_sum) / increase(_count)."""
+    return (
+        f"sum(increase({metric}_sum{{${{worker_selector}}}}[${{interval}}]))"
+        f" / sum(increase({metric}_count{{${{worker_selector}}}}[${{interval}}]))"
+    )
+
+
+def _worker_buckets(metric: str, window: str = "length_window") -> str:
+    return f"sum by (le) (increase({metric}_bucket{{${{worker_selector}}}}[${{{window}}}]))"
+
+
+def _worker_window_sum(metric: str) -> str:
+    return f"sum(increase({metric}_sum{{${{worker_selector}}}}[${{length_window}}]))"
+
+
+# Where each source's arrivals, tokens and latencies come from (metrics.source). vLLM has no arrival
+# counter (it counts a request when it finishes), so an llm-d fleet's arrivals are the endpoint
+# picker's (EPP): llm_d_epp_request_total moves only once a request passed admission and scheduling,
+# and a request refused there is counted in llm_d_epp_request_error_total instead, so both are
+# arrivals. Without an EPP, arrivals are our routing service's route calls (router_requests_total,
+# every outcome: routed, shed, error). Tokens and latencies are vLLM's own per-request histograms,
+# observed when a request finishes (vllm:request_prompt_tokens and vllm:request_generation_tokens:
+# their _sum equals vllm:prompt_tokens_total and vllm:generation_tokens_total once nothing is in
+# flight, but they are counted at the same moment as their _count).
+SOURCES = ("dynamo", "llm-d", "vllm-router")
+_VLLM_QUERIES = {
+    "num_requests_fallback": "sum(increase(vllm:request_success_total{${worker_selector}}[${interval}]))",
+    "avg_ttft_s": _worker_avg("vllm:time_to_first_token_seconds"),
+    "avg_itl_s": _worker_avg("vllm:inter_token_latency_seconds"),
+    "avg_isl_tokens": _worker_avg("vllm:request_prompt_tokens"),
+    "avg_osl_tokens": _worker_avg("vllm:request_generation_tokens"),
+    "isl_buckets": _worker_buckets("vllm:request_prompt_tokens"),
+    "isl_window_sum": _worker_window_sum("vllm:request_prompt_tokens"),
+    "osl_buckets": _worker_buckets("vllm:request_generation_tokens"),
+    "osl_window_sum": _worker_window_sum("vllm:request_generation_tokens"),
+    "ttft_buckets": _worker_buckets("vllm:time_to_first_token_seconds", "interval"),
+    "itl_buckets": _worker_buckets("vllm:inter_token_latency_seconds", "interval"),
+    "ttft_window_buckets": _worker_buckets("vllm:time_to_first_token_seconds", "slo_window"),
+    "itl_window_buckets": _worker_buckets("vllm:inter_token_latency_seconds", "slo_window"),
+}
+_EPP_DISPATCHED = "llm_d_epp_request_total{${frontend_selector}}"
+_EPP_ERRORS = "llm_d_epp_request_error_total{${frontend_selector}}"
+_ROUTER_CALLS = "router_requests_total{${frontend_selector}}"
+SOURCE_QUERIES: dict[str, dict[str, str]] = {
+    "dynamo": {},
+    "llm-d": {
+        **_VLLM_QUERIES,
+        # An EPP that never refused a request has no error series: count it as 0, not as no data.
+        "num_requests": f"sum(increase({_EPP_DISPATCHED}[${{interval}}]))"
+                        f" + (sum(increase({_EPP_ERRORS}[${{interval}}])) or vector(0))",
+        "peak_rps": f"max_over_time((sum(rate({_EPP_DISPATCHED}[${{peak_window}}]))"
+                    f" + (sum(rate({_EPP_ERRORS}[${{peak_window}}])) or vector(0)))[${{interval}}:${{peak_step}}])",
+        "newest_sample_s": f"max(timestamp({_EPP_DISPATCHED}))",
+    },
+    "vllm-router": {
+        **_VLLM_QUERIES,
+        "num_requests": f"sum(increase({_ROUTER_CALLS}[${{interval}}]))",
+        "peak_rps": f"max_over_time(sum(rate({_ROUTER_CALLS}[${{peak_window}}]))[${{interval}}:${{peak_step}}])",
+        "newest_sample_s": f"max(timestamp({_ROUTER_CALLS}))",
+    },
+}
+SOURCE_SUMMARY = {
+    "dynamo": "arrivals, tokens and latencies from the Dynamo frontend (dynamo_frontend_*); KV usage and queue "
+              "from the workers' vllm:kv_cache_usage_perc and vllm:num_requests_waiting",
+    "llm-d": "arrivals from the llm-d endpoint picker (llm_d_epp_request_total + llm_d_epp_request_error_total); "
+             "tokens and latencies from vLLM (vllm:request_prompt_tokens, vllm:request_generation_tokens, "
+             "vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds); KV usage and queue from "
+             "vllm:kv_cache_usage_perc and vllm:num_requests_waiting",
+    "vllm-router": "arrivals from the routing service's route calls (router_requests_total, every outcome); "
+                   "tokens and latencies from vLLM (vllm:request_prompt_tokens, vllm:request_generation_tokens, "
+                   "vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds); KV usage and queue from "
+                   "vllm:kv_cache_usage_perc and vllm:num_requests_waiting",
+}
 
 
 class QueryTemplates(StrictModel):
@@ -159,6 +237,18 @@ class QueryTemplates(StrictModel):
         description="requests the routing service shed over the last minute, read by the fast path's watcher "
         "(planner.fast_path.shed_min_requests); no series (no routing service) never fires; empty: not read",
     )
+
+    @classmethod
+    def for_source(cls, source: str, overrides: dict | None = None) -> "QueryTemplates":
+        """The source's queries (SOURCE_QUERIES) with `overrides` (field: PromQL) on top."""
+        if source not in SOURCE_QUERIES:
+            raise ValueError(f"metrics.source: expected one of {', '.join(SOURCES)}, got {source!r}")
+        return cls.model_validate({**SOURCE_QUERIES[source], **(overrides or {})})
+
+    def overridden(self, source: str) -> list[str]:
+        """Fields whose query differs from the source's default."""
+        default = type(self).for_source(source)
+        return [name for name in type(self).model_fields if getattr(self, name) != getattr(default, name)]
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> "QueryTemplates":

@@ -248,10 +248,15 @@ def decision_table(
     for c in obs.coverage:
         row("collect", f"{c.source} reporting", f"{c.present} of {c.expected}" if c.expected else "not checked",
             c.detail)
-    if obs.peak_rps is not None or obs.notes:
+    source = [n for n in obs.notes if n.startswith("metrics source ")]
+    notes = [n for n in obs.notes if n not in source]
+    for note in source:
+        name, _, detail = note.removeprefix("metrics source ").partition(": ")
+        row("collect", "metrics source", name, detail)
+    if obs.peak_rps is not None or notes:
         peak = "n/a" if obs.peak_rps is None else f"{obs.peak_rps:.2f} req/s"
         window = f"busiest {obs.peak_window_s:.0f} s window" if obs.peak_window_s else "not measured"
-        row("collect", "peak arrival rate", peak, "; ".join((window, *obs.notes)))
+        row("collect", "peak arrival rate", peak, "; ".join((window, *notes)))
     if obs.isl_histogram is not None or obs.length_notes:
         h = obs.isl_histogram
         counted = "not read" if h is None else f"{h.count:.0f} prompts in {h.window_s:.0f} s"

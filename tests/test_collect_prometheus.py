@@ -350,7 +350,7 @@ def test_peak_rate_of_a_burst_and_its_history(collect_data):
     # the 15 s window over the burst: 120 requests / 15 s = 8 rps, 3.2x the mean 150/60 = 2.5 rps
     assert obs.peak_rps == pytest.approx(8.0, rel=1e-9)
     assert obs.peak_window_s == 15.0
-    assert obs.notes == ()
+    assert obs.notes == (MetricsConfig().source_note(),)  # the source, nothing else
     h = obs.history
     assert h.num_requests == pytest.approx([60.0, 150.0], rel=1e-9)
     # interval 0 is flat: every full window inside it reads 5 requests / 5 s = 1 rps
@@ -393,7 +393,7 @@ def test_a_real_dynamo_frontends_metrics_read_by_hand_arithmetic(collect_data):
     obs = collector(collect_data, "collect-kit").collect(now_s=END_S, interval_s=INTERVAL_S, history_intervals=1)
     # requests_started_total{request_type="stream"} 25 + {request_type="unary"} 26
     assert obs.num_requests == pytest.approx(51.0, rel=1e-9)
-    assert obs.notes == ()  # started_total present: no fallback
+    assert obs.notes == (MetricsConfig().source_note(),)  # started_total present: no fallback
     assert obs.avg_isl_tokens == pytest.approx(11155 / 51, rel=1e-9)
     assert obs.avg_osl_tokens == pytest.approx(3536 / 51, rel=1e-9)
     assert obs.avg_ttft_ms == pytest.approx(1e3 * 0.29501505899999997 / 51, rel=1e-9)
