@@ -38,3 +38,27 @@ def test_the_stack_docs_etcd_query_reads_the_keys_the_planner_writes(etcd):
         client = Etcd3Client(host="127.0.0.1", port=etcd.client_port, timeout=5)
         for prefix in (f"v1/{namespace}/planner/", f"sla-planner/{namespace}/planner/"):
             client.delete_prefix(prefix)
+
+
+def test_the_shipped_routing_config_routes_endpoints_registered_without_a_zone():
+    """configs/routing.yaml as shipped, engines registered as docs/routing.md shows them: the route answers 200."""
+    from planner_cli.router import load_router_config
+    from routing.http.app import create_app
+    from tests.fixtures_routing import RunningServer
+
+    shipped = ROOT / "configs" / "routing.yaml"
+    profile_dir = ROOT / yaml.safe_load(shipped.read_text())["profile_dir"]  # relative to the project root
+    cfg = load_router_config(str(shipped), profile_dir=str(profile_dir))
+    app = create_app(cfg, token="admin-token-for-the-test", data_token="data-token-for-the-test")
+    admin = {"Authorization": "Bearer admin-token-for-the-test"}
+    data = {"Authorization": "Bearer data-token-for-the-test"}
+    with RunningServer(app) as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        for endpoint_id, role in (("p0", "prefill"), ("d0", "decode")):
+            answer = client.put(f"/v1/endpoints/{endpoint_id}", headers=admin,
+                                json={"role": role, "url": "http://10.0.0.5:8000"})
+            assert answer.status_code in (200, 201), answer.text
+        answer = client.post("/v1/route", headers=data, json={
+            "request_id": "r1", "input_tokens": 500, "slo": {"ttft_ms": 200, "itl_ms": 10}, "critical": True})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert (body["outcome"], body["prefill"]["endpoint_id"], body["decode"]["endpoint_id"]) == ("routed", "p0", "d0")

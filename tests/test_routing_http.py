@@ -412,7 +412,7 @@ def test_example_config_parses():
     from planner_cli.router import load_router_config
 
     cfg = load_router_config(str(PROJECT_ROOT / "configs" / "routing.yaml"), profile_dir=str(PROFILE_DIR))
-    assert cfg.picker.topology.level == "zone" and set(cfg.picker.topology.qos) == {"host", "rack", "zone", "none"}
+    assert cfg.picker.topology.level is None and set(cfg.picker.topology.qos) == {"host", "rack", "zone", "none"}
 
 
 def test_model_swaps_under_traffic_drop_nothing():
