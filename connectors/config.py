@@ -38,6 +38,11 @@ class PoolMapping(StrictModel):
     decode_label_values: list[str] = Field(
         default_factory=lambda: ["decode", "backend"], description="by=label: values meaning decode"
     )
+    aggregated_label_values: list[str] = Field(
+        default_factory=list,
+        description="by=label: values meaning an aggregated engine (prefill and decode in one): its KV usage and "
+        "queue count in both pools, so its saturation holds either pool's scale-down",
+    )
     variant_label: str | None = Field(
         None, description="label naming the model variant (accelerator/config); None: 'default'"
     )

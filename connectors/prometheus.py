@@ -364,26 +364,32 @@ class PrometheusCollector(HistogramReads):
                     stale.append(f"prometheus: queries.{name} returned a series without label {pools.pod_label!r}: "
                                  f"{sample.labels}")
                     continue
-                pool = self._pool_of(pod, sample.labels)
-                if pool is None:
-                    unmatched.add(pod)
-                    continue
-                entry = seen.setdefault(pod, {"pool": pool, "kv": None, "queue": None, "variant": "default"})
-                if pools.variant_label and sample.labels.get(pools.variant_label):
-                    entry["variant"] = sample.labels[pools.variant_label]
                 value = sample.value
                 if field == "kv" and value is not None and not (0.0 <= value <= 1.0):
                     stale.append(f"prometheus: pod {pod} KV-cache usage {value:g} is outside 0..1 "
                                  f"(does queries.kv_usage_frac return percent?)")
                     value = None
-                entry[field] = value
+                # An aggregated engine is both pools' capacity: it reports in each.
+                in_pools = POOLS if self._aggregated(sample.labels) else (self._pool_of(pod, sample.labels),)
+                if in_pools == (None,):
+                    unmatched.add(pod)
+                    continue
+                for pool in in_pools:
+                    entry = seen.setdefault((pod, pool), {"kv": None, "queue": None, "variant": "default"})
+                    if pools.variant_label and sample.labels.get(pools.variant_label):
+                        entry["variant"] = sample.labels[pools.variant_label]
+                    entry[field] = value
         if unmatched:
             log.warning("worker pods matching neither pool were ignored (metrics.pools, by=%s): %s",
                         pools.by, sorted(unmatched))
         return tuple(
-            PodMetrics(pod=pod, pool=e["pool"], kv_usage_frac=e["kv"], queue_length=e["queue"], variant=e["variant"])
-            for pod, e in sorted(seen.items())
+            PodMetrics(pod=pod, pool=pool, kv_usage_frac=e["kv"], queue_length=e["queue"], variant=e["variant"])
+            for (pod, pool), e in sorted(seen.items())
         )
+
+    def _aggregated(self, labels: dict) -> bool:
+        pools = self.cfg.pools
+        return pools.by == "label" and labels.get(pools.pool_label) in pools.aggregated_label_values
 
     def _pool_of(self, pod: str, labels: dict) -> Pool | None:
         pools = self.cfg.pools

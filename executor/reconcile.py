@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Role = Literal["prefill", "decode"]
-ROLES: tuple[Role, ...] = ("prefill", "decode")
+Role = Literal["prefill", "decode", "aggregated"]
+ROLES: tuple[Role, ...] = ("prefill", "decode", "aggregated")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,10 @@ Prometheus' file_sd format.
 Draining is SIGTERM: a Dynamo worker deregisters at once (no new requests)
 and finishes its in-flight requests before it exits (measured on the 1.6.1
 mocker: a 6000-token request completed 2.7 s after the signal); SIGKILL only
-after drain_timeout_s.
+after drain_timeout_s. A worker the routing service sends requests to is
+drained in two steps: marked draining without a signal (`signal=False`: the
+executor takes it out of routing first), then `terminate` once its last
+request has finished; SIGKILL still after drain_timeout_s from the first step.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Proc:
     start_ticks: int
     started_at_s: float
     draining_since_s: float | None = None
+    terminated_at_s: float | None = None  # SIGTERM sent (draining workers wait for it while routing empties them)
     popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     def tmp_dir(self, state_dir: Path) -> Path:
@@ -80,7 +84,8 @@ class Proc:
         return process_start_ticks(self.pid) == self.start_ticks
 
 
-_STORED = ("role", "slot", "pid", "start_ticks", "started_at_s", "draining_since_s")
+_STORED = ("role", "slot", "pid", "start_ticks", "started_at_s", "draining_since_s", "terminated_at_s")
+_OPTIONAL = ("terminated_at_s",)  # absent from tables an older executor wrote
 
 
 class WorkerTable:
@@ -101,7 +106,7 @@ class WorkerTable:
             return []
         try:
             rows = json.loads(self.path.read_text())
-            procs = [Proc(**{k: row[k] for k in _STORED}) for row in rows]
+            procs = [Proc(**{k: row[k] for k in _STORED if k not in _OPTIONAL or k in row}) for row in rows]
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{self.path}: worker table is not valid ({exc}); move it aside to start afresh") from None
         self.procs = [p for p in procs if p.alive()]
@@ -131,8 +136,7 @@ class WorkerTable:
     def start(self, role: Role, slot: int) -> Proc:
         rc = self.cfg.roles[role]
         port = rc.system_port_base + slot
-        values = {"python": sys.executable, "role": role, "slot": slot, "system_port": port}
-        argv = [arg.format(**values) for arg in rc.command]
+        argv = [rc.fill(arg, role=role, slot=slot, python=sys.executable) for arg in rc.command]
         started_at_s = time.time()
         tmp = worker_tmp_dir(self.dir, role, slot, started_at_s)
         tmp.mkdir(parents=True, exist_ok=True)
@@ -149,11 +153,24 @@ class WorkerTable:
         log.info("started %s worker slot %d (pid %d, metrics port %d)", role, slot, popen.pid, port)
         return proc
 
-    def drain(self, worker: Worker) -> None:
+    def drain(self, worker: Worker, *, signal_now: bool = True) -> None:
+        """Stop counting the worker as serving; SIGTERM now, or (signal_now False) at `terminate`."""
         proc = self._find(worker)
         if proc is None or proc.draining_since_s is not None:
             return
         proc.draining_since_s = time.time()
+        if signal_now:
+            self.terminate(proc)
+        else:
+            self._save()
+            log.info("draining %s worker slot %d (pid %d): out of routing, SIGTERM after its last request",
+                     proc.role, proc.slot, proc.pid)
+
+    def terminate(self, proc: Proc) -> None:
+        """SIGTERM a draining worker (once)."""
+        if proc.terminated_at_s is not None:
+            return
+        proc.terminated_at_s = time.time()
         self._signal(proc, signal.SIGTERM)
         self._save()
         log.info("draining %s worker slot %d (pid %d): SIGTERM", proc.role, proc.slot, proc.pid)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.config import MetricsConfig
+from connectors.config import MetricsConfig, PoolMapping
 from connectors.prometheus import PrometheusCollector
 from tests.fixtures_prometheus import ANCHOR_S, OpenMetricsWriter, PrometheusServer, prometheus_server  # noqa: F401
 from tests.fixtures_vllm import (
@@ -30,8 +30,9 @@ EPP_LABELS = {"model_name": "tiny-model", "target_model_name": "tiny-model", "pr
 def llmd_data(prometheus_server: PrometheusServer) -> PrometheusServer:
     w = OpenMetricsWriter()
 
-    def engine(namespace: str, scrape, pod: str = "ms-tiny-llm-d-modelservice-decode-6d9f") -> None:
-        write_scrape_rising(w, scrape, labels={"namespace": namespace, "pod": pod}, start_s=START_S, end_s=END_S)
+    def engine(namespace: str, scrape, pod: str = "ms-tiny-llm-d-modelservice-decode-6d9f", **labels: str) -> None:
+        write_scrape_rising(w, scrape, labels={"namespace": namespace, "pod": pod, **labels}, start_s=START_S,
+                            end_s=END_S)
 
     def epp(namespace: str, name: str, total: float, **labels: str) -> None:
         write_counter_rising(w, name=name, labels={**EPP_LABELS, "namespace": namespace, **labels}, total=total,
@@ -53,6 +54,9 @@ def llmd_data(prometheus_server: PrometheusServer) -> PrometheusServer:
         write_counter_rising(w, name="router_requests_total", total=total, start_s=START_S, end_s=END_S,
                              labels={"namespace": "router-own", "outcome": outcome, "mode": "aggregated",
                                      "tier": "headroom"})
+    # Two aggregated engines (prefill and decode in one), labelled as the executor's scrape targets label them.
+    engine("agg", OWN_VLLM_METRICS, pod="127.0.0.1:21500", role="aggregated")
+    engine("agg", KIT_VLLM_METRICS, pod="127.0.0.1:21501", role="aggregated")
     prometheus_server.backfill(w.render())
     return prometheus_server
 
@@ -130,3 +134,22 @@ def test_a_query_set_in_the_config_replaces_the_sources_and_the_note_names_it():
 def test_an_unknown_source_is_refused_naming_it():
     with pytest.raises(ValueError, match="source"):
         MetricsConfig.model_validate({"source": "epp"})
+
+
+def test_an_aggregated_engine_reports_in_both_pools(llmd_data):
+    pools = PoolMapping(by="label", pool_label="role", pod_label="pod", aggregated_label_values=["aggregated"])
+    cfg = MetricsConfig(source="vllm-router", prometheus_url=llmd_data.url, frontend_selector='namespace="agg"',
+                        worker_selector='namespace="agg"', frontend_targets_selector="", pools=pools)
+    with PrometheusCollector(cfg) as c:
+        pods = c.saturation_inputs(now_s=END_S, interval_s=INTERVAL_S)[0]
+    # each engine once per pool: the loaded one (KV 0.0505) and the kit's idle one (0)
+    assert [(p.pod, p.pool, p.kv_usage_frac) for p in pods] == [
+        ("127.0.0.1:21500", "decode", pytest.approx(0.05054945054945059)),
+        ("127.0.0.1:21500", "prefill", pytest.approx(0.05054945054945059)),
+        ("127.0.0.1:21501", "decode", 0.0),
+        ("127.0.0.1:21501", "prefill", 0.0),
+    ]
+    # without the aggregated value the same series match neither pool and are left out
+    plain = cfg.model_copy(update={"pools": PoolMapping(by="label", pool_label="role", pod_label="pod")})
+    with PrometheusCollector(plain) as c:
+        assert c.saturation_inputs(now_s=END_S, interval_s=INTERVAL_S)[0] == ()
