@@ -16,6 +16,7 @@ COPY tasks ./tasks
 COPY flows ./flows
 COPY routing ./routing
 COPY sim ./sim
+COPY workloads ./workloads
 COPY planner_cli ./planner_cli
 COPY executor ./executor
 RUN uv sync --frozen --no-dev --no-editable --extra kubernetes

@@ -51,7 +51,7 @@ from planner.types import (  # noqa: E402
     PoolSizing,
     PoolState,
 )
-from sim.servegen import load_servegen  # noqa: E402
+from workloads.servegen import load_servegen  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 PROFILE_DIR = DATA / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"

@@ -39,7 +39,7 @@ from flows.config import PlannerRunConfig, ReplayInputs  # noqa: E402
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig  # noqa: E402
 from planner.pipeline import plan_interval  # noqa: E402
 from planner.types import Observation, PodMetrics  # noqa: E402
-from sim.traces import bin_trace, load_trace  # noqa: E402
+from workloads.traces import bin_trace, load_trace  # noqa: E402
 
 TRACE = ROOT / "data" / "traces" / "azure2023_conv.csv.gz"
 PROFILE = ROOT / "data" / "profiles" / "h200_llama8b_fp8_tp1"

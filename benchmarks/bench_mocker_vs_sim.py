@@ -57,11 +57,11 @@ from executor.localfleet import LocalFleet, _port_free  # noqa: E402
 from planner.config import SloTarget  # noqa: E402
 from sim.config import SimConfig  # noqa: E402
 from sim.fleet import FREE_TRANSFER  # noqa: E402
-from sim.loadgen import LoadGenConfig, replay as replay_http  # noqa: E402
+from sim.live.loadgen import LoadGenConfig, replay as replay_http  # noqa: E402
 from sim.lookup import ProfileTables  # noqa: E402
 from sim.policies import StaticPolicy  # noqa: E402
 from sim.replay import ReplaySettings, replay  # noqa: E402
-from sim.trace_shaping import build_trace  # noqa: E402
+from workloads.trace_shaping import build_trace  # noqa: E402
 
 PROFILE = ROOT / "data" / "profiles" / "h200_llama8b_fp8_tp1"
 TRACE = ROOT / "data" / "traces" / "azure2023_conv.csv.gz"

@@ -52,9 +52,9 @@ from sim.lookup import ProfileTables  # noqa: E402
 from sim.policies import default_planner_config, make_policy  # noqa: E402
 from sim.published_ttft import load_ttft_view  # noqa: E402
 from sim.replay import ReplayResult, replay  # noqa: E402
-from sim.report import summarize  # noqa: E402
+from sim.whatif.report import summarize  # noqa: E402
 from sim.routing import make_router  # noqa: E402
-from sim.whatif import WhatIfScenario, build_replay_settings, load_model, load_scenario_trace, run_what_if  # noqa: E402
+from sim.whatif.scenario import WhatIfScenario, build_replay_settings, load_model, load_scenario_trace, run_what_if  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "planner_latency_model.json"
 SCENARIO = {"name": "azure_conv x8", "trace": "azure2023_conv.csv.gz", "load_multiplier": 8.0, "window_s": None}

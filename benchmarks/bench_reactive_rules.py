@@ -59,7 +59,7 @@ def main() -> int:
     from sim.lookup import ProfileTables
     from sim.oracle import ScheduledPolicy, oracle_plan
     from sim.replay import ReplaySettings, replay
-    from sim.traces import load_trace, multiply_load
+    from workloads.traces import load_trace, multiply_load
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default="azure2023_code.csv.gz")

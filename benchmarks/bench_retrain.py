@@ -80,8 +80,8 @@ from routing.training.publish import decide_candidate  # noqa: E402
 from routing.training.split import holdout_rows, splits_for  # noqa: E402
 from sim.lookup import ProfileTables  # noqa: E402
 from sim.samples import record_samples, simulate_routed  # noqa: E402
-from sim.traces import time_window  # noqa: E402
-from sim.whatif import WhatIfScenario, load_model, load_scenario_trace  # noqa: E402
+from workloads.traces import time_window  # noqa: E402
+from sim.whatif.scenario import WhatIfScenario, load_model, load_scenario_trace  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 PROFILE_DIR = DATA / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"

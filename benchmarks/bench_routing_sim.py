@@ -56,8 +56,8 @@ from sim.picker_router import LEVELS, PickerRouter  # noqa: E402
 from sim.policies import make_policy  # noqa: E402
 from sim.replay import ReplaySettings, replay  # noqa: E402
 from sim.routing import make_router  # noqa: E402
-from sim.traces import Trace, load_trace, multiply_load  # noqa: E402
-from sim.whatif import load_model  # noqa: E402
+from workloads.traces import Trace, load_trace, multiply_load  # noqa: E402
+from sim.whatif.scenario import load_model  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "traces"
 PROFILE = ROOT / "data" / "profiles" / "h200_llama8b_fp8_tp1"

@@ -79,7 +79,7 @@ from connectors.profiles import load_profile_dir
 from sim.lookup import ProfileTables
 from sim.policies import default_planner_config, make_policy
 from sim.replay import ReplaySettings, replay
-from sim.traces import load_trace, multiply_load
+from workloads.traces import load_trace, multiply_load
 t0 = time.perf_counter()
 profile = load_profile_dir({profile!r})
 tables = ProfileTables(profile)
@@ -125,7 +125,7 @@ SPEED_TRACES = (
 
 
 def bench_speed(repeats: int, jitter_s: float = 30.0) -> dict:
-    from sim.whatif import load_model
+    from sim.whatif.scenario import load_model
 
     rows = []
     for name, file, k in SPEED_TRACES:
@@ -179,7 +179,7 @@ def _cpus() -> int:
 # planner+warm: the planner warmed (predictor.warmup_trace_path) with another draw of the same copies, the
 # tenants' offsets drawn with this seed (plus --seed): a stand-in for the previous hour of the same service,
 # which these one-hour traces do not have. --warmup rotated draws them from the trace rotated by half its
-# length (sim.traces.rotate_time: the same bursts at other minutes). Filled by _traces; label -> the trace.
+# length (workloads.traces.rotate_time: the same bursts at other minutes). Filled by _traces; label -> the trace.
 WARMUP_SEED = 100
 WARMUP_DRAWS: dict = {}
 WARMUP_SOURCES = {
@@ -216,8 +216,8 @@ def variant_policy(cfg, profile, label: str, folder: Path, name: str):
     settings (FLAT_HOLD_SETTINGS) or the previous default's (HPA_WINDOW_SETTINGS). None: no warm-up draw for
     label."""
     from sim.policies import PlannerPolicy
-    from sim.traces import write_mooncake_jsonl
-    from sim.whatif import with_settings
+    from workloads.traces import write_mooncake_jsonl
+    from sim.whatif.scenario import with_settings
 
     parts = set(name.split("+")[1:])
     for part in parts & NAMED_SETTINGS.keys():
@@ -241,8 +241,8 @@ def running_start(label: str, trace, scenario):
 
 
 def _traces(quick: bool, jitter_s: float = 30.0, *, seed: int = 0, warmup: str = "draw"):
-    from sim.servegen import load_servegen, synthesize_servegen
-    from sim.traces import load_trace, multiply_load, rotate_time
+    from workloads.servegen import load_servegen, synthesize_servegen
+    from workloads.traces import load_trace, multiply_load, rotate_time
 
     def copies(name, k, seed, rotated=False):
         def make():
@@ -266,7 +266,7 @@ def _traces(quick: bool, jitter_s: float = 30.0, *, seed: int = 0, warmup: str =
 
 
 def _row(label: str, result, *, extra: dict | None = None) -> dict:
-    from sim.report import summarize
+    from sim.whatif.report import summarize
 
     s = summarize(result)
     row = dict(
@@ -340,7 +340,7 @@ def bench_control(
     from connectors.profiles import load_profile_dir
     from sim.lookup import ProfileTables
     from sim.oracle import HINDSIGHT_WINDOWS, best_static, oracle_plan, reactive_reference
-    from sim.whatif import load_model
+    from sim.whatif.scenario import load_model
     from sim.policies import PlannerPolicy, default_planner_config, make_policy
     from sim.replay import ReplaySettings, replay
 

@@ -116,7 +116,7 @@ def _load_value_csv(path: Path, *, column: str | None, bin_s: float | None):
 def _load_servegen(path: Path, *, column: str | None, bin_s: float | None):
     import numpy as np
 
-    from sim.servegen import load_servegen
+    from workloads.servegen import load_servegen
 
     if column not in (None, "num_requests"):
         raise ValueError(f"{path}: a ServeGen archive only has column 'num_requests', not {column!r}")
@@ -143,7 +143,7 @@ def load_series(path: str | Path, *, column: str | None = None, bin_s: float | N
     """
     import numpy as np
 
-    from sim.traces import bin_trace, detect_format, load_trace
+    from workloads.traces import bin_trace, detect_format, load_trace
 
     path = Path(path)
     if not path.is_file():

@@ -172,8 +172,8 @@ def write_fleet_config(opts: StackOptions, state_dir: Path, planner_cfg) -> Path
     }
     path = state_dir / "fleet.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    from sim.live_config import load_config
-    from sim.trace_shaping import build_trace
+    from sim.live.config import load_config
+    from workloads.trace_shaping import build_trace
 
     build_trace(load_config(path))  # fail here, naming the file, not in the background
     return path

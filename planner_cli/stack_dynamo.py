@@ -10,7 +10,7 @@ In place of the simulated fleet, three components:
   starts and drains Dynamo mocker workers (prefill and decode, timed from the
   planner's profile at `mocker_speedup`), and writes their metrics endpoints
   for Prometheus' file_sd;
-- `loadgen`: the load generator (`python -m sim.loadgen`) replaying the trace
+- `loadgen`: the load generator (`python -m sim.live.loadgen`) replaying the trace
   against the frontend over HTTP (streaming chat completions).
 
 The frontend and executor run in Dynamo's own environment (scripts/install_dynamo.sh,
@@ -80,12 +80,12 @@ def write_executor_config(opts, state_dir: Path, *, namespace: str, profile_dir:
 
 
 def write_loadgen_config(opts, state_dir: Path) -> Path:
-    from sim.loadgen import LoadGenConfig
+    from sim.live.loadgen import LoadGenConfig
 
     data = {"url": opts.urls()["frontend"], "model": MODEL_NAME, "out_dir": str(state_dir / "loadgen"),
             **trace_fields(opts)}
     cfg = LoadGenConfig.model_validate(data)
-    from sim.trace_shaping import build_trace
+    from workloads.trace_shaping import build_trace
 
     build_trace(cfg)  # fail here, naming the file, not in the background
     path = state_dir / "loadgen.yaml"
@@ -94,7 +94,7 @@ def write_loadgen_config(opts, state_dir: Path) -> Path:
 
 
 def trace_fields(opts) -> dict:
-    """The stack options' trace replay as sim.trace_shaping.TraceReplayConfig fields (both fleets replay the same)."""
+    """The stack options' trace replay as workloads.trace_shaping.TraceReplayConfig fields (both fleets replay the same)."""
     data = {"trace_path": str(Path(opts.trace).resolve()), "trace_start_s": opts.trace_start_s,
             "time_scale": opts.time_scale, "jitter_s": opts.jitter_s}
     if opts.shape is not None:
@@ -131,7 +131,7 @@ def components(opts, state_dir: Path, *, namespace: str, profile_dir: str, compo
         component_cls("frontend", frontend_command(python, namespace=namespace, http_port=opts.frontend_port),
                       f"{opts.urls()['frontend']}/health", env=dynamo_env),
         component_cls("executor", [python, "-m", "executor", "--config", str(executor_cfg)], None, env=dynamo_env),
-        component_cls("loadgen", [sys.executable, "-m", "sim.loadgen", "--config",
+        component_cls("loadgen", [sys.executable, "-m", "sim.live.loadgen", "--config",
                                   str(loadgen_cfg)], None),
     ]
 

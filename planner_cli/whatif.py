@@ -73,7 +73,7 @@ def add_parser(subparsers) -> None:
 
 
 def _scenario(args: argparse.Namespace):
-    from sim.whatif import WhatIfScenario
+    from sim.whatif.scenario import WhatIfScenario
 
     return WhatIfScenario(
         trace=args.trace,
@@ -118,7 +118,7 @@ def planner_settings(items: list[str]) -> dict:
 
 
 def _print_summary(s: dict) -> None:
-    from sim.report import floor_words
+    from sim.whatif.report import floor_words
 
     def p(d):
         return " / ".join("n/a" if d[k] is None else f"{d[k]:.1f}" for k in ("p50", "p90", "p99"))
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from planner.config import format_validation_error
-    from sim.whatif import load_scenario_trace, planner_config, run_what_if
+    from sim.whatif.scenario import load_scenario_trace, planner_config, run_what_if
 
     try:
         sc = _scenario(args)

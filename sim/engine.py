@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 
 import numpy as np
@@ -41,9 +42,20 @@ from sim.mocker_timing import chunked_prefill_step, mocker_tables
 from sim.observation import IntervalStats
 from sim.results import RequestResults
 from sim.routing import LeastLoadedRouter, Router
-from sim.traces import Trace
-from sim.typed_arrays import numpy_copy as _np
-from sim.typed_arrays import typed as _typed
+from workloads.traces import Trace
+
+
+def _typed(code: str, values: np.ndarray) -> array:
+    """A flat typed array ("d": float64, "q": int64; 8 bytes an item, no per-item objects) holding values."""
+    a = array(code)
+    a.frombytes(np.ascontiguousarray(values, dtype=np.float64 if code == "d" else np.int64).tobytes())
+    return a
+
+
+def _np(a: array) -> np.ndarray:
+    """A numpy copy of a typed array."""
+    return np.frombuffer(a, dtype=np.float64 if a.typecode == "d" else np.int64).copy()
+
 
 _PREFILL_DONE, _KV_DONE, _DECODE_SEG, _READY = 0, 1, 2, 3
 

@@ -52,7 +52,7 @@ from sim.policies import ScheduledPolicy, StaticPolicy
 from sim.replay import ReplayResult, ReplaySettings, replay
 from sim.results import RequestResults
 from sim.routing import make_router
-from sim.traces import Trace
+from workloads.traces import Trace
 
 _SLACK = 0.005  # an interval's goal is at most its best achievable share minus 0.5 points
 _NO_GAIN = 0.001

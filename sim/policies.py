@@ -33,7 +33,7 @@ from planner.ttft_view import TtftView
 from planner.types import Observation, PodMetrics, ReasonCode
 from planner.warmup_floor import warmup_floor
 from sim.replay import PolicyInput, PolicyOutput
-from sim.traces import bin_trace, load_warmup_trace
+from workloads.traces import bin_trace, load_warmup_trace
 from sim.warm_start import clamp, warm_start_fleet
 
 _STATIC = re.compile(r"^static:(\d+)x(\d+)$")

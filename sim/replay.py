@@ -40,7 +40,7 @@ from sim.lookup import ProfileTables
 from sim.observation import LengthWindow, SloWindow, interval_observation
 from sim.results import RequestResults
 from sim.routing import Router, make_router
-from sim.traces import Trace, lead_in
+from workloads.traces import Trace, lead_in
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ReplaySettings:
     max_drain_s: after the last arrival, give up if requests are still running this long.
     lead_in_s: the trace's first lead_in_s seconds run the fleet and the policy but are not scored:
         results, GPU-hours, the timeline and the scale log count from there, on a clock that starts
-        there (a policy started against a running fleet, with its history; sim.traces.lead_in builds
+        there (a policy started against a running fleet, with its history; workloads.traces.lead_in builds
         such a trace). A whole number of intervals; 0: none.
     """
 
@@ -439,7 +439,7 @@ def _first_interval_observation(trace: Trace, scenario: ReplaySettings) -> Obser
     running before the trace began would roughly have. This keeps the comparison
     about control, not about a cold start.
     """
-    from sim.traces import bin_trace
+    from workloads.traces import bin_trace
 
     interval_s, startup_s, peak_window_s = scenario.interval_s, scenario.sim.startup_s, scenario.peak_window_s
     m = max(0, math.ceil(startup_s / interval_s - 1e-9))

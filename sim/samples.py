@@ -36,7 +36,7 @@ import numpy as np
 from sim.config import SimConfig
 from sim.fleet import DecodeWorker, PrefillWorker
 from sim.routing import Router
-from sim.traces import Trace
+from workloads.traces import Trace
 
 EventKind = Literal["dispatched", "prefill_done", "first_token", "completed"]
 DecodePick = Literal["after_prefill", "at_dispatch"]

@@ -9,10 +9,10 @@ from connectors.predictor_cache import open_predictor_cache
 from planner.config import PredictorConfig
 from planner import pipeline
 from planner.types import Forecast, LoadHistory, Observation
-from sim import traces
+from workloads import traces
 
 
-# The warm-up trace's per-interval load (sim.traces.load_warmup_history; the simulator reads the same
+# The warm-up trace's per-interval load (workloads.traces.load_warmup_history; the simulator reads the same
 # file with load_warmup_trace and bins it per history window).
 load_warmup_history = task(traces.load_warmup_history, name="load_warmup_history", cache_policy=NO_CACHE)
 

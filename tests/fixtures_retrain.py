@@ -103,7 +103,7 @@ def simulated_requests(*, window_s: float, start_s: float = 120.0, load_multipli
     """window_s seconds from start_s of the Azure conversation trace x load_multiplier, replayed
     by the simulated fleet under the planner (measured H200 profile): each request's outcome and workers."""
     from sim.samples import simulate_routed
-    from sim.traces import load_trace, multiply_load, time_window
+    from workloads.traces import load_trace, multiply_load, time_window
 
     require_data(AZURE_CONV, FLEET_PROFILE)
     trace = time_window(multiply_load(load_trace(AZURE_CONV), load_multiplier, seed=0), start_s, start_s + window_s)

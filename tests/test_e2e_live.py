@@ -21,10 +21,10 @@ from connectors.virtual import VirtualConnector
 from planner.types import Decision
 from routing.http.app import create_app
 from routing.config import RouterConfig
-from sim.live_config import LiveConfig, make_tables
-from sim.live_fleet import LiveFleet
-from sim.trace_shaping import TraceSegment, build_trace, shaped_trace
-from sim.traces import load_trace, time_window
+from sim.live.config import LiveConfig, make_tables
+from sim.live.fleet import LiveFleet
+from workloads.trace_shaping import TraceSegment, build_trace, shaped_trace
+from workloads.traces import load_trace, time_window
 from tests.fixtures_net import free_port
 from tests.fixtures_routing import TOKEN, RunningServer
 

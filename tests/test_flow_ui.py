@@ -240,7 +240,7 @@ def test_stack_scrapes_the_planner_gauges_and_loads_the_rules(tmp_path):
 def test_what_if_deployment_run_shows_the_policy_against_oracle_best_static_and_hindsight(prefect_harness, tmp_path):
     from PIL import Image
 
-    from flows.whatif import what_if_compare_flow
+    from sim.whatif.flow import what_if_compare_flow
 
     # Three minutes of the bundled trace at twice its load: the oracle's sweeps stay quick.
     state = what_if_compare_flow(

@@ -1,10 +1,10 @@
-"""sim.loadgen's pure parts: prompts of a given length that share no prefix."""
+"""sim.live.loadgen's pure parts: prompts of a given length that share no prefix."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.loadgen import WORDS, LoadGenConfig, PromptBuilder, load_config, random_words
+from sim.live.loadgen import WORDS, LoadGenConfig, PromptBuilder, load_config, random_words
 
 
 def test_prompts_are_deterministic_and_share_no_prefix():

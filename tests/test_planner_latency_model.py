@@ -188,7 +188,7 @@ def test_a_what_if_sizes_prefill_with_the_document(shared_data, tmp_path):
     times the profile's (150 + 0.12 x input_tokens ms: 270 ms at 1000 tokens, the H200 profile 37 ms; the
     correction factor stops at min_factor 0.5) makes the planner hold more prefill GPU-hours than the profile
     does, and every planned interval's reason names the model."""
-    from sim.whatif import WhatIfScenario, run_what_if
+    from sim.whatif.scenario import WhatIfScenario, run_what_if
     from tests.test_sim_whatif import _small_azure
 
     slow = model_document(version="slow", ttft_mean=linear("ttft", 150.0, input_tokens=0.12),

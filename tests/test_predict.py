@@ -374,7 +374,7 @@ def test_bin_requests_hand_counted():
 
 
 def test_mooncake_trace_primes_a_predictor(shared_data):
-    from sim.traces import bin_trace, load_trace
+    from workloads.traces import bin_trace, load_trace
 
     path = shared_data / "traces" / "mooncake_fast25_synthetic_trace.jsonl.gz"
     warm = bin_trace(load_trace(path), bin_s=60.0)

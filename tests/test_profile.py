@@ -365,7 +365,7 @@ def test_gpus_per_engine_come_from_the_profile_and_size_and_bill_per_engine(shar
     from planner.config import SizingConfig
     from planner.sizing import engine_gpus, resolve_engine_gpus, size_decode
     from planner.types import Corrections, Forecast
-    from sim.whatif import WhatIfScenario, build_replay_settings
+    from sim.whatif.scenario import WhatIfScenario, build_replay_settings
 
     src = shared_data / "profiles" / "aiconfigurator" / "Qwen3-32B_H100_sglang_TP4P_TP4D"
     profile = load_profile_dir(src)

@@ -18,7 +18,7 @@ from planner.profile_checks import ProfileRangeWarning
 from sim.lookup import ProfileTables
 from sim.policies import default_planner_config, make_policy
 from sim.replay import ReplaySettings, replay
-from sim.traces import load_trace, multiply_load, time_window
+from workloads.traces import load_trace, multiply_load, time_window
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from sim.engine import FleetSim
 from sim.fleet import FREE_TRANSFER
 from sim.lookup import ProfileTables
 from sim.routing import LeastLoadedRouter, RoundRobinRouter
-from sim.traces import Trace
+from workloads.traces import Trace
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from sim.fast_path import ArrivalWindows, Trigger
 from sim.lookup import ProfileTables
 from sim.policies import PlannerPolicy, default_planner_config
 from sim.replay import ReplaySettings, replay
-from sim.report import markdown_report, summarize
-from sim.traces import Trace
+from sim.whatif.report import markdown_report, summarize
+from workloads.traces import Trace
 
 
 @pytest.fixture(autouse=True)
@@ -159,7 +159,7 @@ def test_the_report_shows_the_fast_path_events(surge_replays):
 
 
 def test_a_what_if_with_the_fast_path_reports_its_events(h200_profile_dir):
-    from sim.whatif import WhatIfScenario, run_what_if
+    from sim.whatif.scenario import WhatIfScenario, run_what_if
 
     def what_if(fast_path):
         sc = WhatIfScenario(trace="surge.csv", profile_dir=str(h200_profile_dir), fast_path=fast_path)

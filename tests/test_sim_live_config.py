@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.live_config import load_config
+from sim.live.config import load_config
 
 BASE = "trace_path: t.csv\nprofile_dir: p\n"
 

@@ -24,7 +24,7 @@ from sim.engine import FleetSim
 from sim.fleet import FREE_TRANSFER
 from sim.lookup import DriftedTables, ProfileTables
 from sim.mocker_timing import MockerTables, chunked_prefill_step, mocker_perf_grids, mocker_tables
-from sim.traces import Trace
+from workloads.traces import Trace
 
 MOCKER = SimConfig(engine_model="dynamo_mocker", transfer=FREE_TRANSFER, startup_s=0.0)
 

@@ -24,7 +24,7 @@ from sim.policies import (
 )
 from sim.replay import PolicyOutput, ReplaySettings, replay
 from sim.routing import make_router
-from sim.traces import Trace, bin_trace, lead_in, load_trace, multiply_load, time_window
+from workloads.traces import Trace, bin_trace, lead_in, load_trace, multiply_load, time_window
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from sim.fleet import TransferModel
 from sim.lookup import ProfileTables
 from sim.picker_router import PickerRouter
 from sim.routing import RoundRobinRouter, make_router
-from sim.traces import Trace
+from workloads.traces import Trace
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from planner_cli.main import main
-from sim.report import floor_words, markdown_report
-from sim.whatif import WhatIfScenario
+from sim.whatif.report import floor_words, markdown_report
+from sim.whatif.scenario import WhatIfScenario
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 
 JSON_KEYS = {"requests", "slo_attainment", "ttft_ms", "itl_ms", "gpu_hours", "oracle_gpu_hours", "scale_events", "wall_s"}
@@ -106,7 +106,7 @@ def test_a_warm_up_of_the_service_meets_the_first_burst(shared_data, h200_profil
     # after 477, 27 and 276) with the fleet minute 0 needed. Warmed from another hour of the same service (the
     # trace rotated by half, the same eight copies drawn again), the first run scales the fleet up to what that
     # hour's last minutes needed (the start floor), and the burst is met (docs/control.md).
-    from sim.traces import load_trace, multiply_load, rotate_time, write_mooncake_jsonl
+    from workloads.traces import load_trace, multiply_load, rotate_time, write_mooncake_jsonl
 
     code = shared_data / "traces" / "azure2023_code.csv.gz"
     hour = load_trace(code)
@@ -218,7 +218,7 @@ def test_what_if_flow_publishes_report_and_plots(prefect_harness, shared_data, h
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from flows.whatif import what_if_flow
+    from sim.whatif.flow import what_if_flow
 
     sc = WhatIfScenario(
         trace=str(_small_azure(shared_data, tmp_path, minutes=3)),
@@ -249,7 +249,7 @@ def test_what_if_flow_publishes_report_and_plots(prefect_harness, shared_data, h
 def test_sweep_flow_locally_and_on_dask(prefect_harness, shared_data, h200_profile_dir, tmp_path):  # noqa: F811
     from distributed import LocalCluster
 
-    from flows.whatif import run_sweep
+    from sim.whatif.flow import run_sweep
 
     trace = str(_small_azure(shared_data, tmp_path, minutes=2))
     grid = [
@@ -294,6 +294,6 @@ def test_cli_times_engines_as_the_profile_or_as_dynamos_mocker(shared_data, h200
     ],
 )
 def test_report_names_the_hindsight_reactive_hold(tried, attainment, cell):
-    from sim.report import _reactive_cell
+    from sim.whatif.report import _reactive_cell
 
     assert _reactive_cell(tried, attainment) == cell

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.servegen import load_servegen, synthesize_servegen
-from sim.traces import (
+from workloads.servegen import load_servegen, synthesize_servegen
+from workloads.traces import (
     Trace,
     bin_trace,
     detect_format,
@@ -339,7 +339,7 @@ def test_servegen_real_archive(shared_data):
 def test_independent_tenants_decorrelate_the_copies_bursts(shared_data):
     """azure_code x8: copies shifted by up to +-30 s (independent tenants, the what-if default) spread each
     copy's bursts, where +-1 s (the synchronised stress case) stacks them; every copy's requests are kept."""
-    from sim.whatif import WhatIfScenario, load_model
+    from sim.whatif.scenario import WhatIfScenario, load_model
 
     assert WhatIfScenario(trace="t", profile_dir="p").jitter_s == 30.0
     assert load_model(8, 30.0).endswith("independent tenants")

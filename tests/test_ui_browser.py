@@ -37,7 +37,7 @@ def publish_runs(state_dir: str) -> dict[str, str]:
     """
     from flows.config import ReplayInputs
     from flows.planner_flow import planner_flow
-    from flows.whatif import what_if_compare_flow
+    from sim.whatif.flow import what_if_compare_flow
     from tests.test_flow_ui import NOW_S, _config, _observation
 
     cfg = _config(Path(state_dir), PROFILE, NAMESPACE)

@@ -16,7 +16,7 @@ from planner.clumping import sizing_basis
 from planner.pipeline import needs_warmup, predict_load
 from planner.predict import prime_history
 from planner.types import LoadHistory, Observation
-from sim.traces import load_warmup_history
+from workloads.traces import load_warmup_history
 
 INTERVAL_S = 60.0
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 
 from sim.lookup import DriftedTables, ProfileTables
-from sim.trace_shaping import TraceReplayConfig
+from workloads.trace_shaping import TraceReplayConfig
 
 
 class LiveConfig(TraceReplayConfig):

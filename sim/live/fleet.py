@@ -12,12 +12,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sim.config import SimConfig
 from sim.engine import FleetSim
-from sim.etcd_follower import EtcdFollower
-from sim.http_router import HttpRouter, RouterClient
-from sim.live_config import LiveConfig
-from sim.live_metrics import LiveSeries
+from sim.live.etcd_follower import EtcdFollower
+from sim.live.http_router import HttpRouter, RouterClient
+from sim.live.config import LiveConfig
+from sim.live.metrics import LiveSeries
 from sim.lookup import ProfileTables
-from sim.traces import Trace
+from workloads.traces import Trace
 
 log = logging.getLogger("sla_planner.sim.live")
 

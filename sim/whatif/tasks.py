@@ -8,9 +8,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from sim.replay import ReplayResult
-from sim.report import plot_latency, plot_load_vs_replicas, plot_misses_per_minute
-from sim.traces import Trace, time_window
-from sim.whatif import References, WhatIfScenario, load_scenario_trace, reference_fleets, run_what_if
+from sim.whatif.report import plot_latency, plot_load_vs_replicas, plot_misses_per_minute
+from workloads.traces import Trace, time_window
+from sim.whatif.scenario import References, WhatIfScenario, load_scenario_trace, reference_fleets, run_what_if
 
 
 @task(cache_policy=NO_CACHE)
@@ -36,7 +36,7 @@ def load_trace_window(scenario: WhatIfScenario, *, start_s: float, duration_s: f
 @task(cache_policy=NO_CACHE)
 def compare_with_oracle(scenario: WhatIfScenario, trace: Trace, *, target_frac: float) -> References:
     """The oracle's replay, and the cheapest static fleet and hindsight-reactive hold reaching target_frac
-    attainment (see sim.whatif.reference_fleets)."""
+    attainment (see sim.whatif.scenario.reference_fleets)."""
     return reference_fleets(scenario, trace, target_frac=target_frac)
 
 

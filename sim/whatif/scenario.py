@@ -27,9 +27,9 @@ from sim.policies import check_policy_name, default_planner_config, make_policy
 from sim.published_ttft import load_ttft_view
 from sim.replay import ReplayResult, ReplaySettings, after_lead_in, replay
 from sim.routing import make_router
-from sim.report import summarize
-from sim.servegen import load_servegen, synthesize_servegen
-from sim.traces import Trace, detect_format, detect_tick_s, jitter_within_ticks, load_trace, multiply_load
+from sim.whatif.report import summarize
+from workloads.servegen import load_servegen, synthesize_servegen
+from workloads.traces import Trace, detect_format, detect_tick_s, jitter_within_ticks, load_trace, multiply_load
 
 
 INDEPENDENT_TENANTS_JITTER_S = 30.0

@@ -5,7 +5,7 @@ optional prefix-block hashes. Formats are detected from the content, not the
 file name: Azure LLM inference CSV (`TIMESTAMP,ContextTokens,GeneratedTokens`)
 and Mooncake JSONL (`timestamp` in ms, `input_length`, `output_length`,
 `hash_ids`), each plain or gzip-compressed. ServeGen archives are not request
-traces but per-window statistics; `sim.servegen` synthesises traces from them.
+traces but per-window statistics; `workloads.servegen` synthesises traces from them.
 
 Transformations return new traces and never mutate their input.
 """
@@ -277,7 +277,7 @@ def load_trace(path: str | Path, *, fmt: str | None = None, skip_malformed: bool
     if fmt == "servegen":
         raise ValueError(
             f"{path}: is a ServeGen archive (per-window statistics, not requests): "
-            "use sim.servegen.load_servegen and synthesize_servegen"
+            "use workloads.servegen.load_servegen and synthesize_servegen"
         )
     raise ValueError(f"{path}: unknown trace format {fmt!r}; expected one of azure, mooncake")
 

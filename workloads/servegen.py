@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import gamma as gamma_fn
 
-from sim.traces import Trace, make_trace
+from workloads.traces import Trace, make_trace
 
 WINDOW_S = 600.0
 DIST_WINDOW_S = 21600.0

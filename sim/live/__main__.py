@@ -45,10 +45,10 @@ from pathlib import Path
 
 from prometheus_client import disable_created_metrics
 
-from sim.live_config import load_config, make_tables
-from sim.live_fleet import LiveFleet
-from sim.live_http import serve
-from sim.trace_shaping import build_trace
+from sim.live.config import load_config, make_tables
+from sim.live.fleet import LiveFleet
+from sim.live.http import serve
+from workloads.trace_shaping import build_trace
 
 log = logging.getLogger("sla_planner.sim.live")
 

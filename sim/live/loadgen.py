@@ -19,9 +19,9 @@ HTTP status, whether the stream ended in an error event (a Dynamo frontend
 reports a worker lost mid-stream that way, under HTTP 200), client-side TTFT
 and end-to-end time, token counts. `summary.json` is rewritten every few
 seconds and at the end. The trace is built as the simulated fleet builds it
-(sim.trace_shaping.build_trace: window, shape of load multipliers, time scale).
+(workloads.trace_shaping.build_trace: window, shape of load multipliers, time scale).
 
-Run: `python -m sim.loadgen --config loadgen.yaml` (a `LoadGenConfig` file).
+Run: `python -m sim.live.loadgen --config loadgen.yaml` (a `LoadGenConfig` file).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import numpy as np
 import yaml
 from pydantic import Field, ValidationError
 
-from sim.trace_shaping import TraceReplayConfig, build_trace
-from sim.traces import Trace
+from workloads.trace_shaping import TraceReplayConfig, build_trace
+from workloads.traces import Trace
 
 log = logging.getLogger("sla_planner.sim.loadgen")
 # Words of the stack's tokenizer vocabulary (stack/dynamo/tokenizer): about one token each; calibrated anyway.
@@ -51,7 +51,7 @@ WORDS = ("the a of to and in is for on that with as by it this from be are at or
 
 
 class LoadGenConfig(TraceReplayConfig):
-    """What `python -m sim.loadgen` replays (the trace fields of the live fleet), and where (one YAML file)."""
+    """What `python -m sim.live.loadgen` replays (the trace fields of the live fleet), and where (one YAML file)."""
 
     url: str = Field(description="frontend base URL, e.g. http://127.0.0.1:8000")
     model: str = Field(min_length=1, description="model name the frontend serves")
@@ -242,7 +242,7 @@ def load_config(path: str | Path) -> LoadGenConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.loadgen", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sim.live.loadgen", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="LoadGenConfig YAML")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s loadgen: %(message)s")

@@ -6,7 +6,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from planner.strict import StrictModel
-from sim.traces import Trace, load_trace, multiply_load, scale_time, time_window
+from workloads.traces import Trace, load_trace, multiply_load, scale_time, time_window
 
 
 class TraceSegment(StrictModel):

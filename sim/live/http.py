@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from sim.live_fleet import LiveFleet
+from sim.live.fleet import LiveFleet
 
 
 class _Handler(BaseHTTPRequestHandler):

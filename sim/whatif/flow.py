@@ -16,9 +16,9 @@ from prefect.artifacts import create_image_artifact, create_markdown_artifact, c
 from prefect.states import Completed, State
 
 from flows.charts import png_data_url
-from sim.report import markdown_report, misses_per_minute
-from sim.whatif import INDEPENDENT_TENANTS_JITTER_S, WhatIfScenario
-from tasks.whatif import (
+from sim.whatif.report import markdown_report, misses_per_minute
+from sim.whatif.scenario import INDEPENDENT_TENANTS_JITTER_S, WhatIfScenario
+from sim.whatif.tasks import (
     compare_with_oracle,
     load_trace_for,
     load_trace_window,
