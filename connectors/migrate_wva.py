@@ -128,6 +128,9 @@ def _wva_controller(label: str, key: str, value: object, metrics: dict, planner:
         metrics["prometheus_url"] = text
     elif key == "PROMETHEUS_TLS_INSECURE_SKIP_VERIFY":
         metrics["verify_tls"] = text.lower() not in ("true", "1", "yes")
+        if not metrics["verify_tls"]:
+            out.note(f"{label}={value!r}: metrics.verify_tls false, the planner will not verify Prometheus' "
+                     "TLS certificate (as WVA did not)")
     elif key == "PROMETHEUS_TOKEN_PATH":
         metrics["bearer_token_file"] = text
     elif key == "GLOBAL_OPT_INTERVAL":

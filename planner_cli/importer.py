@@ -9,8 +9,10 @@ copy with --live) and maps its planner's settings: `--config` JSON or file
 (Dynamo 1.x) or flags (before 1.0), and the environment the planner reads.
 `wva` reads WVA's saturation ConfigMap (and its controller ConfigMap).
 
-The result is written as YAML (stdout, or -o), merged over --base when given,
-and loads through our models before it is written. Each setting that could not
+The result is written as YAML (stdout, or -o, then one line saying what was written),
+merged over --base when given: each value of the base it replaces is a `note:` line
+(WVA's controller ConfigMap brings its Prometheus URL and TLS setting, which replace
+the base's). It loads through our models before it is written. Each setting that could not
 be mapped is one line on stderr: the key, its value and why; so is each value
 read differently from Dynamo on purpose (`note:`). Bad input (not a DGD or
 ConfigMap, no planner, unreadable YAML, a value that does not validate, a
@@ -55,6 +57,18 @@ def add_parser(subparsers) -> None:
         sub.add_argument("--context", default=None, help="kubeconfig context (--live)")
         sub.add_argument("--base", default=None, metavar="CONFIG", help="a run configuration the result is merged over")
         sub.add_argument("-o", "--output", default=None, metavar="OUT", help="write the YAML here (default: stdout)")
+
+
+def _replaced(base: dict, over: dict, prefix: str = ""):
+    """(dotted key, base value, new value) for each value of `base` that merging `over` changes."""
+    for key, now in over.items():
+        if key not in base:
+            continue
+        was = base[key]
+        if isinstance(now, dict) and isinstance(was, dict):
+            yield from _replaced(was, now, f"{prefix}{key}.")
+        elif was != now:
+            yield f"{prefix}{key}", was, now
 
 
 def _fail(msg: str) -> int:
@@ -159,6 +173,8 @@ def run(args) -> int:
             if not isinstance(base, dict):
                 raise ValueError(f"{args.base}: expected a run configuration mapping")
         data = merge(base, migration.config)
+        for key, was, now in _replaced(base, migration.config):
+            migration.note(f"{key}: {was!r} in {args.base} replaced by {now!r} from {source}")
         if "planner" in data and "profile" not in data["planner"]:
             data["planner"]["profile"] = {"dir": "PROFILE_DIR"}
             migration.skip("planner.profile.dir", None, f"not in {source}: set it to the profiler output "
@@ -182,6 +198,8 @@ def run(args) -> int:
             Path(args.output).write_text(text)
         except OSError as exc:
             return _fail(f"{args.output}: cannot write: {exc.strerror}")
+        print(f"{PROG}: wrote {args.output}, the run configuration from {source} "
+              f"({len(migration.unmapped)} setting(s) not mapped, listed above)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

@@ -86,7 +86,7 @@ def test_the_throughput_example_lists_exactly_what_it_cannot_map(capsys):
 def test_the_load_example_reports_load_based_scaling(capsys):
     code, _, err = run_import(capsys, "dgd", str(DATA / "dynamo-1.6.1-disagg_planner_load.yaml"), "--namespace", "d")
     assert code == 0
-    keys = [line.split("not mapped: ")[1].split("=")[0] for line in err]
+    keys = [line.split("not mapped: ")[1].split("=")[0] for line in err if "not mapped: " in line]
     assert "config enable_throughput_scaling" in keys and "config enable_load_scaling" in keys
     assert "config load_min_observations" not in keys  # 5 is Dynamo's default: nothing lost
 
@@ -171,6 +171,43 @@ def test_flags_as_dynamos_docs_write_them_including_the_warmup_trace(capsys, tmp
                                                                           "DYNAMO_NAMESPACE and PROMETHEUS_PORT)"]
 
 
+def test_the_seconds_era_of_pre_1_0_ttft_and_itl(capsys, tmp_path):
+    # the early planner_sla took --ttft/--itl in seconds (its defaults 0.5 and 0.05)
+    code, data, err = run_import(capsys, "dgd", str(flags_dgd(tmp_path, "--ttft=0.2", "--itl", "0.02")),
+                                 "--namespace", "n")
+    assert code == 0, err
+    assert data["planner"]["slo"] == {"ttft_ms": 200.0, "itl_ms": 20.0}
+    notes = [line.split(": note: ")[1] for line in err if ": note: " in line]
+    assert notes[:2] == ["--ttft=0.2: below 10, read as seconds (the pre-1.0 planner's unit then): ttft_ms 200",
+                         "--itl=0.02: below 10, read as seconds (the pre-1.0 planner's unit then): itl_ms 20"]
+
+
+def test_older_pre_1_0_flags_map_and_that_eras_prometheus_default(capsys, tmp_path):
+    path = flags_dgd(tmp_path, "--load-predictor=constant", "--load-prediction-window-size=30",
+                     "--prometheus-port=9085", "--isl=3000")
+    obj = yaml.safe_load(path.read_text())
+    obj["spec"]["envs"] = [{"name": "DYNAMO_NAMESPACE", "value": "team-a"}, {"name": "PROMETHEUS_PORT", "value": "9091"}]
+    path.write_text(yaml.safe_dump(obj))
+    code, data, err = run_import(capsys, "dgd", str(path))  # no namespace: that planner's fallback
+    assert code == 0, err
+    assert data["planner"]["predictor"] == {"name": "constant", "history_intervals": 30}
+    assert data["planner_metrics"] == {"enabled": True, "port": 9085}
+    assert data["metrics"]["prometheus_url"] == "http://team-a-prometheus.default.svc.cluster.local:9091"
+    assert ("sla-planner import: note: the pre-1.0 planner in namespace 'default' queried the bare host "
+            "'team-a-prometheus' (not a URL): written as http://team-a-prometheus.default.svc.cluster.local:9091"
+            in err)
+
+
+def test_an_unknown_pre_1_0_flag_stops_that_planner_and_the_import(capsys, tmp_path):
+    path = flags_dgd(tmp_path, "--adjustment-interval=60", "--ttft-ms", "200")
+    code, data, err = run_import(capsys, "dgd", str(path), "--namespace", "n")
+    assert (code, data, len(err)) == (2, None, 1)
+    assert "Planner --ttft-ms='200': not a flag of the pre-1.0 planner (nor a 1.6.1 setting)" in err[0]
+    code, data, err = run_import(capsys, "dgd", str(path), "--namespace", "n", "--lenient")
+    assert code == 0 and data["planner"]["adjustment_interval_s"] == 60
+    assert any(line.endswith("skipped (--lenient)") and "--ttft-ms='200'" in line for line in err)
+
+
 @pytest.mark.parametrize("content, message", [
     pytest.param("kind: ConfigMap\napiVersion: v1\nmetadata: {name: x}\n",
                  "not a DynamoGraphDeployment (kind 'ConfigMap')", id="not a DGD"),
@@ -228,7 +265,7 @@ def test_wva_overrides_the_controller_configmap_and_a_base(capsys, tmp_path, h20
     assert cfg.metrics.prometheus_url == ("https://kube-prometheus-stack-prometheus.workload-variant-autoscaler-"
                                           "monitoring.svc.cluster.local:9090")
     assert cfg.metrics.verify_tls is False and cfg.planner.adjustment_interval_s == 60.0
-    keys = [line.split("not mapped: ")[1].split("=")[0] for line in err]
+    keys = [line.split("not mapped: ")[1].split("=")[0] for line in err if "not mapped: " in line]
     assert "wva-saturation-scaling-config/llama-production.queueLengthThreshold" in keys
     assert "wva-variantautoscaling-config/WVA_SCALE_TO_ZERO" in keys
     assert "wva-variantautoscaling-config/PROMETHEUS_METRICS_CACHE_TTL" in keys

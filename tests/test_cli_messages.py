@@ -1,0 +1,60 @@
+"""What the `sla-planner` commands tell a newcomer: what they did, and each problem in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from planner_cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+MIGRATE = ROOT / "tests" / "data" / "migrate"
+WVA_SATURATION = MIGRATE / "wva-configmap-saturation-scaling.yaml"
+WVA_CONTROLLER = MIGRATE / "wva-variantautoscaling-config.yaml"  # PROMETHEUS_BASE_URL, TLS skip "true"
+
+
+def stderr_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line]
+
+
+def test_import_wva_over_a_base_says_which_base_values_it_replaced(capsys, tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text((ROOT / "configs" / "planner.yaml").read_text())  # the docs' example: the shipped config
+    out = tmp_path / "planner.yaml"
+    code = main(["import", "wva", str(WVA_SATURATION), str(WVA_CONTROLLER), "--base", str(base), "-o", str(out)])
+    err = stderr_lines(capsys)
+    assert code == 0, err
+    wva_url = yaml.safe_load(WVA_CONTROLLER.read_text())["data"]["PROMETHEUS_BASE_URL"]
+    written = yaml.safe_load(out.read_text())
+    assert written["metrics"]["prometheus_url"] == wva_url and written["metrics"]["verify_tls"] is False
+    notes = [line for line in err if line.startswith("sla-planner import: note: ")]
+    assert any(f"metrics.prometheus_url: 'http://localhost:9090' in {base} replaced by '{wva_url}'" in line
+               for line in notes), notes
+    assert any("PROMETHEUS_TLS_INSECURE_SKIP_VERIFY='true'" in line and "metrics.verify_tls false" in line
+               and "will not verify Prometheus' TLS certificate" in line for line in notes), notes
+    # The base's other values stay, and nothing it holds unchanged is reported.
+    assert written["planner"]["profile"] == yaml.safe_load(base.read_text())["planner"]["profile"]
+    assert not any("replaced by" in line and "metrics.prometheus_url" not in line for line in notes), notes
+
+
+def test_import_without_a_base_replaces_nothing_but_still_names_tls_off(capsys):
+    code = main(["import", "wva", str(WVA_SATURATION), str(WVA_CONTROLLER)])
+    err = stderr_lines(capsys)
+    assert code == 0, err
+    assert not any("replaced by" in line for line in err)
+    assert sum("will not verify Prometheus' TLS certificate" in line for line in err) == 1
+
+
+def test_import_dgd_says_what_it_wrote(capsys, tmp_path):
+    out = tmp_path / "planner.yaml"
+    source = MIGRATE / "dynamo-1.6.1-disagg_planner_throughput.yaml"
+    code = main(["import", "dgd", str(source), "--namespace", "dyn", "-o", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out == ""
+    last = captured.err.splitlines()[-1]
+    unmapped = sum("not mapped: " in line for line in captured.err.splitlines())
+    assert last == (f"sla-planner import: wrote {out}, the run configuration from {source} "
+                    f"({unmapped} setting(s) not mapped, listed above)")
+    assert unmapped == 2 and out.is_file()
