@@ -169,27 +169,10 @@ class MetricsConfig(StrictModel):
         return value.strip()
 
 
-class KubernetesConnectorConfig(StrictModel):
-    """Scale a Dynamo DynamoGraphDeployment: scaling adapters (v1beta1), else the DGD itself (v1beta1, v1alpha1)."""
+class KubeApiSettings(StrictModel):
+    """How a Kubernetes connector reaches the API server and keeps its decisions (fields both kinds share)."""
 
-    kind: Literal["kubernetes"] = "kubernetes"
-    dgd_name: str = Field(min_length=1, description="DynamoGraphDeployment metadata.name")
     namespace: str | None = Field(None, description="Kubernetes namespace; None: the planner's namespace")
-    api: Literal["auto", "v1beta1", "v1alpha1"] = Field(
-        "auto",
-        description="DGD API version: auto picks the newest the cluster serves (v1beta1 from Dynamo 1.3: scaling "
-        "adapters' /scale, else a JSON patch of spec.components; v1alpha1: merge patch of spec.services)",
-    )
-    prefill_service: str = Field(
-        "prefill", min_length=1,
-        description="component (v1beta1) or spec.services key (v1alpha1) of the prefill workers when none has type "
-        "(subComponentType) prefill",
-    )
-    decode_service: str = Field(
-        "decode", min_length=1,
-        description="component (v1beta1) or spec.services key (v1alpha1) of the decode workers when none has type "
-        "(subComponentType) decode",
-    )
     auth: Literal["auto", "in_cluster", "kubeconfig"] = Field(
         "auto", description="auto: in-cluster when KUBERNETES_SERVICE_HOST is set, else kubeconfig"
     )
@@ -210,6 +193,59 @@ class KubernetesConnectorConfig(StrictModel):
         description="recommendations replaced longer ago than this are dropped (the one in effect is always kept), s "
         "(keep >= the stabilization window)",
     )
+
+
+class KubernetesConnectorConfig(KubeApiSettings):
+    """Scale a Dynamo DynamoGraphDeployment: scaling adapters (v1beta1), else the DGD itself (v1beta1, v1alpha1)."""
+
+    kind: Literal["kubernetes"] = "kubernetes"
+    dgd_name: str = Field(min_length=1, description="DynamoGraphDeployment metadata.name")
+    api: Literal["auto", "v1beta1", "v1alpha1"] = Field(
+        "auto",
+        description="DGD API version: auto picks the newest the cluster serves (v1beta1 from Dynamo 1.3: scaling "
+        "adapters' /scale, else a JSON patch of spec.components; v1alpha1: merge patch of spec.services)",
+    )
+    prefill_service: str = Field(
+        "prefill", min_length=1,
+        description="component (v1beta1) or spec.services key (v1alpha1) of the prefill workers when none has type "
+        "(subComponentType) prefill",
+    )
+    decode_service: str = Field(
+        "decode", min_length=1,
+        description="component (v1beta1) or spec.services key (v1alpha1) of the decode workers when none has type "
+        "(subComponentType) decode",
+    )
+
+
+class LlmdConnectorConfig(KubeApiSettings):
+    """Scale llm-d's model servers: the prefill and decode Deployments, LeaderWorkerSets or DisaggregatedSet
+    role scalers an InferencePool selects, through their /scale (or, actuation keda, through KEDA)."""
+
+    kind: Literal["llmd"] = "llmd"
+    inference_pool: str = Field(min_length=1, description="InferencePool metadata.name (inference.networking.k8s.io/v1)")
+    role_label: str = Field(
+        "llm-d.ai/role", min_length=1,
+        description="pod label naming the role: prefill, decode; prefill-decode (or the deprecated both) serve both "
+        "and count as one combined target",
+    )
+    actuation: Literal["scale", "keda"] = Field(
+        "scale",
+        description="scale: write each target's /scale; keda: write nothing there, a KEDA ScaledObject per role "
+        "applies the planner's published gauge (planner_metrics must publish it)",
+    )
+    on_autoscaler: Literal["refuse", "pause"] = Field(
+        "refuse",
+        description="actuation scale, a KEDA ScaledObject targets the same object: refuse (one line naming it), or "
+        "pause it with the annotation autoscaling.keda.sh/paused-replicas set to the planner's target; a plain "
+        "HPA is always refused",
+    )
+
+    @field_validator("role_label")
+    @classmethod
+    def _label_key(cls, value: str) -> str:
+        if not re.fullmatch(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", value):
+            raise ValueError(f"connector.role_label: not a Kubernetes label key, got {value!r}")
+        return value
 
 
 class VirtualConnectorConfig(StrictModel):
@@ -301,7 +337,7 @@ class LocalConnectorConfig(StrictModel):
     )
 
 
-C = TypeVar("C", KubernetesConnectorConfig, VirtualConnectorConfig, LocalConnectorConfig)
+C = TypeVar("C", KubernetesConnectorConfig, LlmdConnectorConfig, VirtualConnectorConfig, LocalConnectorConfig)
 
 
 def _entries_for_window(window_s: float, interval_s: float) -> int:
@@ -328,7 +364,7 @@ def fit_history_to_window(connector: C, *, window_s: float, interval_s: float) -
 
 
 def check_history_covers_window(
-    connector: "KubernetesConnectorConfig | VirtualConnectorConfig | LocalConnectorConfig",
+    connector: "KubernetesConnectorConfig | LlmdConnectorConfig | VirtualConnectorConfig | LocalConnectorConfig",
     *,
     window_s: float,
     interval_s: float,
@@ -358,7 +394,7 @@ def check_history_covers_window(
 
 
 ConnectorConfig = Annotated[
-    Union[KubernetesConnectorConfig, VirtualConnectorConfig, LocalConnectorConfig],
+    Union[KubernetesConnectorConfig, LlmdConnectorConfig, VirtualConnectorConfig, LocalConnectorConfig],
     Field(discriminator="kind"),
 ]
 

@@ -21,6 +21,10 @@ def make_connector(config: ConnectorConfig, *, default_namespace: str = "default
         from connectors.kubernetes import KubernetesConnector
 
         return KubernetesConnector(config, default_namespace=default_namespace)
+    if kind == "llmd":
+        from connectors.llmd import LlmdConnector
+
+        return LlmdConnector(config, default_namespace=default_namespace)
     if kind == "virtual":
         from connectors.virtual import VirtualConnector
 
@@ -29,4 +33,4 @@ def make_connector(config: ConnectorConfig, *, default_namespace: str = "default
         from connectors.local import LocalConnector
 
         return LocalConnector(config)
-    raise ValueError(f"connector.kind: expected kubernetes, virtual or local, got {kind!r}")
+    raise ValueError(f"connector.kind: expected kubernetes, llmd, virtual or local, got {kind!r}")

@@ -24,6 +24,9 @@ Gauges (labels: namespace, model, and pool where it applies):
   trailing SLO window (metrics.slo_window_s)
 - sla_planner_last_run_timestamp_seconds, sla_planner_interval_seconds (the adjustment interval,
   to turn the per-interval counts into rates)
+- sla_planner_inference_pool_desired_replicas (labels namespace, model, inference_pool_namespace,
+  inference_pool, role): the desired replicas again, per llm-d InferencePool and role, when the
+  run scales one; the gauge a KEDA ScaledObject per role applies (connectors.keda)
 
 `publish_run` is what a flow calls after each run: it pushes, and/or exposes
 the run's gauges on a per-process endpoint (one HTTP server per address and
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Gauge, Metric, generate_latest, push_to_gateway, start_http_server
 
 from connectors.config import PlannerMetricsConfig
+from connectors.keda import GAUGE
 from planner.config import SloTarget
 from planner.slo_attainment import share_within
 from planner.types import POOLS, Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, is_number
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
 
 _BASE = ("namespace", "model")
 _POOL = _BASE + ("pool",)
+_INFERENCE_POOL = _BASE + ("inference_pool_namespace", "inference_pool", "role")
 
 
 @dataclass
@@ -105,6 +110,9 @@ class PlannerMetrics:
         self.itl_target_met_window = gauge("sla_planner_observed_itl_target_met_window_ratio",
                                            "share of the SLO window's token gaps within the ITL target, 0-1")
         self.last_run_timestamp_seconds = gauge("sla_planner_last_run_timestamp_seconds", "Unix time of the last run")
+        self.inference_pool_desired_replicas = gauge(
+            GAUGE, "replicas the last decision asked for, per llm-d InferencePool and role (KEDA applies it)",
+            _INFERENCE_POOL)
         self.interval_seconds = gauge("sla_planner_interval_seconds", "adjustment interval the counts are over, s")
 
     def update(
@@ -118,18 +126,23 @@ class PlannerMetrics:
         corrections: Corrections | None = None,
         observation: Observation | None = None,
         slo: SloTarget | None = None,
+        inference_pool: tuple[str, str] | None = None,
     ) -> None:
         """Set the gauges from one run's values; arguments left None keep their last value.
 
         now_s: the run's time, Unix seconds. applied: what `Connector.apply`
         returned (None when nothing was written). slo: the run's targets, for the
-        target-met shares of the observation's latency histograms.
+        target-met shares of the observation's latency histograms. inference_pool:
+        (namespace, name) of the llm-d InferencePool the run scales, for its per-role gauge.
         """
         base = (self.namespace, self.model_id)
         self.last_run_timestamp_seconds.labels(*base).set(now_s)
         if decision is not None:
             self.desired_replicas.labels(*base, "prefill").set(decision.prefill_replicas)
             self.desired_replicas.labels(*base, "decode").set(decision.decode_replicas)
+            if inference_pool is not None:
+                for role, n in (("prefill", decision.prefill_replicas), ("decode", decision.decode_replicas)):
+                    self.inference_pool_desired_replicas.labels(*base, *inference_pool, role).set(n)
             for pool, rec, target in (("prefill", decision.recommended_prefill_replicas, decision.prefill_replicas),
                                       ("decode", decision.recommended_decode_replicas, decision.decode_replicas)):
                 self.recommended_replicas.labels(*base, pool).set(target if rec is None else rec)
@@ -197,11 +210,13 @@ def publish_run(
     model_id: str = "default",
     now_s: float | None = None,
     slo: SloTarget | None = None,
+    inference_pool: tuple[str, str] | None = None,
 ) -> PlannerMetrics | None:
     """Publish one run's gauges as `cfg` says (serve on cfg.port and/or push).
 
     record: what the apply step returned (None: nothing written). slo: the run's
-    targets (the target-met gauges stay unset without them).
+    targets (the target-met gauges stay unset without them). inference_pool:
+    (namespace, name) of the llm-d InferencePool the run scales, if any.
     now_s: the run's time, seconds; None uses the observation's taken_at_s.
     Returns the run's PlannerMetrics, or None when cfg.enabled is False.
     """
@@ -217,6 +232,7 @@ def publish_run(
         corrections=result.corrections,
         observation=result.observation,
         slo=slo,
+        inference_pool=inference_pool,
     )
     if cfg.port is not None:
         expose(metrics, port=cfg.port, addr=cfg.addr)

@@ -54,6 +54,21 @@ class PlannerRunConfig(StrictModel):
         )
         return self
 
+    @model_validator(mode="after")
+    def _keda_reads_the_gauge(self) -> "PlannerRunConfig":
+        if getattr(self.connector, "actuation", None) == "keda" and not (
+                self.planner_metrics.enabled and (self.planner_metrics.pushgateway_url or self.planner_metrics.port)):
+            raise ValueError("connector.actuation keda: KEDA applies the planner's published gauge, so planner_metrics "
+                             "must be enabled with a pushgateway_url or a port")
+        return self
+
+    @property
+    def llmd_inference_pool(self) -> tuple[str, str] | None:
+        """(namespace, name) of the llm-d InferencePool the run scales; None for other connectors."""
+        if self.connector.kind != "llmd":
+            return None
+        return self.connector.namespace or self.planner.namespace, self.connector.inference_pool
+
 
 class ReplayInputs(StrictModel):
     """Advanced, for replays, the simulator and tests: what a run reads, given instead of read.

@@ -219,4 +219,5 @@ def _publish_planner_metrics(run_cfg: PlannerRunConfig, result: PlanResult, reco
         namespace=run_cfg.planner.namespace,
         model_id=run_cfg.planner.model_id,
         slo=run_cfg.planner.slo,
+        inference_pool=run_cfg.llmd_inference_pool,
     )
