@@ -13,7 +13,7 @@ import time
 
 from planner.config import SloTarget
 from planner.pipeline import PlanResult
-from planner.slo_attainment import TargetShare, share_within
+from planner.signals.slo_attainment import TargetShare, share_within
 from planner.types import POOLS, DecisionRecord, LatencyHistogram, LatencyWindow, Observation, ReasonCode
 
 # The UI draws table cells on one line and cuts them at the column's edge; cells are
@@ -82,6 +82,25 @@ _CAUSES = {
 _SIZED_ON = {"prefill": "TTFT forecast", "decode": "ITL forecast"}
 
 
+def _holds(reasons) -> list[str]:
+    """The holds a run's reasons name, in _HOLDS order.
+
+    A pool missing load data has no SLA sizing; a missing-metrics hold on a pool
+    that was sized comes from the guardrail: its saturation metrics are missing.
+    """
+    codes = {r.code for r in reasons}
+    sized = {r.pool for r in reasons if r.code == ReasonCode.SLA_SIZING}
+    out = []
+    for code, why in _HOLDS.items():
+        if code != ReasonCode.HOLD_MISSING_METRICS:
+            out += [why] if code in codes else []
+            continue
+        missing = {r.pool for r in reasons if r.code == code}
+        out += [why] if missing - sized else []
+        out += ["saturation metrics missing"] if missing & sized else []
+    return out
+
+
 def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: bool, what_if: bool = False) -> str:
     """The run's final state message: what it did and why, in a few words.
 
@@ -91,7 +110,7 @@ def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: 
     moved = {p: (getattr(fleet, p).current_replicas, d.prefill_replicas if p == "prefill" else d.decode_replicas)
              for p in POOLS}
     codes = [r.code for r in d.reasons]
-    holds = [why for code, why in _HOLDS.items() if code in codes]
+    holds = _holds(d.reasons)
     changed = [p for p, (a, b) in moved.items() if a != b]
     if changed:
         ups = [p for p in changed if moved[p][1] > moved[p][0]]

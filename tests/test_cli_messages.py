@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from planner_cli.main import main
@@ -58,3 +60,28 @@ def test_import_dgd_says_what_it_wrote(capsys, tmp_path):
     assert last == (f"sla-planner import: wrote {out}, the run configuration from {source} "
                     f"({unmapped} setting(s) not mapped, listed above)")
     assert unmapped == 2 and out.is_file()
+
+
+def _reason(code, pool):
+    from planner.types import Reason
+
+    return Reason(code, pool, f"{pool}: {code.value}")
+
+
+@pytest.mark.parametrize("reasons, expected", [
+    pytest.param([("SLA_SIZING", "prefill"), ("SLA_SIZING", "decode"), ("HOLD_MISSING_METRICS", "decode")],
+                 "held: saturation metrics missing", id="load sized, a decode replica without saturation metrics"),
+    pytest.param([("HOLD_MISSING_METRICS", "prefill"), ("HOLD_MISSING_METRICS", "decode")],
+                 "held: no load data", id="no load data: neither pool sized"),
+    pytest.param([("HOLD_MISSING_METRICS", "prefill"), ("SLA_SIZING", "decode"), ("HOLD_MISSING_METRICS", "decode")],
+                 "held: no load data, saturation metrics missing", id="both"),
+])
+def test_the_run_message_names_which_metrics_were_missing(reasons, expected):
+    """The run's final state names the load data only when the load data was missing."""
+    from flows.report import run_message
+    from planner.types import Decision, ReasonCode
+
+    decision = Decision(prefill_replicas=2, decode_replicas=2, apply=False,
+                        reasons=tuple(_reason(ReasonCode[code], pool) for code, pool in reasons))
+    fleet = SimpleNamespace(prefill=SimpleNamespace(current_replicas=2), decode=SimpleNamespace(current_replicas=2))
+    assert run_message(SimpleNamespace(decision=decision, fleet=fleet), record=None, applying=True) == expected
