@@ -143,7 +143,8 @@ def _argv(command, args) -> list[str]:
     if cmd and PurePosixPath(cmd[0]).name in ("sh", "bash", "dash") and "-c" in cmd:
         after = cmd[cmd.index("-c") + 1:] + rest
         return shlex.split(after[0]) if after else []
-    return cmd + [t for a in rest for t in (shlex.split(a) if a.startswith("--") and " " in a.strip() else [a])]
+    return cmd + [t for a in rest for t in (shlex.split(a) if a.startswith("--") and " " in a.strip()
+                                            and "=" not in a.split(" ", 1)[0] else [a])]
 
 
 def _env(items) -> dict[str, str]:
@@ -308,7 +309,10 @@ def _config_settings(args: list[str], comp: PlannerComponent, configmaps: Mappin
             else:
                 _refuse(ConfigRefused("--config", None, "expected one argument"), refused, lenient)
             continue
-        _refuse(ConfigRefused(f"planner argument {token}", token, "unrecognized: Dynamo 1.6.1's planner takes only "
+        value = None
+        if token.startswith("--") and "=" not in token and i < len(args) and not args[i].startswith("-"):
+            value, i = args[i], i + 1
+        _refuse(ConfigRefused(f"argument {token}", value, "unrecognized: Dynamo 1.6.1's planner takes only "
                               "--config"), refused, lenient)
     if config_arg is None:
         _refuse(ConfigRefused("--config", None, "Dynamo 1.6.1's planner requires --config"), refused, lenient)
@@ -371,7 +375,7 @@ def _legacy_settings(args: list[str], comp: PlannerComponent, *, namespace: str 
         token = args[i]
         i += 1
         if not token.startswith("--"):
-            _refuse(ConfigRefused(f"planner argument {token}", token, "unrecognized by the pre-1.0 planner"),
+            _refuse(ConfigRefused(f"argument {token}", token, "unrecognized by the pre-1.0 planner"),
                     refused, lenient)
             continue
         name, eq, value = token[2:].partition("=")

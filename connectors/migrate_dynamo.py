@@ -117,6 +117,23 @@ DYNAMO_FIELDS: dict[str, tuple[str, str]] = {
     "loadbased_metric_samples": ("", "pre-1.0 load-based loop"),
 }
 
+# Where the importer deliberately writes something other than what Dynamo runs with (each one is a stderr line
+# when it applies; tests/test_import_dynamo.py allows a difference from Dynamo's own parser only for these).
+DIFFERENCES: dict[str, str] = {
+    "metric_pulling_prometheus_ssl_verify": "unset, Dynamo 1.6.1 does not verify Prometheus' TLS certificate; we do "
+                                            "(metrics.verify_tls true), so an https Prometheus is not read "
+                                            "unauthenticated by default (a note for an https URL)",
+    "kalman_min_points": "below 2 it is written as 2: our Kalman filter needs two points to see a trend (a note)",
+    "metric_pulling_prometheus_ca_bundle": "Dynamo 1.6.1 refuses a path that is not a file in its container; the "
+                                           "importer cannot see the container, so it is not checked (a note)",
+    "max_gpu_budget": "-1 (no budget): Dynamo has no replica cap; ours needs one per pool and writes 16 (reported)",
+    "ttft_ms, itl_ms (pre-1.0)": "when every --ttft/--itl given is below 10, the DGD is from the seconds era: read "
+                                 "as seconds (a note); Dynamo 1.6.1 would read milliseconds",
+    "metric_pulling_prometheus_endpoint (pre-1.0)": "unset, that era's default (from DYNAMO_NAMESPACE, PROMETHEUS_PORT "
+                                                    "and the namespace; a note), not 1.6.1's; in namespace default "
+                                                    "that planner used a bare host name, written as a URL",
+}
+
 
 def _model_from_args(tokens: list[str]) -> str | None:
     """The served model name from worker args, in Dynamo's order (Service.get_model_name)."""
@@ -158,7 +175,7 @@ def from_dgd(obj: dict, *, configmaps: Mapping[str, Mapping[str, str]] | None = 
         s = planner_settings(comp, configmaps=configmaps or {}, source=source, namespace=k8s_namespace,
                              lenient=lenient)
     except ConfigRefused as exc:
-        raise MigrationError(f"{source}: planner {exc}") from None
+        raise MigrationError(f"{source}: Planner {exc}") from None
     out = Migration(config={})
     for note in s.notes:
         out.note(note)
@@ -196,7 +213,7 @@ def from_dgd(obj: dict, *, configmaps: Mapping[str, Mapping[str, str]] | None = 
     try:
         gpus = _engine_gpus(s, obj, comp.version, workers, out, lenient=lenient)
     except ConfigRefused as exc:
-        raise MigrationError(f"{source}: planner {exc}") from None
+        raise MigrationError(f"{source}: Planner {exc}") from None
     decision = _map_replicas(s, gpus, connector, sizing, out)
 
     _map_prometheus(s, metrics, out, comp.env)

@@ -62,7 +62,7 @@ class ConfigRefused(ValueError):
     """Dynamo 1.6.1's planner would not start with this setting (`key` names it, `line` says why)."""
 
     def __init__(self, key: str, value: object, why: str):
-        super().__init__(f"{key}={value!r}: {why}")
+        super().__init__(f"{key}: {why}" if value is None else f"{key}={value!r}: {why}")
         self.key, self.value, self.why = key, value, why
 
 
@@ -241,8 +241,8 @@ def cross_field_problems(c: DynamoPlannerConfig) -> list[tuple[str, str]]:
         intervals.append(("throughput_adjustment_interval_seconds", float(c.throughput_adjustment_interval_seconds)))
     for key, interval in intervals:
         if not _multiple_of(interval, c.scheduling.scale_interval_seconds):
-            problems.append((key, f"not a multiple of scheduling.scale_interval_seconds "
-                             f"({c.scheduling.scale_interval_seconds})"))
+            problems.append(("scheduling", f"scale_interval_seconds {c.scheduling.scale_interval_seconds:g} does not "
+                             f"evenly divide {key} ({interval:g})"))
     if (c.enable_load_scaling and c.enable_throughput_scaling
             and c.load_adjustment_interval_seconds >= c.throughput_adjustment_interval_seconds):
         problems.append(("load_adjustment_interval_seconds", "must be shorter than "
@@ -279,9 +279,10 @@ def parse_config_text(text: str, *, file_name: str | None) -> object:
     except json.JSONDecodeError as exc:
         why = ("not valid JSON (Dynamo 1.6.1 parses a .json file strictly)" if file_name
                else "neither a file in the planner's container nor valid JSON")
-        raise ConfigRefused(what, text[:60], f"{why}: {exc}") from None
+        raise ConfigRefused(what, None if file_name else text[:60], f"{why}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigRefused(what, text[:60], f"not valid YAML: {' '.join(str(exc).split())}") from None
+        raise ConfigRefused(what, None if file_name else text[:60],
+                            f"not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 def effective_config(data: object, env: Mapping[str, str], *, lenient: bool = False) -> Effective:
@@ -339,7 +340,9 @@ def effective_config(data: object, env: Mapping[str, str], *, lenient: bool = Fa
             del data[alias]
             given.pop(key, None)
     for key, why in cross_field_problems(config):
-        problem = ConfigRefused(given.get(key, key), getattr(config, key, None), f"Dynamo 1.6.1 refuses it: {why}")
+        value = getattr(config, key, None)
+        value = value.model_dump() if isinstance(value, BaseModel) else value
+        problem = ConfigRefused(given.get(key, key), value, f"Dynamo 1.6.1 refuses it: {why}")
         if not lenient:
             raise problem
         refused.append(problem)

@@ -6,7 +6,7 @@ The Dynamo guide shows it as generated here (a test keeps the two equal).
 from __future__ import annotations
 
 from connectors.dynamo_settings import LEGACY_FLAGS
-from connectors.migrate_dynamo import DYNAMO_FIELDS
+from connectors.migrate_dynamo import DIFFERENCES, DYNAMO_FIELDS
 from connectors.migrate_wva import WVA_FIELDS
 
 
@@ -25,3 +25,10 @@ def mapping_table() -> str:
         rows.append(f"| `{key}` | {f'`{ours}`' if ours else 'not mapped'} | {how} |")
     return "\n".join(rows) + "\n"
 
+
+
+def differences_table() -> str:
+    """The Markdown table of where the importer deliberately differs from Dynamo 1.6.1, as docs/dynamo.md shows it."""
+    rows = ["| Dynamo setting | where `import dgd` differs from Dynamo 1.6.1, and why |", "|---|---|"]
+    rows += [f"| `{key}` | {why} |" for key, why in DIFFERENCES.items()]
+    return "\n".join(rows) + "\n"

@@ -199,13 +199,13 @@ def test_older_pre_1_0_flags_map_and_that_eras_prometheus_default(capsys, tmp_pa
 
 
 def test_an_unknown_pre_1_0_flag_stops_that_planner_and_the_import(capsys, tmp_path):
-    path = flags_dgd(tmp_path, "--adjustment-interval=60", "--ttft-ms", "200")
+    path = flags_dgd(tmp_path, "--adjustment-interval=60", "--max-replicas", "6")
     code, data, err = run_import(capsys, "dgd", str(path), "--namespace", "n")
     assert (code, data, len(err)) == (2, None, 1)
-    assert "Planner --ttft-ms='200': not a flag of the pre-1.0 planner (nor a 1.6.1 setting)" in err[0]
+    assert "Planner --max-replicas='6': not a flag of the pre-1.0 planner (nor a 1.6.1 setting)" in err[0]
     code, data, err = run_import(capsys, "dgd", str(path), "--namespace", "n", "--lenient")
     assert code == 0 and data["planner"]["adjustment_interval_s"] == 60
-    assert any(line.endswith("skipped (--lenient)") and "--ttft-ms='200'" in line for line in err)
+    assert any(line.endswith("skipped (--lenient)") and "--max-replicas='6'" in line for line in err)
 
 
 @pytest.mark.parametrize("content, message", [
