@@ -26,6 +26,7 @@ will not fix.
 from __future__ import annotations
 
 import json
+import re
 from typing import Protocol, runtime_checkable
 
 from planner.types import Decision, DecisionRecord, FleetState
@@ -37,6 +38,26 @@ class ConnectorError(RuntimeError):
 
 class ConnectorUnavailableError(ConnectorError, ConnectionError):
     """The backend (etcd, API server) could not be reached; retrying may help."""
+
+
+def unreachable_cause(exc: BaseException) -> str:
+    """Why a backend could not be reached, in a few words: "[Errno 111] Connection refused", "Read timed out".
+
+    HTTP clients (requests, urllib3, etcd3gw) wrap the cause in hundreds of characters naming the
+    connection pool, the URL and the retries, or in an empty message; the errno or the timeout is
+    what the reader needs. Else the first message down the exception chain that says something.
+    """
+    texts, current = [], exc
+    while current is not None:
+        if text := str(current).strip():
+            texts.append(text)
+        current = current.__cause__ or current.__context__
+    for pattern in (r"\[Errno -?\d+\] [^'\")]+",
+                    r"(?:Read|Connection(?: to \S+)?) timed out\.?(?: \((?:read|connect) timeout=[\d.]+\))?"):
+        found = next((m.group(0).strip() for text in texts if (m := re.search(pattern, text))), None)
+        if found:
+            return found
+    return texts[0] if texts else type(exc).__name__
 
 
 class ConcurrentWriteError(ConnectorError):

@@ -17,9 +17,9 @@ One `collect` call evaluates the configured PromQL (see connectors.config) at
   arrivals within an interval and the observation says so in `notes`
 - optionally, the frontend's prompt and output length histograms over a
   trailing window (metrics.length_window_s), from which sizing measures how
-  spread lengths are (planner.length_shape); without them, the configured CVs;
+  spread lengths are (planner.signals.length_shape); without them, the configured CVs;
   and its TTFT histogram over the interval, from which the run reports the
-  share of requests that met the TTFT target (planner.slo_attainment)
+  share of requests that met the TTFT target (planner.signals.slo_attainment)
 - coverage: how many frontend scrape targets are up of how many Prometheus
   knows (or knew within a lookback), and how many pods of each pool report
   worker series of how many the fleet has ready; frontend metrics are sums
@@ -47,6 +47,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from connectors.base import unreachable_cause
 from connectors.config import MetricsConfig
 from connectors.prometheus_histograms import HistogramReads
 from planner.types import POOLS, LoadHistory, Observation, PodMetrics, Pool, ScrapeCoverage
@@ -214,7 +215,7 @@ class PrometheusCollector(HistogramReads):
             return call()
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
             raise PrometheusUnavailableError(
-                f"{where} unreachable while running queries.{name}: {type(exc).__name__}: {exc}"
+                f"{where} unreachable while running queries.{name}: {unreachable_cause(exc)}"
             ) from exc
         except PrometheusApiClientException as exc:
             match = re.search(r"HTTP Status Code (\d+)", str(exc))

@@ -43,7 +43,6 @@ selects the layout Dynamo's planner documentation describes.
 from __future__ import annotations
 
 import json
-import re
 import time
 from urllib.parse import urlsplit
 
@@ -65,6 +64,7 @@ from connectors.base import (
     recommendation_entry,
     recommendation_of,
     targets_entry,
+    unreachable_cause,
 )
 from connectors.config import VirtualConnectorConfig
 from planner.types import Decision, DecisionRecord, FleetState, PoolState
@@ -227,7 +227,7 @@ class VirtualConnector:
             return fn()
         except (ConnectionFailedError, ConnectionTimeoutError) as exc:
             raise ConnectorUnavailableError(
-                f"etcd {self.config.etcd_url}: {doing} under {self.prefix}: unreachable ({_cause(exc)})"
+                f"etcd {self.config.etcd_url}: {doing} under {self.prefix}: unreachable ({unreachable_cause(exc)})"
             ) from exc
         except Etcd3Exception as exc:
             raise ConnectorError(
@@ -349,20 +349,4 @@ def _range_value(txn_result: dict) -> str:
         return _decode(kvs[0]["value"]).decode() if kvs else "(absent)"
     except (KeyError, IndexError, TypeError):
         return "(unknown)"
-
-
-def _cause(exc: BaseException) -> str:
-    """What went wrong, from the first exception down the chain that says something.
-
-    etcd3gw's ConnectionFailedError and ConnectionTimeoutError have empty messages; the
-    requests error they wrap names the cause ("[Errno 111] Connection refused").
-    """
-    current: BaseException | None = exc
-    while current is not None:
-        text = str(current).strip()
-        if text:
-            errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
-            return errno.group(0).strip() if errno else text
-        current = current.__cause__ or current.__context__
-    return type(exc).__name__
 

@@ -112,7 +112,10 @@ def test_run_unreachable_prometheus_names_url_and_cause(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
     cfg = planner_config(tmp_path, prometheus_url=url)
     proc = sla_planner("run", "--config", str(cfg), "--dry-run", cwd=tmp_path)
-    assert_one_line(proc, code=1, needles=(f"Prometheus at {url}", "unreachable", "Connection refused"))
+    line = assert_one_line(proc, code=1, needles=(f"Prometheus at {url}", "unreachable", "Connection refused"))
+    # The URL and the cause, not the HTTP client's connection-pool report around them.
+    assert line == (f"sla-planner run: Prometheus at {url} unreachable while running queries.num_requests: "
+                    "[Errno 111] Connection refused (--debug: traceback)")
 
 
 @pytest.mark.parametrize("argv", [

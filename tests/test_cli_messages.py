@@ -85,3 +85,24 @@ def test_the_run_message_names_which_metrics_were_missing(reasons, expected):
                         reasons=tuple(_reason(ReasonCode[code], pool) for code, pool in reasons))
     fleet = SimpleNamespace(prefill=SimpleNamespace(current_replicas=2), decode=SimpleNamespace(current_replicas=2))
     assert run_message(SimpleNamespace(decision=decision, fleet=fleet), record=None, applying=True) == expected
+
+
+def test_an_unreachable_servers_cause_is_a_few_words():
+    """A refused connection and a server that never answers, through the HTTP client the connectors use."""
+    import socket
+
+    import requests
+
+    from connectors.base import unreachable_cause
+    from tests.fixtures_net import free_port
+
+    with pytest.raises(requests.exceptions.ConnectionError) as refused:
+        requests.get(f"http://127.0.0.1:{free_port()}/api/v1/query", timeout=2)
+    assert len(str(refused.value)) > 200  # what the connectors used to print
+    assert unreachable_cause(refused.value) == "[Errno 111] Connection refused"
+    with socket.socket() as silent:  # accepts (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        with pytest.raises(requests.exceptions.ReadTimeout) as timed_out:
+            requests.get(f"http://127.0.0.1:{silent.getsockname()[1]}/", timeout=0.2)
+    assert unreachable_cause(timed_out.value) == "Read timed out. (read timeout=0.2)"
