@@ -23,33 +23,11 @@ from pathlib import PurePosixPath
 from connectors import dgd
 from connectors.migrate import MigrationError
 from connectors.migrate_dynamo_config import (
-    DYNAMO_ENV, PROMETHEUS_DEFAULT, ConfigRefused, effective_config, parse_config_text,
+    DYNAMO_ENV, ConfigRefused, DynamoPlannerConfig, effective_config, parse_config_text,
 )
 
-# Dynamo 1.6.1's PlannerConfig defaults (dynamo/planner/config/defaults.py and planner_config.py).
-DYNAMO_DEFAULTS: dict[str, object] = {
-    "environment": "kubernetes", "backend": "vllm", "mode": "disagg", "optimization_target": "throughput",
-    "log_dir": None, "throughput_adjustment_interval_seconds": 180, "max_throughput_scaling_replicas": 8,
-    "max_gpu_budget": 8, "min_gpu_budget": -1, "min_endpoint": 1, "prefill_min_endpoint": None,
-    "decode_min_endpoint": None, "control_api_port": 9086, "decode_engine_num_gpu": None,
-    "prefill_engine_num_gpu": None, "profile_results_dir": "profiling_results", "aic_interpolation": None,
-    "ais_perf_model": None, "pre_deployment_sweeping_mode": "rapid", "ttft_ms": 500.0, "itl_ms": 50.0,
-    "load_predictor": "arima", "load_predictor_log1p": False, "prophet_window_size": 50,
-    "load_predictor_warmup_trace": None, "kalman_q_level": 1.0, "kalman_q_trend": 0.1, "kalman_r": 10.0,
-    "kalman_min_points": 5, "metric_pulling_prometheus_endpoint": PROMETHEUS_DEFAULT,
-    "metric_pulling_prometheus_token": None, "metric_pulling_prometheus_token_file": None,
-    "metric_pulling_prometheus_ssl_verify": False, "metric_pulling_prometheus_extra_query_params": None,
-    "metric_pulling_prometheus_ca_bundle": None, "metric_pulling_prometheus_request_timeout_seconds": 10.0,
-    "metric_reporting_prometheus_port": 0, "throughput_metrics_source": "frontend", "model_name": None,
-    "global_planner_namespace": None, "enable_throughput_scaling": True, "enable_load_scaling": False,
-    "load_adjustment_interval_seconds": 5, "max_num_fpm_samples": 64, "fpm_sample_bucket_size": 16,
-    "load_scaling_down_sensitivity": 80, "prefill_scale_up_queue_tokens": None,
-    "prefill_scale_down_queue_tokens": None, "decode_scale_up_kv_rate": None, "decode_scale_down_kv_rate": None,
-    "load_min_observations": 5, "speculative_nextn": 0, "advisory": False, "enable_power_awareness": False,
-    "total_gpu_power_limit": None, "report_interval_hours": 24.0, "report_output_dir": "./planner_reports",
-    "report_filename": None, "report_write_gzip_log": True, "live_dashboard_port": 8080, "namespace": "dynamo",
-    "scheduling": None, "plugin_registration": None,
-}
+# Dynamo 1.6.1's PlannerConfig defaults, with the environment unset.
+DYNAMO_DEFAULTS: dict[str, object] = DynamoPlannerConfig().model_dump()
 
 # Flags of the pre-1.0 planner (dynamo/planner/utils/planner_argparse.py) named differently from the 1.6.1 key.
 LEGACY_FLAGS = {
@@ -66,6 +44,9 @@ LEGACY_FLAGS = {
     "load_prediction_window_size": "prophet_window_size",
     "prometheus_port": "metric_reporting_prometheus_port",
 }
+# Values the pre-1.0 planner could start with (its argparse choices; an unknown predictor failed its lookup).
+LEGACY_CHOICES = {"environment": ("kubernetes", "virtual"), "backend": ("vllm", "sglang", "trtllm", "mocker"),
+                  "load_predictor": ("constant", "arima", "prophet", "kalman")}
 LEGACY_ONLY_DEFAULTS = {
     "disable_throughput_scaling": False, "no_correction": False, "loadbased_router_metrics_url": None,
     "loadbased_learning_window": 50, "loadbased_metric_samples": 10, "isl": 3000, "osl": 150,
@@ -397,6 +378,11 @@ def _legacy_settings(args: list[str], comp: PlannerComponent, *, namespace: str 
             values[key] = _coerce(key, value, spelled=f"--{name}")
         except MigrationError as exc:
             _refuse(ConfigRefused(f"--{name}", value, str(exc)), refused, lenient)
+            continue
+        if key in LEGACY_CHOICES and values[key] not in LEGACY_CHOICES[key]:
+            _refuse(ConfigRefused(f"--{name}", value, f"the pre-1.0 planner knew {', '.join(LEGACY_CHOICES[key])}: "
+                                  "it would not start"), refused, lenient)
+            del values[key]
             continue
         given[key] = f"--{name}"
     slo = {key: values[key] for key in ("ttft_ms", "itl_ms") if isinstance(values.get(key), float)}

@@ -206,6 +206,9 @@ def test_an_unknown_pre_1_0_flag_stops_that_planner_and_the_import(capsys, tmp_p
     code, data, err = run_import(capsys, "dgd", str(path), "--namespace", "n", "--lenient")
     assert code == 0 and data["planner"]["adjustment_interval_s"] == 60
     assert any(line.endswith("skipped (--lenient)") and "--max-replicas='6'" in line for line in err)
+    # a predictor that planner did not have failed its lookup at start
+    code, data, err = run_import(capsys, "dgd", str(flags_dgd(tmp_path, "--load-predictor", "ets")), "--namespace", "n")
+    assert (code, len(err)) == (2, 1) and "--load-predictor='ets': the pre-1.0 planner knew constant" in err[0]
 
 
 @pytest.mark.parametrize("content, message", [

@@ -8,8 +8,9 @@ ConfigMap files, then the GPU-count path of start-up) and through `sla-planner i
 dgd`. Each setting Dynamo runs with is compared with what the import wrote, mapped by
 hand here; a difference passes only when it is one of DIFFERENCES (the docs' table)
 and a stderr line names it. Each input Dynamo refuses, the import refuses too: exit 2
-and one line naming the setting. (The pre-1.0 DGD starts a different planner,
-`planner_sla`, whose rules tests/test_import.py checks.)
+and one line naming the setting. The pre-1.0 DGD starts a different planner,
+`planner_sla`: Dynamo 1.6.1 refuses its flags, the import reads them by that
+planner's rules (tests/test_import.py checks those).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -204,6 +206,10 @@ def dynamo():
         pytest.fail(f"{DYNAMO_PYTHON} is missing: run `bash scripts/install_dynamo.sh`")
     cases = [dynamo_case(i, docs) for i, docs in OK.items()]
     cases += [dynamo_case(i, docs) for i, (docs, _, _) in REFUSED.items()]
+    legacy = dynamo_case(PRE_1_0, shipped("dynamo-0.x-vllm-disagg_planner.yaml"))
+    script = shlex.split(_planner(shipped("dynamo-0.x-vllm-disagg_planner.yaml")[0])["args"][0])
+    legacy["argv"] = script[script.index("planner_sla") + 1:]  # its flags, given to 1.6.1's entry point
+    cases.append(legacy)
     done = subprocess.run([str(DYNAMO_PYTHON), str(DRIVER)], input=json.dumps(cases), capture_output=True,
                           text=True, timeout=300, cwd=str(PROJECT_ROOT))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -300,6 +306,18 @@ def test_what_dynamo_refuses_the_import_refuses(dynamo, capsys, tmp_path, case_i
     code, data, err = run_import(capsys, tmp_path, docs)
     assert (code, data, len(err)) == (2, None, 1), err
     assert setting in err[0], (dynamo[case_id]["refused"], err[0])
+
+
+PRE_1_0 = "shipped pre-1.0 DGD"
+
+
+def test_the_pre_1_0_dgd_is_not_1_6_1_input_and_is_read_as_its_own_planner(dynamo, capsys, tmp_path):
+    # Dynamo 1.6.1 cannot start from planner_sla's flags; the import reads them by that planner's rules
+    assert "required: --config" in dynamo[PRE_1_0]["refused"], dynamo[PRE_1_0]
+    code, data, err = run_import(capsys, tmp_path, shipped("dynamo-0.x-vllm-disagg_planner.yaml"))
+    assert code == 0, err
+    assert data["planner"]["adjustment_interval_s"] == 60  # --adjustment-interval=60
+    assert any("pre-1.0 Prometheus default" in line for line in err)
 
 
 def test_lenient_skips_and_lists_what_dynamo_refuses(capsys, tmp_path):
