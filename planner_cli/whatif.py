@@ -197,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary, _ = run_what_if(sc, trace=trace, progress=progress, oracle_progress=oracle_progress)
     except ValueError as exc:
+        for bar in bars.values():  # each bar ends its line where it stopped: the error is a line of its own
+            bar.close()
         print(f"sla-planner what-if: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -106,3 +106,20 @@ def test_an_unreachable_servers_cause_is_a_few_words():
         with pytest.raises(requests.exceptions.ReadTimeout) as timed_out:
             requests.get(f"http://127.0.0.1:{silent.getsockname()[1]}/", timeout=0.2)
     assert unreachable_cause(timed_out.value) == "Read timed out. (read timeout=0.2)"
+
+
+def test_a_what_if_error_is_a_line_of_its_own_after_the_progress_bar(tmp_path):
+    import subprocess
+    import sys
+
+    model = tmp_path / "model.json"
+    model.write_text('{"x": 1}\n')  # not a latency-model document: refused once the replay starts
+    done = subprocess.run(
+        [sys.executable, "-m", "planner_cli.main", "what-if", "--trace", "data/traces/azure2023_conv.csv.gz",
+         "--profile", "data/profiles/h200_llama8b_fp8_tp1", "--ttft-ms", "200", "--itl-ms", "10",
+         "--latency-model", str(model)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "planner:" in done.stderr  # the bar was drawn
+    errors = [line for line in done.stderr.split("\n") if "sla-planner what-if:" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"sla-planner what-if: {model}: "), done.stderr
