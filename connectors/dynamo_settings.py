@@ -328,8 +328,7 @@ def _config_data(arg: str, comp: PlannerComponent, configmaps: Mapping[str, Mapp
     try:
         return parse_config_text(arg, file_name=None), None
     except ConfigRefused as problem:
-        if not arg.strip().startswith(("{", "[")) and path.is_absolute() and not any(
-                path.is_relative_to(m) for m in comp.configmaps):
+        if not arg.strip().startswith(("{", "[")) and not any(path.is_relative_to(m) for m in comp.configmaps):
             return {}, arg  # a file in the image or an unlisted volume: its content is not in the input
         _refuse(problem, refused, lenient)
         return {}, None

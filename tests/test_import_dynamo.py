@@ -210,8 +210,9 @@ def dynamo():
     script = shlex.split(_planner(shipped("dynamo-0.x-vllm-disagg_planner.yaml")[0])["args"][0])
     legacy["argv"] = script[script.index("planner_sla") + 1:]  # its flags, given to 1.6.1's entry point
     cases.append(legacy)
+    clean = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}  # no PROMETHEUS_* from here
     done = subprocess.run([str(DYNAMO_PYTHON), str(DRIVER)], input=json.dumps(cases), capture_output=True,
-                          text=True, timeout=300, cwd=str(PROJECT_ROOT))
+                          text=True, timeout=300, cwd=str(PROJECT_ROOT), env=clean)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
