@@ -1,4 +1,4 @@
-"""Interpolation accuracy and lookup speed: planner.profile vs Dynamo's method, on the real profiles.
+"""Interpolation accuracy and lookup speed: planner.latency.profile vs Dynamo's method, on the real profiles.
 
 Accuracy is leave-one-out: drop one measured point (or one whole context row
 for decode), rebuild the interpolant from the rest, predict the dropped point,
@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from connectors.profiles import read_npz  # noqa: E402
-from planner.decode_profile import DecodeProfile  # noqa: E402
-from planner.profile import PrefillProfile  # noqa: E402
-from planner.profile_checks import ProfileRangeWarning  # noqa: E402
+from planner.latency.decode_profile import DecodeProfile  # noqa: E402
+from planner.latency.profile import PrefillProfile  # noqa: E402
+from planner.latency.profile_checks import ProfileRangeWarning  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "profiles"
 OUT = ROOT / "benchmarks" / "results" / "interpolation.json"

@@ -40,8 +40,8 @@ import numpy as np  # noqa: E402
 
 from bench_retrain import DATA, DEFAULT_DECODE_PICK, PROFILE_DIR, samples_cached  # noqa: E402
 from connectors.profiles import load_profile_dir  # noqa: E402
-from planner.profile_checks import ProfileRangeWarning  # noqa: E402
-from planner.ttft_view import ProfileTtftView  # noqa: E402
+from planner.latency.profile_checks import ProfileRangeWarning  # noqa: E402
+from planner.latency.ttft_view import ProfileTtftView  # noqa: E402
 from routing.training.export import to_document  # noqa: E402
 from routing.models.predictor import ProfileEstimator  # noqa: E402
 from routing.training.config import TrainingConfig  # noqa: E402

@@ -14,8 +14,8 @@ from typing import Annotated, Literal, TypeVar, Union
 from pydantic import Field, field_validator, model_validator
 
 from connectors.queries import SOURCE_SUMMARY, SOURCES, QueryTemplates  # re-exported: configs and tests import it
-from planner.length_shape import DEFAULT_LENGTH_WINDOW_S
-from planner.slo_attainment import DEFAULT_SLO_WINDOW_S
+from planner.signals.length_shape import DEFAULT_LENGTH_WINDOW_S
+from planner.signals.slo_attainment import DEFAULT_SLO_WINDOW_S
 from planner.strict import StrictModel
 
 

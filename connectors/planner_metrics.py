@@ -19,7 +19,7 @@ Gauges (labels: namespace, model, and pool where it applies):
   sla_planner_observation_stale (1/0)
 - sla_planner_observed_ttft_target_met_ratio, sla_planner_observed_itl_target_met_ratio: the
   last interval's share of first tokens (token gaps) within the TTFT (ITL) target, read from
-  the frontend's histograms as the decision table reads them (planner.slo_attainment; NaN
+  the frontend's histograms as the decision table reads them (planner.signals.slo_attainment; NaN
   when not read); sla_planner_observed_{ttft,itl}_target_met_window_ratio: the same over the
   trailing SLO window (metrics.slo_window_s)
 - sla_planner_last_run_timestamp_seconds, sla_planner_interval_seconds (the adjustment interval,
@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry, Gauge, Metric, generate_latest,
 from connectors.config import PlannerMetricsConfig
 from connectors.keda import GAUGE
 from planner.config import SloTarget
-from planner.slo_attainment import share_within
+from planner.signals.slo_attainment import share_within
 from planner.types import POOLS, Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, is_number
 
 if TYPE_CHECKING:

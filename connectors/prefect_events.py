@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from prefect.events import Event, emit_event
 
-from planner.fast_path import SaturationSignal
+from planner.saturation.fast_path import SaturationSignal
 
 SATURATION_EVENT = "sla-planner.saturation.detected"
 NAMESPACE_LABEL = "sla-planner.namespace"

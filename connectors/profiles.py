@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from planner.config import ProfileConfig
-from planner.decode_profile import DecodeProfile
-from planner.profile import EngineProfile, PrefillProfile
-from planner.profile_checks import OutOfRange
+from planner.latency.decode_profile import DecodeProfile
+from planner.latency.profile import EngineProfile, PrefillProfile
+from planner.latency.profile_checks import OutOfRange
 
 META_FILE = "meta.json"
 PREFILL_FILE = Path("selected_prefill_interpolation") / "raw_data.npz"

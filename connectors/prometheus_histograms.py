@@ -9,8 +9,8 @@ aggregated over frontends (the error names the query).
 
 from __future__ import annotations
 
-from planner.histograms import cumulative_buckets
-from planner.length_shape import histogram_from_buckets
+from planner.signals.histograms import cumulative_buckets
+from planner.signals.length_shape import histogram_from_buckets
 from planner.types import LatencyHistogram, LatencyWindow, LengthHistogram
 
 

@@ -168,12 +168,12 @@ class QueryTemplates(StrictModel):
         " or max_over_time(sum(rate(dynamo_frontend_requests_total{${frontend_selector}}[${peak_window}]))"
         "[${interval}:${peak_step}])",
         description="highest arrival rate over a peak_window_s sub-window of the interval, requests/s "
-        "(sub-interval bursts, planner.burst); optional: no series or an empty query means flat arrivals",
+        "(sub-interval bursts, planner.signals.burst); optional: no series or an empty query means flat arrivals",
     )
     isl_buckets: str = Field(
         _frontend_buckets("dynamo_frontend_input_sequence_tokens"),
         description="prompt-length histogram over the length window, one series per `le` bucket bound "
-        "(planner.length_shape measures the spread sizing uses); optional: empty or no series means the "
+        "(planner.signals.length_shape measures the spread sizing uses); optional: empty or no series means the "
         "configured sizing.isl_cv / decode_context_cv",
     )
     isl_window_sum: str = Field(
@@ -193,7 +193,7 @@ class QueryTemplates(StrictModel):
     ttft_buckets: str = Field(
         _frontend_buckets("dynamo_frontend_time_to_first_token_seconds", "interval"),
         description="TTFT histogram over the interval, one series per `le` (the run reports the share of requests "
-        "that met the TTFT target, planner.slo_attainment); optional: empty or no series means not reported",
+        "that met the TTFT target, planner.signals.slo_attainment); optional: empty or no series means not reported",
     )
     itl_buckets: str = Field(
         _frontend_buckets("dynamo_frontend_inter_token_latency_seconds", "interval"),

@@ -20,11 +20,11 @@ from connectors.base import Connector, FleetChangedError
 from flows.charts import planner_chart_png, png_data_url
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table, run_message, run_name
-from planner.clumping import sizing_basis
+from planner.signals.clumping import sizing_basis
 from planner.config import PlannerConfig
 from planner.pipeline import PlanResult, Steps, needs_warmup, plan_steps
-from planner.profile import EngineProfile
-from planner.ttft_view import TtftView
+from planner.latency.profile import EngineProfile
+from planner.latency.ttft_view import TtftView
 from planner.types import DecisionRecord
 from routing.models.planner_view import TtftChoice
 from planner.whatif import WhatIf, apply_what_if, effective_config

@@ -14,17 +14,17 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from planner.burst import expected_peak_ratio, recent_peaks
-from planner.clumping import recent_clumping_index, sizing_basis
+from planner.signals.burst import expected_peak_ratio, recent_peaks
+from planner.signals.clumping import recent_clumping_index, sizing_basis
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig
-from planner.correct import correction_factors
-from planner.decide import decide
-from planner.length_shape import measure_length_shape
+from planner.latency.correct import correction_factors
+from planner.decision.decide import decide
+from planner.signals.length_shape import measure_length_shape
 from planner.predict import forecast_next, prime_history
-from planner.profile import EngineProfile
-from planner.saturation import PoolSaturation, analyze_fleet
-from planner.sizing import resolve_engine_gpus, size_decode, size_prefill
-from planner.ttft_view import TtftView
+from planner.latency.profile import EngineProfile
+from planner.saturation.guardrail import PoolSaturation, analyze_fleet
+from planner.sizing.pools import resolve_engine_gpus, size_decode, size_prefill
+from planner.latency.ttft_view import TtftView
 from planner.types import (
     Corrections,
     Decision,
@@ -87,14 +87,14 @@ def correct_latency(
 ) -> Corrections:
     """Observed/expected latency factors, given the replicas that served the interval.
 
-    ttft_view: the single-request TTFT sizing uses (planner.ttft_view); None: the profile's.
+    ttft_view: the single-request TTFT sizing uses (planner.latency.ttft_view); None: the profile's.
     """
     return correction_factors(
         obs,
         profile=profile,
         decode_replicas=fleet.decode.current_replicas,
         cfg=cfg.correction,
-        # with these two the prefill factor leaves queueing delay out (planner.correct)
+        # with these two the prefill factor leaves queueing delay out (planner.latency.correct)
         prefill_replicas=fleet.prefill.current_replicas,
         sizing=cfg.sizing,
         ttft_view=ttft_view,
@@ -171,7 +171,7 @@ def interpolate_replicas(
     """Replicas each pool needs for the SLA at the forecast load, from the profile's interpolation.
 
     Empty without a forecast: `decide` then holds both pools.
-    ttft_view: prefill's single-request TTFT (planner.ttft_view); None: the profile's.
+    ttft_view: prefill's single-request TTFT (planner.latency.ttft_view); None: the profile's.
     """
     if forecast is None:
         return {}
@@ -198,7 +198,7 @@ def interpolate_replicas(
 def analyze_fleet_saturation(
     obs: Observation, *, fleet: FleetState, cfg: PlannerConfig, now_s: float
 ) -> dict[Pool, PoolSaturation] | None:
-    """The saturation guardrail per pool, or None when it is switched off (planner.saturation analyzes one pool)."""
+    """The saturation guardrail per pool, or None when it is switched off (planner.saturation.guardrail analyzes one pool)."""
     return analyze_fleet(
         obs=obs,
         fleet=fleet,
@@ -221,7 +221,7 @@ def decide_targets(
     fast_path: bool = False,
     start_floor: StartFloor | None = None,
 ) -> Decision:
-    """Targets per pool: bounds, GPU budget, stabilization and transitions (planner.decide).
+    """Targets per pool: bounds, GPU budget, stabilization and transitions (planner.decision.decide).
 
     fast_path: a run the saturation trigger started between intervals: the
     decision is scale-up only, after cfg.fast_path.cooldown_s.
@@ -267,7 +267,7 @@ def plan_steps(
     again when the fleet changed under it: the replicas moved, the load did not).
     start_floor: what the warm-up trace's last window needed (planner.warmup_floor); None: none.
     ttft_view: prefill's single-request TTFT for correct and interpolate alike
-        (planner.ttft_view: a published latency model); None: the profile's.
+        (planner.latency.ttft_view: a published latency model); None: the profile's.
     """
     corrections = steps.correct(obs, fleet=fleet, profile=profile, cfg=cfg, ttft_view=ttft_view)
     forecast = steps.predict(obs, cfg=cfg.predictor) if previous is None else previous.forecast
@@ -313,7 +313,7 @@ def plan_interval(
     flow does.
     fast_path: a run the saturation trigger started between intervals: the
     decision is scale-up only, after cfg.fast_path.cooldown_s.
-    ttft_view: prefill's single-request TTFT (planner.ttft_view); None: the profile's.
+    ttft_view: prefill's single-request TTFT (planner.latency.ttft_view); None: the profile's.
     start_floor: what the warm-up's last window needed (planner.warmup_floor), as the flow passes it.
     """
     steps = Steps(predict=functools.partial(predict_load, cache=predictor_cache, warmup=warmup))

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.burst import peak_rates
+from planner.signals.burst import peak_rates
 from planner.config import PredictorConfig
 from planner.predictors import ConstantPredictor
 from planner.predictors.registry import PREDICTORS, make_predictor

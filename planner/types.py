@@ -181,7 +181,7 @@ class LatencyWindow:
 
 @dataclass(frozen=True)
 class LengthShape:
-    """How spread request lengths were over a trailing window (planner.length_shape).
+    """How spread request lengths were over a trailing window (planner.signals.length_shape).
 
     isl_cv: coefficient of variation of prompt lengths. decode_context_cv: of the
     KV context a decoding request holds (ISL + OSL / 2). requests: prompts the
@@ -204,15 +204,15 @@ class Observation:
     peak_rps: the highest arrival rate over any `peak_window_s` sub-window of the
     interval, requests/s (e.g. max over the interval of a 15 s rate). Bursts
     shorter than the interval hide in its mean rate; the ratio of the two is
-    the interval's burst ratio (planner.burst). None: not measured, and the
+    the interval's burst ratio (planner.signals.burst). None: not measured, and the
     planner behaves as without it. `notes` says why a signal that does not
     make the observation stale was missing. `coverage`: per kind of metric
     source (frontend scrape targets, each pool's workers), how many reported of
     how many should have; empty when not measured. isl_histogram /
     osl_histogram: the frontend's prompt / output length histograms over a
-    trailing window (planner.length_shape); None: not read, and `length_notes`
+    trailing window (planner.signals.length_shape); None: not read, and `length_notes`
     says why. ttft_histogram: the frontend's TTFT histogram over the interval
-    (planner.slo_attainment: the share that met the TTFT target); None: not
+    (planner.signals.slo_attainment: the share that met the TTFT target); None: not
     read, and `ttft_note` says why. itl_histogram / itl_note: the same for its
     inter-token latency histogram (one observation per token gap). slo_window:
     both histograms over a trailing window; None: not read.
@@ -287,7 +287,7 @@ class FleetState:
 
 @dataclass(frozen=True)
 class Corrections:
-    """Observed / expected latency ratios, bounded (see planner.correct)."""
+    """Observed / expected latency ratios, bounded (see planner.latency.correct)."""
 
     prefill: float = 1.0
     decode: float = 1.0
@@ -305,17 +305,17 @@ class Forecast:
     num_requests_p90: float
     predictor: str
     notes: tuple[str, ...] = ()
-    # Sub-interval burstiness expected next interval (planner.burst): the peak
+    # Sub-interval burstiness expected next interval (planner.signals.burst): the peak
     # `peak_window_s` arrival rate over the interval's mean rate, >= 1. None: unknown,
     # sizing treats arrivals as Poisson within the interval.
     peak_ratio: float | None = None
     peak_window_s: float | None = None
     # (requests, peak rps) of the recent intervals that ratio came from, oldest first.
     recent_peaks: tuple[tuple[float, float], ...] = ()
-    # How clumped recent arrivals were (planner.clumping): about 1-2 for independent
+    # How clumped recent arrivals were (planner.signals.clumping): about 1-2 for independent
     # arrivals. None: not measured (predictor.size_on is not auto, or too little history).
     clumping_index: float | None = None
-    # Length spread measured from the collect step's length histograms (planner.length_shape),
+    # Length spread measured from the collect step's length histograms (planner.signals.length_shape),
     # which sizing uses instead of the configured CVs (SizingConfig.length_cv). None: not measured.
     length_shape: LengthShape | None = None
 
@@ -376,7 +376,7 @@ class SizingLoad:
     lengths, tokens. correction: the pool's latency correction factor (1: none).
     gpus_per_engine: GPUs one replica uses. interval_s: the forecast's interval, s.
     length_cv_source: where the length CVs sizing uses came from, for messages
-        ("measured": the frontend's histograms, planner.length_shape; "configured").
+        ("measured": the frontend's histograms, planner.signals.length_shape; "configured").
     """
 
     rps: float

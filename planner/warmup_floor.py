@@ -11,7 +11,7 @@ sizing.independent_burst_basis says), the window's share of them (its length
 less the intervals already collected), the largest per pool; with a scale-down
 floor (decision.scale_down_floor_s), its share of the largest over that longer
 window too. `decide` raises a target below it
-(`planner.stabilization.start_from_warmup`), so a fresh fleet scales up to
+(`planner.decision.stabilization.start_from_warmup`), so a fresh fleet scales up to
 where a running planner would have held it, and the floor fades as the
 planner's own recommendations fill the window.
 """
@@ -23,8 +23,8 @@ from collections.abc import MutableMapping
 
 from planner.config import PlannerConfig
 from planner.pipeline import has_load_data, history_for_prediction, interpolate_replicas, predict_load
-from planner.profile import EngineProfile
-from planner.ttft_view import TtftView
+from planner.latency.profile import EngineProfile
+from planner.latency.ttft_view import TtftView
 from planner.types import POOLS, Corrections, LoadHistory, Observation, StartFloor, Targets
 
 

@@ -55,7 +55,7 @@ class SaturationWatcher:
 
     def poll(self, *, now_s: float) -> tuple[object, object | None, str]:
         """(signal, event sent or None, one line saying what happened). now_s: Unix seconds."""
-        from planner.fast_path import saturation_signal
+        from planner.saturation.fast_path import saturation_signal
 
         cfg = self.run_cfg.planner
         pods, shed, problems = self.collector.saturation_inputs(now_s=now_s, interval_s=cfg.adjustment_interval_s)

@@ -22,8 +22,8 @@ import logging
 import math
 
 from planner.config import PlannerConfig
-from planner.profile import EngineProfile
-from planner.sizing import engine_gpus, resolve_engine_gpus
+from planner.latency.profile import EngineProfile
+from planner.sizing.pools import engine_gpus, resolve_engine_gpus
 from planner.types import Observation
 from sim.replay import PolicyInput, PolicyOutput
 from sim.warm_start import warm_start_fleet

@@ -2,7 +2,7 @@
 
 Between planner intervals the replay polls the workers' queue and KV-cache use
 every `poll_s`, as the watcher polls Prometheus; when the saturation signal
-fires (planner.fast_path) and the trigger has not fired within `cooldown_s`
+fires (planner.saturation.fast_path) and the trigger has not fired within `cooldown_s`
 (the watcher's own limit and the deployment trigger's `within`), a fast-path
 run decides `dispatch_s` later (Prefect creating the run, a worker starting
 it). That run collects what Prometheus would return at that moment: windows of

@@ -26,8 +26,8 @@ import warnings
 
 import numpy as np
 
-from planner.profile import EngineProfile
-from planner.profile_checks import ProfileRangeWarning
+from planner.latency.profile import EngineProfile
+from planner.latency.profile_checks import ProfileRangeWarning
 
 _KV_SAMPLES = 512
 

@@ -26,7 +26,7 @@ from collections import deque
 
 import numpy as np
 
-from planner.profile import EngineProfile
+from planner.latency.profile import EngineProfile
 
 GRID_POINTS = 100  # the converter's default resolution
 MOCKER_GPU_BLOCKS = 16384  # the mocker's KV blocks without --num-gpu-blocks-override

@@ -10,8 +10,8 @@ from itertools import accumulate
 
 import numpy as np
 
-from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS
-from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, DYNAMO_TTFT_BOUNDS_S
+from planner.signals.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS
+from planner.signals.slo_attainment import DYNAMO_ITL_BOUNDS_S, DYNAMO_TTFT_BOUNDS_S
 from planner.types import LatencyHistogram, LatencyWindow, LengthHistogram, LoadHistory, Observation, PodMetrics
 
 

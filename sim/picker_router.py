@@ -59,7 +59,7 @@ class PickerRouter:
         predictor=None,
         seed: int = 0,
     ):
-        """profile: planner.profile.EngineProfile (the estimate and KV capacity).
+        """profile: planner.latency.profile.EngineProfile (the estimate and KV capacity).
         predictor: a routing.models.predictor.LatencyPredictor; default: the profile estimate."""
         self.slo = slo
         self.config = config or PickerConfig.model_validate({"topology": {"levels": list(LEVELS)}})

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 
 from connectors.base import recommendation_of
 from planner.config import PlannerConfig, ProfileConfig
-from planner.fast_path import SaturationSignal, saturation_signal
+from planner.saturation.fast_path import SaturationSignal, saturation_signal
 from planner.pipeline import plan_interval
 from planner.predictors.registry import predictor_names
-from planner.profile import EngineProfile
-from planner.profile_checks import ProfileRangeWarning
-from planner.saturation import analyze_fleet
-from planner.ttft_view import TtftView
+from planner.latency.profile import EngineProfile
+from planner.latency.profile_checks import ProfileRangeWarning
+from planner.saturation.guardrail import analyze_fleet
+from planner.latency.ttft_view import TtftView
 from planner.types import Observation, PodMetrics, ReasonCode
 from planner.warmup_floor import warmup_floor
 from sim.replay import PolicyInput, PolicyOutput
@@ -46,7 +46,7 @@ class PlannerPolicy:
         self, cfg: PlannerConfig, profile: EngineProfile, *, name: str = "planner", initial: tuple[int, int] | None = None,
         ttft_view: TtftView | None = None, peak_step_s: float = 5.0,
     ):
-        """ttft_view: prefill's single-request TTFT for sizing and correction (planner.ttft_view); None: the profile's.
+        """ttft_view: prefill's single-request TTFT for sizing and correction (planner.latency.ttft_view); None: the profile's.
         peak_step_s: the replay's peak-rate step (ReplaySettings.peak_step_s), for the warm-up's peak rates."""
         self.name = name
         self.cfg = cfg
@@ -255,7 +255,7 @@ def check_policy_name(name: str) -> str:
 def make_policy(name: str, *, cfg: PlannerConfig, profile: EngineProfile, ttft_view: TtftView | None = None):
     """A policy by name (all but `oracle`, which needs the trace: see sim.oracle).
 
-    ttft_view: the planner policies' prefill TTFT (planner.ttft_view); None: the profile's.
+    ttft_view: the planner policies' prefill TTFT (planner.latency.ttft_view); None: the profile's.
     """
     if name == "planner":
         return PlannerPolicy(cfg, profile, name="planner", ttft_view=ttft_view)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from planner.profile import EngineProfile
-from planner.ttft_view import TabulatedTtftView
+from planner.latency.profile import EngineProfile
+from planner.latency.ttft_view import TabulatedTtftView
 from routing.models.validated import parse_model_document
 from routing.models.planner_view import tabulate_ttft
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.burst import peak_rates
+from planner.signals.burst import peak_rates
 from planner.config import SloTarget
-from planner.length_shape import DEFAULT_LENGTH_WINDOW_S
-from planner.slo_attainment import DEFAULT_SLO_WINDOW_S
+from planner.signals.length_shape import DEFAULT_LENGTH_WINDOW_S
+from planner.signals.slo_attainment import DEFAULT_SLO_WINDOW_S
 from planner.types import DecisionRecord, FleetState, LoadHistory, Observation, PoolState
 from sim.config import SimConfig
 from sim.engine import FleetSim
@@ -406,7 +406,7 @@ def after_lead_in(lead: Trace, trace: Trace, scenario: ReplaySettings) -> tuple[
 
 def peak_rate_rps(arrival_s: np.ndarray, *, end_s: float, scenario: ReplaySettings) -> float | None:
     """Highest arrival rate over a `peak_window_s` window ending in the interval that ends at end_s, requests/s
-    (planner.burst.peak_rates, the collect step's signal); None when the scenario does not measure it."""
+    (planner.signals.burst.peak_rates, the collect step's signal); None when the scenario does not measure it."""
     if scenario.peak_window_s is None:
         return None
     return float(peak_rates(arrival_s, ends_s=[end_s], interval_s=scenario.interval_s,

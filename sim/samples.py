@@ -111,7 +111,7 @@ def simulate_routed(
     ttft_ms / itl_ms: the SLA the planner policies size for, ms.
     """
     from connectors.profiles import load_profile_dir
-    from planner.profile_checks import ProfileRangeWarning
+    from planner.latency.profile_checks import ProfileRangeWarning
     from sim.lookup import ProfileTables
     from sim.policies import default_planner_config, make_policy
     from sim.replay import ReplaySettings, replay

@@ -5,9 +5,9 @@ from __future__ import annotations
 import warnings
 
 from planner.config import PlannerConfig
-from planner.profile import EngineProfile
-from planner.profile_checks import ProfileRangeWarning
-from planner.ttft_view import TtftView
+from planner.latency.profile import EngineProfile
+from planner.latency.profile_checks import ProfileRangeWarning
+from planner.latency.ttft_view import TtftView
 from planner.types import Observation
 from planner.warmup_floor import size_for_load
 
@@ -21,7 +21,7 @@ def warm_start_fleet(
 ) -> tuple[int, int]:
     """The fleet the planner sizes for the first interval's load, within the configured bounds, at least 1 each.
 
-    ttft_view: prefill's single-request TTFT (planner.ttft_view); None: the profile's.
+    ttft_view: prefill's single-request TTFT (planner.latency.ttft_view); None: the profile's.
     """
     b = cfg.decision
     with warnings.catch_warnings():

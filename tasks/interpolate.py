@@ -8,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 from connectors.profiles import load_profile
 from planner import pipeline, warmup_floor
 from planner.config import ProfileConfig
-from planner.profile import EngineProfile
+from planner.latency.profile import EngineProfile
 
 
 @task(cache_policy=NO_CACHE)

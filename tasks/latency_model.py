@@ -17,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 
 from connectors.config import LatencyModelConfig
 from connectors.router_admin import RouterAdminClient, RouterRequestError, RouterUnavailableError
-from planner.profile import EngineProfile
+from planner.latency.profile import EngineProfile
 from routing.models.planner_view import TtftChoice, choose_ttft_view
 
 

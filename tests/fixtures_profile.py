@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.decode_profile import DecodeProfile
-from planner.profile import EngineProfile, PrefillProfile
+from planner.latency.decode_profile import DecodeProfile
+from planner.latency.profile import EngineProfile, PrefillProfile
 
 PROFILER_DIRS = {
     "dynamo-H200-measured": ("dynamo", "profiler", "H200_TP1P_TP1D"),

@@ -1,4 +1,4 @@
-"""Arrival clumping and the sizing basis it picks (planner.clumping, predictor.size_on: auto).
+"""Arrival clumping and the sizing basis it picks (planner.signals.clumping, predictor.size_on: auto).
 
 Hand cases use square window counts: 400 requests in a 60 s interval have 100 in the mean 15 s
 window, one Poisson standard deviation is 10, so a busiest window of 110 (7.333 rps) is z = 1.
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from planner import clumping
-from planner.clumping import clumping_index, interval_clumping, quantile_words, recent_clumping_index, sizing_basis
+from planner.signals import clumping
+from planner.signals.clumping import clumping_index, interval_clumping, quantile_words, recent_clumping_index, sizing_basis
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
 from planner.pipeline import interpolate_replicas, predict_load
 from planner.types import Corrections, LoadHistory, Observation

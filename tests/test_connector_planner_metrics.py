@@ -92,7 +92,7 @@ def test_target_met_gauges_read_the_frontends_histograms_as_the_decision_table_d
     import dataclasses
 
     from planner.config import SloTarget
-    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within, ttft_histogram_of
+    from planner.signals.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within, ttft_histogram_of
 
     ttft = ttft_histogram_of([0.05] * 90 + [0.15] * 6 + [0.9] * 4)
     obs = Observation(taken_at_s=NOW_S, interval_s=60.0, num_requests=100.0, avg_isl_tokens=900.0,

@@ -31,7 +31,7 @@ from connectors.kubernetes import KubernetesConnector
 from connectors.local import LocalConnector
 from connectors.virtual import VirtualConnector
 from planner.config import DecisionConfig
-from planner.decide import decide
+from planner.decision.decide import decide
 from planner.types import Decision, DecisionRecord, Observation, PoolSizing
 from tests.k8s_fake_server import kube_api_client, seed_dgd
 

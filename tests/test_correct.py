@@ -9,8 +9,8 @@ import pytest
 
 from connectors.profiles import load_profile_dir
 from planner.config import CorrectionConfig, SizingConfig
-from planner.correct import correction_factors
-from planner.queueing import mean_wait_s
+from planner.latency.correct import correction_factors
+from planner.latency.queueing import mean_wait_s
 from planner.types import Observation
 from tests.fixtures_profile import linear_engine
 

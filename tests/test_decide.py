@@ -11,12 +11,12 @@ import math
 import pytest
 
 from planner.config import DecisionConfig, PoolBounds, SaturationThresholds
-from planner.decide import decide, finish
-from planner.decision_gates import missing_load_metrics, partial_metrics_gate, previous_decision_gate, stale_gate
-from planner.decision_rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
-from planner.gpu_budget import fit_gpu_budget
-from planner.stabilization import floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup
-from planner.saturation import analyze_pool
+from planner.decision.decide import decide, finish
+from planner.decision.gates import missing_load_metrics, partial_metrics_gate, previous_decision_gate, stale_gate
+from planner.decision.rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
+from planner.decision.gpu_budget import fit_gpu_budget
+from planner.decision.stabilization import floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup
+from planner.saturation.guardrail import analyze_pool
 from planner.types import (
     DecisionRecord,
     LoadHistory,

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.config import DecisionConfig, PoolBounds, SaturationThresholds
-from planner.decide import decide
-from planner.saturation import analyze_pool
+from planner.decision.decide import decide
+from planner.saturation.guardrail import analyze_pool
 from planner.types import (
     POOLS,
     DecisionRecord,

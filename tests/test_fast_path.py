@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from planner.config import FastPathConfig, SaturationThresholds
-from planner.decide import decide
-from planner.decision_gates import fast_path_cooldown_gate
-from planner.fast_path import saturation_signal
+from planner.decision.decide import decide
+from planner.decision.gates import fast_path_cooldown_gate
+from planner.saturation.fast_path import saturation_signal
 from planner.types import DecisionRecord, PodMetrics, ReasonCode
 from tests.test_decide import NOW, cfg, fleet, guardrail, obs, pool_pods, sizing
 

@@ -21,7 +21,7 @@ from connectors.prefect_events import NAMESPACE_LABEL, SATURATION_EVENT, emit_sa
 from connectors.prometheus import PrometheusCollector
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from planner.config import FastPathConfig, PlannerConfig, ProfileConfig
-from planner.fast_path import SaturationSignal
+from planner.saturation.fast_path import SaturationSignal
 from planner.types import PodMetrics
 from planner_cli.watch import SaturationWatcher
 from tests.test_flow_planner import _observation

@@ -292,7 +292,7 @@ def test_decision_table_shows_the_length_spread_it_sized_on(prefect_harness, tmp
     import numpy as np
 
     from flows.planner_flow import planner_flow
-    from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS, histogram_of
+    from planner.signals.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS, histogram_of
 
     rng = np.random.default_rng(0)
     obs = dataclasses.replace(
@@ -343,7 +343,7 @@ def test_decision_table_says_how_many_requests_met_the_ttft_target(prefect_harne
     import numpy as np
 
     from flows.planner_flow import planner_flow
-    from planner.slo_attainment import ttft_histogram_of
+    from planner.signals.slo_attainment import ttft_histogram_of
 
     ttft_s = np.concatenate([np.full(900, 0.05), np.full(60, 0.15), np.full(40, 0.9)])  # 200 ms: 90-96% by the buckets
     obs = dataclasses.replace(_observation(1000.0, t_end=NOW_S), ttft_histogram=ttft_histogram_of(ttft_s))
@@ -365,7 +365,7 @@ def test_itl_row_gives_the_share_of_token_gaps_within_the_target():
 
     from flows.report import _itl_met
     from planner.config import SloTarget
-    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, ttft_histogram_of
+    from planner.signals.slo_attainment import DYNAMO_ITL_BOUNDS_S, ttft_histogram_of
 
     gaps = ttft_histogram_of([0.004] * 900 + [0.008] * 60 + [0.03] * 40, DYNAMO_ITL_BOUNDS_S)
     obs = dataclasses.replace(_observation(100.0, t_end=NOW_S), itl_histogram=gaps)
@@ -381,7 +381,7 @@ def test_window_rows_give_both_shares_over_the_slo_window():
     """The trailing SLO window's rows: named by the window's length, read as the interval's, notes where not read."""
     from flows.report import _window_rows
     from planner.config import SloTarget
-    from planner.slo_attainment import ttft_histogram_of
+    from planner.signals.slo_attainment import ttft_histogram_of
     from planner.types import LatencyWindow
 
     w = LatencyWindow(1800.0, ttft_histogram_of([0.05] * 99 + [3.0]), None,
@@ -401,7 +401,7 @@ def test_ttft_row_says_how_many_requests_could_meet_the_target_at_all():
 
     from flows.report import _ttft_met
     from planner.config import SloTarget
-    from planner.slo_attainment import ttft_histogram_of
+    from planner.signals.slo_attainment import ttft_histogram_of
 
     obs = dataclasses.replace(_observation(100.0, t_end=NOW_S), ttft_histogram=ttft_histogram_of([0.05] * 47 + [3.0] * 53))
     value, detail = _ttft_met(obs, SloTarget(ttft_ms=200, itl_ms=10), reachable=0.5623)

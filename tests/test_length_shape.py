@@ -1,4 +1,4 @@
-"""Measured length spread (planner.length_shape): from a frontend's histograms to the CVs sizing uses."""
+"""Measured length spread (planner.signals.length_shape): from a frontend's histograms to the CVs sizing uses."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from flows.config import ReplayInputs
 from planner.config import PredictorConfig, SizingConfig, SloTarget
-from planner.length_shape import (
+from planner.signals.length_shape import (
     DYNAMO_ISL_BOUNDS_TOKENS,
     DYNAMO_OSL_BOUNDS_TOKENS,
     histogram_from_buckets,
@@ -144,7 +144,7 @@ def test_the_forecast_carries_the_measured_shape_and_says_so():
 def test_sizing_uses_the_measured_cvs_only_when_asked(h200_profile_dir):
     """A heavy-tailed workload (CV 3) is sized as one, not as the configured CV 1; `configured` ignores it."""
     from connectors.profiles import load_profile_dir
-    from planner.sizing import size_decode, size_prefill
+    from planner.sizing.pools import size_decode, size_prefill
 
     h200_profile = load_profile_dir(h200_profile_dir)
     base = PredictorConfig(name="constant")
@@ -182,6 +182,6 @@ def test_an_observation_with_histograms_survives_a_prefect_parameter_round_trip(
 ])
 def test_bucket_slope_is_the_least_squares_line_through_its_neighbours(x, y):
     # The power-law exponent of a bucket is the least-squares slope through it and its non-empty neighbours.
-    from planner.length_shape import _line_slope
+    from planner.signals.length_shape import _line_slope
 
     assert _line_slope(x, y) == pytest.approx(float(np.polyfit(x, y, 1)[0]), rel=1e-12, abs=1e-12)

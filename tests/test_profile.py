@@ -10,9 +10,9 @@ import pytest
 
 from connectors.profiles import load_pre_swept, load_profile, load_profile_dir, read_npz
 from planner.config import ProfileConfig, SloTarget
-from planner.decode_profile import DecodeProfile
-from planner.profile import PrefillProfile
-from planner.profile_checks import ProfileRangeWarning
+from planner.latency.decode_profile import DecodeProfile
+from planner.latency.profile import PrefillProfile
+from planner.latency.profile_checks import ProfileRangeWarning
 from tests.fixtures_profile import (
     PRE_SWEPT,
     PROFILER_DIRS,
@@ -363,7 +363,7 @@ def test_gpus_per_engine_come_from_the_profile_and_size_and_bill_per_engine(shar
     import shutil
 
     from planner.config import SizingConfig
-    from planner.sizing import engine_gpus, resolve_engine_gpus, size_decode
+    from planner.sizing.pools import engine_gpus, resolve_engine_gpus, size_decode
     from planner.types import Corrections, Forecast
     from sim.whatif.scenario import WhatIfScenario, build_replay_settings
 

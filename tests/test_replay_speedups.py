@@ -14,7 +14,7 @@ import pytest
 from connectors.profiles import load_profile_dir
 from planner.predictors import ets, ses
 from planner.predictors.registry import make_predictor
-from planner.profile_checks import ProfileRangeWarning
+from planner.latency.profile_checks import ProfileRangeWarning
 from sim.lookup import ProfileTables
 from sim.policies import default_planner_config, make_policy
 from sim.replay import ReplaySettings, replay

@@ -11,10 +11,10 @@ import math
 import pytest
 
 from planner.config import DecisionConfig, SaturationConfig, SaturationThresholds, parse_yaml
-from planner.saturation import analyze_fleet, analyze_pool, desired_in_flight
-from planner.saturation_analysis import analyze_saturation
-from planner.spare_capacity import classify_replica, spare_after_removal
-from planner.variant_targets import VariantState, analyze_model
+from planner.saturation.guardrail import analyze_fleet, analyze_pool, desired_in_flight
+from planner.saturation.analysis import analyze_saturation
+from planner.saturation.spare_capacity import classify_replica, spare_after_removal
+from planner.saturation.variant_targets import VariantState, analyze_model
 from planner.types import DecisionRecord, FleetState, Observation, PodMetrics, PoolState
 
 WVA = SaturationThresholds()

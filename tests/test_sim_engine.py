@@ -220,7 +220,7 @@ def test_pod_metrics_report_kv_and_queue(tables):
 
 def test_the_simulated_frontend_counts_ttfts_into_dynamos_buckets(tables):
     """The interval's TTFT histogram holds every first token of the interval, each in the bucket of its TTFT."""
-    from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
+    from planner.signals.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
     from sim.observation import interval_observation
 
     rng = np.random.default_rng(3)
@@ -244,7 +244,7 @@ def test_the_simulated_frontend_counts_ttfts_into_dynamos_buckets(tables):
 @pytest.mark.parametrize("engine_model", ["profile", "dynamo_mocker"])
 def test_the_simulated_frontend_counts_every_token_gap_into_dynamos_itl_buckets(tables, engine_model):
     """One ITL observation per output token after the first (Dynamo's frontend), each in its decode step's bucket."""
-    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within
+    from planner.signals.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within
     from sim.observation import interval_observation
 
     rng = np.random.default_rng(5)

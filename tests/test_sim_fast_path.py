@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from connectors.profiles import load_profile_dir
-from planner.profile_checks import ProfileRangeWarning
+from planner.latency.profile_checks import ProfileRangeWarning
 from sim.fast_path import ArrivalWindows, Trigger
 from sim.lookup import ProfileTables
 from sim.policies import PlannerPolicy, default_planner_config

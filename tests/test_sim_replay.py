@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from connectors.profiles import load_profile_dir
-from planner.profile_checks import ProfileRangeWarning
+from planner.latency.profile_checks import ProfileRangeWarning
 from sim.config import SimConfig
 from sim.engine import FleetSim
 from sim.lookup import ProfileTables
@@ -425,7 +425,7 @@ def test_replay_observations_carry_the_peak_rate(tables, conv):
 
 def test_replay_observations_carry_the_length_histograms_of_the_window(tables, conv):
     """The frontend's ISL/OSL histograms over the trailing window: exactly the requests that arrived in it."""
-    from planner.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS, histogram_of
+    from planner.signals.length_shape import DYNAMO_ISL_BOUNDS_TOKENS, DYNAMO_OSL_BOUNDS_TOKENS, histogram_of
 
     trace = time_window(conv, 0, 300)
     rec = _Recorder()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from connectors.profiles import load_profile_dir
 from planner.config import SizingConfig, SloTarget
-from planner.queueing import (
+from planner.latency.queueing import (
     ceil_replicas,
     decode_itl_quantile,
     erlang_c,
@@ -27,7 +27,7 @@ from planner.queueing import (
     variability_factor,
     wait_quantile_s,
 )
-from planner.sizing import lead_intervals, size_decode, size_prefill
+from planner.sizing.pools import lead_intervals, size_decode, size_prefill
 from planner.types import Corrections, Forecast
 from tests.fixtures_profile import linear_decode, linear_prefill
 
@@ -458,7 +458,7 @@ def test_sla_prefill_long_mean_prompt_no_longer_gives_up_on_the_short_ones():
 
 def test_prefill_service_points_extrapolate_long_prompts_linearly():
     """Hand profile measured to 4000 tokens (400 ms): a prompt of 8000 takes 800 ms, one of 100 the 50 ms floor."""
-    from planner.queueing import prefill_service_points_ms
+    from planner.latency.queueing import prefill_service_points_ms
 
     pts = prefill_service_points_ms(linear_prefill(), isl_tokens=1000.0, isl_cv=1.0, points=64)
     isl = np.array([-1000.0 * math.log(1 - (i + 0.5) / 64) for i in range(64)])  # exponential quantiles

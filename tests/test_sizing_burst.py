@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from planner.burst import (
+from planner.signals.burst import (
     arrival_classes,
     expected_peak_ratio,
     history_classes,
@@ -22,10 +22,10 @@ from planner.burst import (
     window_mean_wait_s,
 )
 from planner.config import CorrectionConfig, PlannerConfig, ProfileConfig, SizingConfig, SloTarget
-from planner.correct import correction_factors
+from planner.latency.correct import correction_factors
 from planner.pipeline import plan_interval, predict_load
-from planner.queueing import mean_wait_s, replicas_for_ttft
-from planner.sizing import size_prefill
+from planner.latency.queueing import mean_wait_s, replicas_for_ttft
+from planner.sizing.pools import size_prefill
 from planner.types import Corrections, FleetState, Forecast, LoadHistory, Observation, PoolState
 from planner.whatif import WhatIf, apply_what_if
 from tests.fixtures_profile import linear_engine, linear_prefill

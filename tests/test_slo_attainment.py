@@ -1,9 +1,9 @@
-"""The share of requests that met the TTFT target, from a frontend TTFT histogram (planner.slo_attainment)."""
+"""The share of requests that met the TTFT target, from a frontend TTFT histogram (planner.signals.slo_attainment)."""
 
 import numpy as np
 import pytest
 
-from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within, ttft_histogram_of
+from planner.signals.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within, ttft_histogram_of
 from planner.types import LatencyHistogram
 
 # Bounds 0.1, 0.22, 0.47 s; 10 requests <= 0.1 s, 20 more <= 0.22 s, 10 more <= 0.47 s, 10 above.
@@ -76,7 +76,7 @@ def test_a_vllm_engines_own_histograms_read_the_same_way(metric, target_s, exact
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from planner.histograms import cumulative_buckets
+    from planner.signals.histograms import cumulative_buckets
 
     scrape = Path(__file__).resolve().parents[2] / "shared" / "dynamo" / "worker-metrics-decode.txt"
     buckets = {s.labels["le"]: s.value for fam in text_string_to_metric_families(scrape.read_text())

@@ -1,4 +1,4 @@
-"""The planner's TTFT view (planner.ttft_view): tabulated interpolation, and sizing / correction reading it.
+"""The planner's TTFT view (planner.latency.ttft_view): tabulated interpolation, and sizing / correction reading it.
 
 Hand prefill profile (tests.fixtures_profile): TTFT = 0.1 ms/token over 500..4000 tokens.
 Hand views: TTFT proportional to length, so log-log interpolation is exact between points.
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from planner.config import CorrectionConfig, PlannerConfig, SizingConfig, SloTarget
-from planner.correct import correction_factors
+from planner.latency.correct import correction_factors
 from planner.pipeline import plan_interval
-from planner.queueing import prefill_service_points_ms
-from planner.sizing import size_prefill
-from planner.ttft_view import ProfileTtftView, TabulatedTtftView
+from planner.latency.queueing import prefill_service_points_ms
+from planner.sizing.pools import size_prefill
+from planner.latency.ttft_view import ProfileTtftView, TabulatedTtftView
 from planner.types import Corrections, FleetState, Forecast, Observation, PoolState
 from tests.fixtures_profile import linear_engine, linear_prefill
 

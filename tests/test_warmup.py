@@ -12,7 +12,7 @@ import pytest
 from connectors.config import LocalConnectorConfig
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
-from planner.clumping import sizing_basis
+from planner.signals.clumping import sizing_basis
 from planner.pipeline import needs_warmup, predict_load
 from planner.predict import prime_history
 from planner.types import LoadHistory, Observation

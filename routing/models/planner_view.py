@@ -1,7 +1,7 @@
 """A published latency model as the planner's TTFT view, used only when fresh and with a TTFT p90.
 
 The planner sizes prefill from single-request TTFT by prompt length
-(planner.ttft_view). The router's published model predicts TTFT from feature
+(planner.latency.ttft_view). The router's published model predicts TTFT from feature
 rows; on rows of an idle prefill engine (nothing waiting, running or in
 flight, no prefix cache hit) it gives exactly that, as a mean and a p90. It is
 tabulated at prompt lengths spanning the profiled range (the planner
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.profile import EngineProfile
-from planner.ttft_view import TabulatedTtftView, TtftView
+from planner.latency.profile import EngineProfile
+from planner.latency.ttft_view import TabulatedTtftView, TtftView
 from routing.features import LOAD_FIELDS, feature_matrix
 from routing.models.validated import LatencyModel, parse_model_document
 from routing.models.predictor import ProfileEstimator

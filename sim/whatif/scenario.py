@@ -18,8 +18,8 @@ from pydantic import Field, ValidationError, field_validator
 
 from connectors.profiles import load_profile_dir
 from planner.config import PlannerConfig, SloTarget, format_validation_error
-from planner.profile import EngineProfile
-from planner.profile_checks import ProfileRangeWarning
+from planner.latency.profile import EngineProfile
+from planner.latency.profile_checks import ProfileRangeWarning
 from planner.whatif import WhatIf
 from sim.config import SimConfig
 from sim.lookup import ProfileTables

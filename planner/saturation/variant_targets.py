@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.config import SaturationThresholds
-from planner.saturation_analysis import SaturationAnalysis, analyze_saturation
+from planner.saturation.analysis import SaturationAnalysis, analyze_saturation
 from planner.types import PodMetrics, is_number
 
 VariantAction = Literal["scale_up", "scale_down", "no_change", "preserved"]

@@ -34,9 +34,9 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import gamma as gamma_dist
 
-from planner.decode_profile import DecodeProfile
-from planner.profile import PrefillProfile
-from planner.ttft_view import extrapolated_ttft_ms
+from planner.latency.decode_profile import DecodeProfile
+from planner.latency.profile import PrefillProfile
+from planner.latency.ttft_view import extrapolated_ttft_ms
 
 # Never search past this many replicas; far beyond any real pool.
 MAX_REPLICAS_SEARCH = 100_000
@@ -111,7 +111,7 @@ def replicas_for_ttft(
     slack_s: equally likely per-request wait budgets, seconds: TTFT target minus each
         request class's own service time (only classes that can meet the target).
     classes: optional (share of requests, arrival rate in requests/s) parts of the
-        interval with their own rates (planner.burst: a burst and the rest); each is
+        interval with their own rates (planner.signals.burst: a burst and the rest); each is
         a stationary M/G/c at its rate, a part at or above saturation meets nothing.
         None: one part at arrival_rps.
     With the Allen-Cunneen tail P(W > t) = C exp(-(c - a) t / (g S)), the share
@@ -188,7 +188,7 @@ def prefill_service_points_ms(profile: PrefillProfile, *, isl_tokens: float, isl
 
     Shorter than the profiled range: the shortest measured TTFT. Longer: the
     longest measured TTFT scaled linearly with length (prefill is compute-bound
-    there), which is how the simulator extrapolates too (planner.ttft_view).
+    there), which is how the simulator extrapolates too (planner.latency.ttft_view).
     """
     return extrapolated_ttft_ms(profile, prompt_length_points(isl_tokens=isl_tokens, isl_cv=isl_cv, points=points))
 

@@ -1,4 +1,4 @@
-"""One engine configuration's latency profile: prefill vs input length, decode vs load (planner.decode_profile).
+"""One engine configuration's latency profile: prefill vs input length, decode vs load (planner.latency.decode_profile).
 
 The profiler measures a handful of points: prefill TTFT and throughput at ~17
 input lengths, and decode ITL and throughput at a few concurrency levels for
@@ -21,7 +21,7 @@ sizing docs):
   is exact at every measured point. Dynamo's unconstrained cubic overshoots
   next to a noisy point (e.g. the 70B TP8 pre-swept outlier) by up to 4x.
 
-Inputs outside the profiled range: planner.profile_checks.
+Inputs outside the profiled range: planner.latency.profile_checks.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.decode_profile import DecodeProfile
-from planner.pchip import Pchip
-from planner.profile_checks import OutOfRange, check_out_of_range, clamp, clamp_many, profile_array
+from planner.latency.decode_profile import DecodeProfile
+from planner.latency.pchip import Pchip
+from planner.latency.profile_checks import OutOfRange, check_out_of_range, clamp, clamp_many, profile_array
 
 PREFILL_KEYS = ("prefill_isl", "prefill_ttft", "prefill_thpt_per_gpu")
 

@@ -2,7 +2,7 @@
 
 Every rule is a pure function over the targets that returns the new targets
 and the reasons it changed them (a `Step`), so each is table-testable alone.
-The order they run in is `planner.decide`'s business.
+The order they run in is `planner.decision.decide`'s business.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from planner.config import DecisionConfig, PoolBounds
-from planner.saturation import PoolSaturation
+from planner.saturation.guardrail import PoolSaturation
 from planner.types import POOLS, Pool, PoolSizing, Reason, ReasonCode, Step, Targets
 
 

@@ -1,8 +1,8 @@
 """Replicas each pool needs to meet the SLA at the forecast load: the inputs and the choice of mode.
 
 Two modes (SizingConfig.mode), each in its own module: "sla" (default,
-planner.sizing_sla) sizes each pool so a share of its requests meets the
-latency target; "dynamo" (planner.sizing_dynamo) is Dynamo's seed formulas,
+planner.sizing.sla) sizes each pool so a share of its requests meets the
+latency target; "dynamo" (planner.sizing.dynamo) is Dynamo's seed formulas,
 100% of profiled throughput. Both read the same `SizingLoad`, built here.
 
 Load: the mean forecast or its upper quantile (`size_on`). A count set now serves
@@ -20,11 +20,11 @@ import math
 from typing import Literal
 
 from planner.config import SizingConfig, SloTarget
-from planner.decode_profile import DecodeProfile
-from planner.profile import PrefillProfile
-from planner.sizing_dynamo import dynamo_decode, dynamo_prefill
-from planner.sizing_sla import sla_decode, sla_prefill
-from planner.ttft_view import TtftView, ttft_view_of
+from planner.latency.decode_profile import DecodeProfile
+from planner.latency.profile import PrefillProfile
+from planner.sizing.dynamo import dynamo_decode, dynamo_prefill
+from planner.sizing.sla import sla_decode, sla_prefill
+from planner.latency.ttft_view import TtftView, ttft_view_of
 from planner.types import Corrections, Forecast, PoolSizing, SizingLoad
 
 __all__ = ["engine_gpus", "lead_intervals", "resolve_engine_gpus", "size_decode", "size_prefill"]
@@ -143,11 +143,11 @@ def size_prefill(
     size_on: SizeOn = "p90",
     ttft_view: TtftView | None = None,
 ) -> PoolSizing:
-    """Prefill replicas for the forecast load, in the configured mode (planner.sizing_sla or sizing_dynamo).
+    """Prefill replicas for the forecast load, in the configured mode (planner.sizing.sla or sizing_dynamo).
 
     interval_s: the forecast's interval, seconds (requests / interval_s = rps).
     size_on: size on the mean forecast or its p90.
-    ttft_view: single-request TTFT to size with (planner.ttft_view); None: the
+    ttft_view: single-request TTFT to size with (planner.latency.ttft_view); None: the
         profile's. Throughput per GPU (the dynamo mode) always comes from the profile.
     """
     ttft = ttft_view_of(profile, ttft_view)
@@ -193,7 +193,7 @@ def size_decode(
     interval_s: float,
     size_on: SizeOn = "p90",
 ) -> PoolSizing:
-    """Decode replicas for the forecast load, in the configured mode (planner.sizing_sla or sizing_dynamo).
+    """Decode replicas for the forecast load, in the configured mode (planner.sizing.sla or sizing_dynamo).
 
     interval_s: the forecast's interval, seconds. size_on: mean or p90 forecast.
     """

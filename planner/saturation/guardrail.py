@@ -34,7 +34,7 @@ from typing import Literal
 
 from planner.config import DecisionConfig, SaturationConfig, SaturationThresholds
 from planner.types import POOLS, FleetState, Observation, PodMetrics, Pool, PoolState
-from planner.variant_targets import ModelSaturation, VariantState, analyze_model
+from planner.saturation.variant_targets import ModelSaturation, VariantState, analyze_model
 
 PoolSignal = Literal["scale_up", "scale_down_safe", "steady", "no_data", "transition"]
 

@@ -1,7 +1,7 @@
 """The SLA sizing mode: each pool sized so a share of its requests meets the latency target.
 
 The SLA is per request, so each pool is sized for a share of requests meeting
-its target, with the latency models of planner.queueing: prefill so that
+its target, with the latency models of planner.latency.queueing: prefill so that
 `ttft_quantile` of the requests whose own prefill fits in the TTFT target meet
 it (M/G/c wait, prompt lengths spread around the forecast mean); decode so that
 the `itl_quantile` ITL under the pool's KV fluctuation meets the ITL target, and
@@ -14,7 +14,7 @@ request for decode), no replica count meets it. We then size for that best
 latency plus `unreachable_slack_frac`, report target_reachable = 0 in the
 numbers and say so in the message, instead of returning an unbounded count.
 
-Prefill's single-request TTFT comes from a `planner.ttft_view.TtftView`: the
+Prefill's single-request TTFT comes from a `planner.latency.ttft_view.TtftView`: the
 profile, or the published latency model the router uses (its mean is the
 service time, its p90 the reachability check); the message names the source and
 the numbers carry ttft_from_published_model (0/1).
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.burst import arrival_classes, history_classes
+from planner.signals.burst import arrival_classes, history_classes
 from planner.config import SizingConfig, SloTarget
-from planner.decode_profile import DecodeOperatingPoint, DecodeProfile
-from planner.queueing import (
+from planner.latency.decode_profile import DecodeOperatingPoint, DecodeProfile
+from planner.latency.queueing import (
     arrival_peakedness,
     ceil_replicas,
     decode_itl_quantile,
@@ -36,7 +36,7 @@ from planner.queueing import (
     replicas_for_ttft,
     variability_factor,
 )
-from planner.ttft_view import TtftView
+from planner.latency.ttft_view import TtftView
 from planner.types import Forecast, PoolSizing, SizingLoad
 
 # -- prefill -------------------------------------------------------------------
@@ -53,7 +53,7 @@ def sla_prefill(
 ) -> PoolSizing:
     """Prefill replicas so cfg.ttft_quantile of the requests that can meet slo.ttft_ms do (M/G/c wait).
 
-    ttft: single-request TTFT by prompt length (planner.ttft_view: the profile or a
+    ttft: single-request TTFT by prompt length (planner.latency.ttft_view: the profile or a
         published model): its mean is the service time, its p90 decides which
         requests can meet the target and how long each may wait.
     forecast: its burst figures (peak ratio and window, recent peaks) size
@@ -172,7 +172,7 @@ def _burst_parts(
     """(share, rate) parts of the traffic to size prefill for, their mean rate (rps), and where they came from.
 
     history: the recent intervals' peak and off-peak parts as they came, each
-    interval weighted by its requests (planner.burst.history_classes); mean /
+    interval weighted by its requests (planner.signals.burst.history_classes); mean /
     upper: the forecast burst ratio applied to the mean / sized forecast rate.
     """
     if basis == "history" and forecast.recent_peaks:

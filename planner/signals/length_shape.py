@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from planner.histograms import cumulative_buckets, cumulative_counts
+from planner.signals.histograms import cumulative_buckets, cumulative_counts
 from planner.types import LengthHistogram, LengthShape
 
 # Trailing window the length histograms are counted over, s (metrics.length_window_s, the simulator's

@@ -30,7 +30,7 @@ inside it reads as a clump until the next interval shows the step). A low
 quantile asks clumping of most of the recent intervals: synchronised copies
 clump in every interval, while independent tenants' sub-minute bursts (Azure
 code's) make a run of a few clumpy intervals, which the burst sizing
-(planner.burst) already sizes for. `sizing_basis` sizes on the mean forecast
+(planner.signals.burst) already sizes for. `sizing_basis` sizes on the mean forecast
 while the index is below a threshold and on the upper band otherwise. Measured
 (docs/control.md, "Sizing basis from arrival clumping"): the 40th percentile
 over 10 intervals stays below 1.6 on Azure code and conv x8 independent tenants

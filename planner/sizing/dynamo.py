@@ -11,8 +11,8 @@ TTFT target:
 
 from __future__ import annotations
 
-from planner.decode_profile import DecodeOperatingPoint
-from planner.queueing import ceil_replicas
+from planner.latency.decode_profile import DecodeOperatingPoint
+from planner.latency.queueing import ceil_replicas
 from planner.types import PoolSizing, SizingLoad
 
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import brentq
 
-from planner.pchip import Pchip
-from planner.profile_checks import OutOfRange, check_out_of_range, clamp, clamp_many, profile_array
+from planner.latency.pchip import Pchip
+from planner.latency.profile_checks import OutOfRange, check_out_of_range, clamp, clamp_many, profile_array
 
 DECODE_KEYS = ("x_kv_usage", "y_context_length", "z_itl", "z_thpt_per_gpu", "max_kv_tokens")
 

@@ -33,17 +33,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from planner.config import DecisionConfig, FastPathConfig
-from planner.decision_gates import (
+from planner.decision.gates import (
     fast_path_cooldown_gate,
     missing_load_metrics,
     partial_metrics_gate,
     previous_decision_gate,
     stale_gate,
 )
-from planner.decision_rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
-from planner.gpu_budget import fit_gpu_budget
-from planner.saturation import PoolSaturation
-from planner.stabilization import (
+from planner.decision.rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
+from planner.decision.gpu_budget import fit_gpu_budget
+from planner.saturation.guardrail import PoolSaturation
+from planner.decision.stabilization import (
     floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup,
 )
 from planner.types import (

@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from planner.profile import PrefillProfile
+from planner.latency.profile import PrefillProfile
 
 Quantile = Literal["mean", "p90"]
 

@@ -2,7 +2,7 @@
 
 Too little spare capacity on average calls for one more replica; one fewer is
 safe only if the same load spread over the remaining replicas still leaves the
-spare triggers free (planner.spare_capacity).
+spare triggers free (planner.saturation.spare_capacity).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.config import SaturationThresholds
-from planner.spare_capacity import (
+from planner.saturation.spare_capacity import (
     MIN_NON_SATURATED_FOR_SCALE_DOWN,
     ReplicaVerdict,
     average_spare,

@@ -6,10 +6,10 @@ latency expectations by it.
 
 * prefill = observed mean TTFT / expected TTFT at the observed ISL. Expected is
   the profile's single-request TTFT, as in Dynamo, or the mean of the published
-  latency model when sizing uses that instead (planner.ttft_view): the factor
+  latency model when sizing uses that instead (planner.latency.ttft_view): the factor
   always compares with the source sizing multiplies. When the caller also passes
   `prefill_replicas` and the sizing config, the expectation includes the
-  queueing delay the sizing model (M/G/c, planner.sizing) predicts at the
+  queueing delay the sizing model (M/G/c, planner.sizing.pools) predicts at the
   observed load, and the factor is the service-time multiplier k that makes
   the model's mean TTFT equal the observed one: k*S + Wq(k*S) = observed.
   That keeps queueing out of the factor, so a congested interval does not
@@ -34,11 +34,11 @@ import math
 
 from scipy.optimize import brentq
 
-from planner.burst import arrival_classes, peak_ratio, window_mean_wait_s
+from planner.signals.burst import arrival_classes, peak_ratio, window_mean_wait_s
 from planner.config import CorrectionConfig, SizingConfig
-from planner.profile import EngineProfile
-from planner.queueing import mean_wait_s, variability_factor
-from planner.ttft_view import TtftView, ttft_view_of
+from planner.latency.profile import EngineProfile
+from planner.latency.queueing import mean_wait_s, variability_factor
+from planner.latency.ttft_view import TtftView, ttft_view_of
 from planner.types import Corrections, Observation, is_number
 
 
@@ -83,7 +83,7 @@ def _prefill_factor(
     lo, hi = profile.prefill.isl_range_tokens
     isl = obs.avg_isl_tokens
     # The profiled range is where the profile was measured; a published model's view
-    # covers any length itself (planner.ttft_view), so only the profile is clamped.
+    # covers any length itself (planner.latency.ttft_view), so only the profile is clamped.
     if not ttft.published and not lo <= isl <= hi:
         notes.append(f"prefill: ISL {isl:g} tokens outside profiled {lo:g}..{hi:g}; expected TTFT at the nearer end")
         isl = _clamp_quiet(isl, lo, hi)
@@ -139,7 +139,7 @@ def _burst_prefill_factor(
     obs: Observation, cfg: CorrectionConfig, notes: list[str], replicas: int, service_ms: float, rps: float,
     g: float, ratio: float,
 ) -> float:
-    """The service-time factor k with the interval's burst in the queue model (planner.burst).
+    """The service-time factor k with the interval's burst in the queue model (planner.signals.burst).
 
     The share of requests in the peak window met that window's queue, the rest the
     rest of the interval's; each part's wait is the window-limited M/G/c wait, finite
@@ -209,7 +209,7 @@ def correction_factors(
     decode_replicas: decode replicas serving during the observed interval.
     prefill_replicas, sizing: optional; with both, the prefill factor separates
         queueing delay from service time using the sizing queue model.
-    ttft_view: the expected single-request TTFT (planner.ttft_view); None: the profile's.
+    ttft_view: the expected single-request TTFT (planner.latency.ttft_view); None: the profile's.
     """
     if not cfg.enabled:
         return Corrections(1.0, 1.0, enabled=False, notes=("corrections disabled",))

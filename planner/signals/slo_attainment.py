@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
-from planner.histograms import cumulative_counts
+from planner.signals.histograms import cumulative_counts
 from planner.types import LatencyHistogram
 
 # Finite bucket bounds of Dynamo 1.6.1's frontend TTFT histogram, seconds (+Inf follows).

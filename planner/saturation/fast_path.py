@@ -1,9 +1,9 @@
 """The fast path's trigger: does the saturation signal call for a scale-up before the next interval?
 
-It fires when the saturation guardrail (planner.saturation, WVA-style) calls
+It fires when the saturation guardrail (planner.saturation.guardrail, WVA-style) calls
 for a scale-up on either pool's pods, or when the routing service shed
 requests. The watcher evaluates it every poll; the simulator does the same on
-its clock. The decision the trigger starts is `planner.decide.decide` in
+its clock. The decision the trigger starts is `planner.decision.decide.decide` in
 fast-path mode (scale-up only, with a cooldown).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from planner.config import FastPathConfig, SaturationThresholds
-from planner.saturation_analysis import analyze_saturation
+from planner.saturation.analysis import analyze_saturation
 from planner.types import POOLS, PodMetrics, Pool, is_number
 
 

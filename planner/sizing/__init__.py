@@ -1,0 +1,1 @@
+"""Replicas each pool needs at the forecast load: the SLA mode and Dynamo's mode."""
