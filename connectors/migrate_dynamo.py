@@ -452,7 +452,7 @@ _MAPPED = {"environment", "namespace", "backend", "mode", "optimization_target",
 def _report_unmapped(s: PlannerSettings, out: Migration) -> None:
     """Every setting without an equivalent whose value differs from Dynamo's default, with the table's reason."""
     for key, value in s.values.items():
-        if key in _MAPPED or key == "kalman_q_level":
+        if key in _MAPPED:
             continue
         if key not in DYNAMO_FIELDS:
             out.skip(s.spelled(key), value, "not a Dynamo 1.6.1 planner setting or pre-1.0 flag: ignored")
