@@ -79,9 +79,18 @@ def _config(case: dict, root: Path) -> dict:
     return {"settings": settings, "gpus_per_engine": gpus}
 
 
+def _defaults(env: dict) -> dict:
+    """Every PlannerConfig field's default under this environment (before any cross-field rule)."""
+    os.environ.clear()
+    os.environ.update(env)
+    fields = entry.PlannerConfig.model_fields
+    values = {name: f.get_default(call_default_factory=True) for name, f in fields.items()}
+    return json.loads(json.dumps(values, default=lambda v: getattr(v, "value", None) or v.model_dump()))
+
+
 def main() -> None:
     cases = json.load(sys.stdin)
-    results = {}
+    results = {"__defaults__": _defaults(cases[0]["env"] if cases else {})}
     for case in cases:
         with tempfile.TemporaryDirectory() as root:
             results[case["id"]] = _config(case, Path(root))

@@ -285,12 +285,30 @@ def written(data: dict, dotted: str):
     return node
 
 
+# Dynamo settings ours_as_dynamo compares; every other one that differs from Dynamo's default must be a stderr line.
+COMPARED = {"ttft_ms", "itl_ms", "throughput_adjustment_interval_seconds", "max_gpu_budget", "min_endpoint",
+            "prefill_min_endpoint", "decode_min_endpoint", "max_throughput_scaling_replicas", "prefill_engine_num_gpu",
+            "decode_engine_num_gpu", "load_predictor", "metric_pulling_prometheus_endpoint",
+            "metric_pulling_prometheus_ssl_verify", "metric_pulling_prometheus_request_timeout_seconds",
+            "metric_pulling_prometheus_token_file", "metric_reporting_prometheus_port", "environment",
+            "kalman_min_points", "prophet_window_size", "load_predictor_log1p", "model_name"}
+# Not the operator's to set: Dynamo's namespace on Kubernetes is injected by its operator (ours: the DGD's
+# namespace), and the pipeline cadence is derived from the intervals unless the config sets it.
+NOT_COMPARED = {"namespace", "scheduling", "plugin_registration"}
+
+
 @pytest.mark.parametrize("case_id", list(OK))
 def test_import_writes_what_dynamo_runs_with(dynamo, capsys, tmp_path, case_id):
     result = dynamo[case_id]
     assert "refused" not in result, result
     code, data, err = run_import(capsys, tmp_path, OK[case_id])
     assert code == 0, err
+    for key, value in result["settings"].items():  # nothing lost silently
+        if key in COMPARED or key in NOT_COMPARED or value == dynamo["__defaults__"][key]:
+            continue
+        if key == "optimization_target" and value == "sla":  # what sla-planner does
+            continue
+        assert any(key in line for line in err), f"{case_id}: Dynamo runs with {key}={value!r}, no line says so"
     for dotted, value in ours_as_dynamo(result["settings"], result["gpus_per_engine"]).items():
         got = written(data, dotted)
         if got == value:
