@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from connectors.migrate import Migration, MigrationError
 from planner.config import SaturationThresholds
+from planner.strict import error_message
 
 # WVA saturation entry fields (internal/interfaces/saturation_scaling.go) -> ours.
 WVA_SATURATION_FIELDS = {
@@ -92,7 +93,7 @@ def from_wva(configmaps: list[tuple[str, dict[str, str]]], *, source: str = "WVA
             try:
                 SaturationThresholds.model_validate(ours)
             except ValidationError as exc:
-                out.skip(label, ours, "refused: " + "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+                out.skip(label, ours, "refused: " + "; ".join(error_message(e) for e in exc.errors()))
                 continue
             if key == "default":
                 saturation["default"] = ours

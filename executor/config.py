@@ -24,7 +24,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from planner.strict import StrictModel
+from planner.strict import StrictModel, error_message
 
 PLACEHOLDERS = ("python", "role", "slot", "system_port")
 RoleName = Literal["prefill", "decode", "aggregated"]
@@ -175,4 +175,4 @@ def load_executor_config(path: str | Path) -> ExecutorConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ValueError(f"{path}: {where}: {first['msg']}") from None
+        raise ValueError(f"{path}: {where}: {error_message(first)}") from None

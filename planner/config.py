@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from planner.predictors.registry import make_predictor, predictor_names
-from planner.strict import StrictModel
+from planner.strict import StrictModel, error_message
 
 
 class SloTarget(StrictModel):
@@ -65,7 +65,7 @@ class PredictorConfig(StrictModel):
     size_on: Literal["mean", "p90", "auto"] = Field(
         "auto",
         description="size replicas on the mean forecast, its upper (p90) quantile, or (auto) on the mean while "
-        "arrivals look independent and on the p90 while they clump (planner.clumping)",
+        "arrivals look independent and on the p90 while they clump (planner.signals.clumping)",
     )
     clumping_lookback_intervals: int = Field(
         10, ge=1, le=1440, description="size_on auto: intervals of peak-rate history the clumping index is read "
@@ -96,7 +96,7 @@ class PredictorConfig(StrictModel):
     burst_lookback_intervals: int = Field(
         1, ge=0, le=1440,
         description="intervals of peak-rate history (Observation.peak_rps) the burst forecast comes from "
-        "(planner.burst; sizing.burst_basis says how it is used); 1: the last interval; 0: no burst forecast",
+        "(planner.signals.burst; sizing.burst_basis says how it is used); 1: the last interval; 0: no burst forecast",
     )
     length_shape_min_requests: int = Field(
         200, ge=1,
@@ -153,7 +153,7 @@ class CorrectionConfig(StrictModel):
     )
     burst_aware: bool = Field(
         True,
-        description="with a peak-rate signal, expect the queueing of the interval's burst (planner.burst) "
+        description="with a peak-rate signal, expect the queueing of the interval's burst (planner.signals.burst) "
         "so it is not read as slow engines; False or no signal: the flat-rate queue model",
     )
 
@@ -191,7 +191,7 @@ class SizingConfig(StrictModel):
     length_cv: Literal["measured", "configured"] = Field(
         "measured",
         description="measured: the prompt-length and context CVs come from the frontend's length histograms "
-        "over the collect step's window (planner.length_shape), isl_cv / decode_context_cv only while too few "
+        "over the collect step's window (planner.signals.length_shape), isl_cv / decode_context_cv only while too few "
         "requests were counted or the histograms are not read; configured: always isl_cv / decode_context_cv",
     )
     isl_cv: float = Field(
@@ -237,7 +237,7 @@ class SizingConfig(StrictModel):
     )
     burst_basis: Literal["history", "mean", "upper", "off"] = Field(
         "history",
-        description="prefill sized also for sub-interval bursts (planner.burst), never below the flat sizing at "
+        description="prefill sized also for sub-interval bursts (planner.signals.burst), never below the flat sizing at "
         "the upper forecast: history = the recent intervals' peak and off-peak traffic as they came; mean / "
         "upper = the forecast burst ratio applied to the mean / upper forecast; off: arrivals flat within an "
         "interval",
@@ -496,5 +496,5 @@ def format_validation_error(exc: ValidationError, *, source: str) -> str:
         if err["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown field {loc!r}")
         else:
-            lines.append(f"{source}: {loc}: {err['msg']} (got {got!r})")
+            lines.append(f"{source}: {loc}: {error_message(err)} (got {got!r})")
     return "\n".join(lines)

@@ -9,6 +9,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+# What pydantic puts before the message of a ValueError or assert raised in a validator.
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def error_message(err: dict) -> str:
+    """One pydantic error's message as our validator wrote it (pydantic's "Value error, " prefix taken off)."""
+    msg = str(err["msg"])
+    for prefix in _PYDANTIC_PREFIXES:
+        msg = msg.removeprefix(prefix)
+    return msg

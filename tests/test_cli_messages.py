@@ -123,3 +123,14 @@ def test_a_what_if_error_is_a_line_of_its_own_after_the_progress_bar(tmp_path):
     assert "planner:" in done.stderr  # the bar was drawn
     errors = [line for line in done.stderr.split("\n") if "sla-planner what-if:" in line]
     assert len(errors) == 1 and errors[0].startswith(f"sla-planner what-if: {model}: "), done.stderr
+
+
+def test_a_validators_message_reaches_the_user_without_pydantics_prefix(capsys, tmp_path):
+    """A cross-field check's ValueError, as `sla-planner run` prints it: no "Value error," from pydantic."""
+    path = tmp_path / "planner.yaml"
+    path.write_text("planner:\n  profile: {dir: data/profiles/h200_llama8b_fp8_tp1}\n"
+                    "latency_model: {source: published}\n")
+    assert main(["run", "--config", str(path)]) == 2
+    err = stderr_lines(capsys)
+    assert len(err) == 1 and "latency_model: router_url is required when source is 'published'" in err[0], err
+    assert "Value error" not in err[0]

@@ -55,11 +55,11 @@ GOOD_ROLE = {"command": ["{python}", "-m", "dynamo.mocker", "--x", "{slot}"], "e
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"roles": {"prefill": GOOD_ROLE}}, "roles: Value error, roles: missing ['decode']"),
+    ({"roles": {"prefill": GOOD_ROLE}}, "roles: roles: missing ['decode']"),
     ({"roles": {"prefill": {**GOOD_ROLE, "command": ["{pythn}"]}, "decode": GOOD_ROLE}},
-     "roles.prefill.command: Value error, command argument '{pythn}': unknown or malformed placeholder"),
+     "roles.prefill.command: command argument '{pythn}': unknown or malformed placeholder"),
     ({"roles": {"prefill": {**GOOD_ROLE, "endpoint": "prefill.generate"}, "decode": GOOD_ROLE}},
-     "roles.prefill.endpoint: Value error, endpoint must be namespace.component.endpoint"),
+     "roles.prefill.endpoint: endpoint must be namespace.component.endpoint"),
     ({"drain_timeout_s": 0}, "drain_timeout_s: Input should be greater than 0"),
     ({"colour": "red"}, "colour: Extra inputs are not permitted"),
 ])

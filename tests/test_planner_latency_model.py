@@ -127,7 +127,7 @@ PLANNER = "planner: {profile: {dir: /x}}\n"
 
 
 @pytest.mark.parametrize("section, message", [
-    pytest.param("{source: published}", "latency_model: Value error, router_url is required when source is "
+    pytest.param("{source: published}", "latency_model: router_url is required when source is "
                  "'published'", id="published without a URL"),
     pytest.param("{source: published, router_url: router:8080}", "router_url must start with http:// or https://",
                  id="URL without a scheme"),
