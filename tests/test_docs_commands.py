@@ -62,3 +62,29 @@ def test_the_shipped_routing_config_routes_endpoints_registered_without_a_zone()
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert (body["outcome"], body["prefill"]["endpoint_id"], body["decode"]["endpoint_id"]) == ("routed", "p0", "d0")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    out = set()
+    in_code = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and (m := re.match(r"#{1,6} (.+)", line)):
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+def test_every_link_in_the_readme_and_docs_resolves():
+    """Each relative link names a file of the clone and, with #anchor, a heading of that file."""
+    broken = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", line):
+                if "://" in target:
+                    continue
+                path = (page.parent / target).resolve() if target else page
+                if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
+                    broken.append(f"{page.relative_to(ROOT)}:{n}: {target}#{anchor}")
+    assert broken == []
