@@ -37,3 +37,13 @@ def test_independent_tenants_by_default_and_bad_config_in_one_line(tmp_path):
     with pytest.raises(ValueError) as info:
         load_config(path)
     assert str(info.value).startswith(f"{path}: load_multiplier: ") and "\n" not in str(info.value)
+
+
+def test_a_cross_field_check_is_one_line_without_pydantics_prefix(tmp_path):
+    path = tmp_path / "loadgen.yaml"
+    path.write_text("url: http://x\nmodel: m\nout_dir: o\ntrace_path: t\nload_multiplier: 2\n"
+                    "shape: [{duration_s: 60, load_multiplier: 1}]\n")
+    with pytest.raises(ValueError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: (top level): shape replaces trace_duration_s and load_multiplier: "
+                               "set one or the other")

@@ -40,6 +40,7 @@ import numpy as np
 import yaml
 from pydantic import Field, ValidationError
 
+from planner.strict import error_message
 from workloads.trace_shaping import TraceReplayConfig, build_trace
 from workloads.traces import Trace
 
@@ -238,7 +239,8 @@ def load_config(path: str | Path) -> LoadGenConfig:
         raise ValueError(f"{path}: cannot read load generator config: {exc}".replace("\n", " ")) from None
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ValueError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        where = ".".join(map(str, first["loc"])) or "(top level)"
+        raise ValueError(f"{path}: {where}: {error_message(first)}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
