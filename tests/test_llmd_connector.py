@@ -84,6 +84,27 @@ def seed(cluster: LlmdCluster, variant: str = "deployments", *, pool_labels: dic
     return cluster
 
 
+def seed_disaggregated(cluster: LlmdCluster) -> LlmdCluster:
+    """What LWS's controller makes of llm-d's DisaggregatedSet (slices 2, roles with scaling.mode External):
+    a role scaler per role and one LeaderWorkerSet per slice and role, made ready."""
+    (ds,) = example("llm-d-pd-disaggregatedset.yaml")
+    cluster.create(pool_manifest(POOL, GUIDE), namespace=NS)
+    for role in ds["spec"]["roles"]:
+        cluster.create({"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSetRoleScaler",
+                        "metadata": {"name": f"pd-disagg-{role['name']}"},
+                        "spec": {"replicas": role["spec"]["replicas"]}}, namespace=NS)
+        for slice_ in ("0", "1"):
+            cluster.create({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                            "metadata": {"name": f"pd-disagg-{slice_}-7f9c-{role['name']}", "labels": {
+                                "disaggregatedset.x-k8s.io/name": "pd-disagg", "disaggregatedset.x-k8s.io/role":
+                                    role["name"], "disaggregatedset.x-k8s.io/slice": slice_}},
+                            "spec": {"replicas": role["spec"]["replicas"],
+                                     "leaderWorkerTemplate": role["spec"]["leaderWorkerTemplate"]}}, namespace=NS)
+    cluster.reconcile(NS)
+    cluster.clear_requests()
+    return cluster
+
+
 def ours(cluster: LlmdCluster, **config) -> LlmdConnector:
     return LlmdConnector(LlmdConnectorConfig(inference_pool=POOL, namespace=NS, **config),
                          api_client=kube_api_client(cluster))
@@ -189,20 +210,7 @@ def test_a_planner_run_scales_the_pools_prefill_and_decode_and_nothing_else(pref
 def test_a_disaggregated_sets_roles_are_scaled_through_their_role_scalers_per_slice(cluster):
     """llm-d's DisaggregatedSet variant: slices 2, scaling.mode External; the controller made one LWS per slice
     and role and a role scaler per role; one scaler replica is one group in each slice."""
-    (ds,) = example("llm-d-pd-disaggregatedset.yaml")
-    cluster.create(pool_manifest(POOL, GUIDE), namespace=NS)
-    for role in ds["spec"]["roles"]:
-        cluster.create({"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSetRoleScaler",
-                        "metadata": {"name": f"pd-disagg-{role['name']}"},
-                        "spec": {"replicas": role["spec"]["replicas"]}}, namespace=NS)
-        for slice_ in ("0", "1"):
-            cluster.create({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                            "metadata": {"name": f"pd-disagg-{slice_}-7f9c-{role['name']}", "labels": {
-                                "disaggregatedset.x-k8s.io/name": "pd-disagg", "disaggregatedset.x-k8s.io/role":
-                                    role["name"], "disaggregatedset.x-k8s.io/slice": slice_}},
-                            "spec": {"replicas": role["spec"]["replicas"],
-                                     "leaderWorkerTemplate": role["spec"]["leaderWorkerTemplate"]}}, namespace=NS)
-    cluster.reconcile(NS)
+    seed_disaggregated(cluster)
     assert cluster.pruned == []
     conn = ours(cluster)
     conn.validate()
