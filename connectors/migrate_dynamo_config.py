@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
@@ -154,10 +155,10 @@ class DynamoPlannerConfig(BaseModel):
     @classmethod
     def _scale_interval(cls, data: object) -> object:
         """Dynamo's default pipeline cadence: the gcd of the load and (SLA) throughput intervals."""
-        if not isinstance(data, dict) or "aic_perf_model" in data:
-            if isinstance(data, dict):
-                raise ValueError("aic_perf_model is no longer supported; use ais_perf_model.roles")
+        if not isinstance(data, dict):
             return data
+        if "aic_perf_model" in data:
+            raise ValueError("aic_perf_model is no longer supported; use ais_perf_model.roles")
         scheduling = data.get("scheduling")
         if scheduling is not None and (not isinstance(scheduling, dict) or "scale_interval_seconds" in scheduling):
             return data
@@ -265,7 +266,7 @@ def parse_config_text(text: str, *, file_name: str | None) -> object:
 
     Raises ConfigRefused naming `--config` when Dynamo could not parse it.
     """
-    suffix = (file_name or "").rpartition(".")[2].lower() if file_name and "." in file_name else ""
+    suffix = PurePosixPath(file_name).suffix.lower().lstrip(".") if file_name else ""
     what = f"--config file {file_name}" if file_name else "--config"
     try:
         if file_name is None or suffix == "json":
