@@ -186,7 +186,8 @@ def test_older_pre_1_0_flags_map_and_that_eras_prometheus_default(capsys, tmp_pa
     path = flags_dgd(tmp_path, "--load-predictor=constant", "--load-prediction-window-size=30",
                      "--prometheus-port=9085", "--isl=3000")
     obj = yaml.safe_load(path.read_text())
-    obj["spec"]["envs"] = [{"name": "DYNAMO_NAMESPACE", "value": "team-a"}, {"name": "PROMETHEUS_PORT", "value": "9091"}]
+    obj["spec"]["envs"] = [{"name": "DYNAMO_NAMESPACE", "value": "team-a"},
+                           {"name": "PROMETHEUS_PORT", "value": "9091"}]
     path.write_text(yaml.safe_dump(obj))
     code, data, err = run_import(capsys, "dgd", str(path))  # no namespace: that planner's fallback
     assert code == 0, err

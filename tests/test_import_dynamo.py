@@ -104,6 +104,8 @@ OK = {
         "PROMETHEUS_SSL_VERIFY": "yes", "PROMETHEUS_ENDPOINT": "https://prom.example:9090"})],
     "env: an https URL and no PROMETHEUS_SSL_VERIFY (we verify)": [inline(SLA, env={
         "PROMETHEUS_ENDPOINT": "https://prom.example:9090"})],
+    "env: PROMETHEUS_EXTRA_QUERY_PARAMS (no equivalent: reported)": [inline(SLA, env={
+        "PROMETHEUS_EXTRA_QUERY_PARAMS": "namespace=team-a&tenant=b"})],
     "env below the config's value": [inline({**SLA, "metric_pulling_prometheus_endpoint": "http://cfg:9090",
                                              "metric_pulling_prometheus_ssl_verify": True},
                                             env={"PROMETHEUS_ENDPOINT": "http://env:9090",
@@ -153,6 +155,9 @@ REFUSED = {  # id: (input, the setting our one line names, what Dynamo's refusal
                                        "requires prefill_scale_up_queue_tokens"),
     "env PLANNER_PROMETHEUS_PORT=metrics": ([inline(SLA, env={"PLANNER_PROMETHEUS_PORT": "metrics"})],
                                             "PLANNER_PROMETHEUS_PORT", "invalid literal for int()"),
+    "env PROMETHEUS_EXTRA_QUERY_PARAMS not a query string": (
+        [inline(SLA, env={"PROMETHEUS_EXTRA_QUERY_PARAMS": "tenant"})], "PROMETHEUS_EXTRA_QUERY_PARAMS",
+        "bad query field"),
     "env DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS=0": (
         [inline(SLA, env={"DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS": "0"})],
         "DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS", "metric_pulling_prometheus_request_timeout_seconds:"),
@@ -295,6 +300,15 @@ COMPARED = {"ttft_ms", "itl_ms", "throughput_adjustment_interval_seconds", "max_
 # Not the operator's to set: Dynamo's namespace on Kubernetes is injected by its operator (ours: the DGD's
 # namespace), and the pipeline cadence is derived from the intervals unless the config sets it.
 NOT_COMPARED = {"namespace", "scheduling", "plugin_registration"}
+# The environment variable Dynamo 1.6.1 reads a key from when its config leaves the key out (a line may name either).
+ENV_OF = {"metric_pulling_prometheus_endpoint": "PROMETHEUS_ENDPOINT",
+          "metric_pulling_prometheus_token": "PROMETHEUS_TOKEN",
+          "metric_pulling_prometheus_token_file": "PROMETHEUS_TOKEN_FILE",
+          "metric_pulling_prometheus_ssl_verify": "PROMETHEUS_SSL_VERIFY",
+          "metric_pulling_prometheus_extra_query_params": "PROMETHEUS_EXTRA_QUERY_PARAMS",
+          "metric_pulling_prometheus_ca_bundle": "PROMETHEUS_CA_BUNDLE",
+          "metric_pulling_prometheus_request_timeout_seconds": "DYN_PLANNER_PROMETHEUS_REQUEST_TIMEOUT_SECONDS",
+          "metric_reporting_prometheus_port": "PLANNER_PROMETHEUS_PORT"}
 
 
 @pytest.mark.parametrize("case_id", list(OK))
@@ -308,7 +322,9 @@ def test_import_writes_what_dynamo_runs_with(dynamo, capsys, tmp_path, case_id):
             continue
         if key == "optimization_target" and value == "sla":  # what sla-planner does
             continue
-        assert any(key in line for line in err), f"{case_id}: Dynamo runs with {key}={value!r}, no line says so"
+        names = (key, ENV_OF.get(key, key))
+        assert any(n in line for line in err for n in names), f"{case_id}: Dynamo runs with {key}={value!r}, " \
+                                                               "no line says so"
     for dotted, value in ours_as_dynamo(result["settings"], result["gpus_per_engine"]).items():
         got = written(data, dotted)
         if got == value:
