@@ -42,6 +42,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--config", default=None, help="routing config YAML (RouterConfig)")
     p.add_argument("--profile-dir", default=None, help="profile folder; overrides the config's profile_dir")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--llmd-listen", default=None, metavar="HOST:PORT",
+                   help="also serve llm-d's latency-predictor API (an EPP's prediction and training sidecar routes) "
+                        "on this address; overrides the config's llmd.listen. No token: keep it on 127.0.0.1")
     sub = p.add_subparsers(dest="router_command", metavar="{register}")
     sub.required = False
     r = sub.add_parser("register", help="register this engine with a running router")
@@ -90,6 +93,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from routing.config import LlmdConfig
     from routing.http.app import create_app
     from routing.http.server import uvicorn_options
     from routing.fleet.topology import TopologyLabelError
@@ -99,10 +103,13 @@ def _serve(args: argparse.Namespace) -> int:
         cfg = load_router_config(args.config, profile_dir=args.profile_dir)
         token = os.environ.get(cfg.auth.token_env) or None
         data_token = os.environ.get(cfg.auth.data_token_env) or None
+        if args.llmd_listen is not None:
+            cfg = cfg.model_copy(update={"llmd": LlmdConfig(listen=args.llmd_listen)})
         app = create_app(cfg, token=token, data_token=data_token)
     except (ValueError, TopologyLabelError) as exc:
         print(f"sla-planner router: {exc}", file=sys.stderr)
         return 2
+    llmd = _start_llmd(app.state.service, cfg.llmd.listen, args.log_level) if cfg.llmd.listen else None
     # Everything loaded so far lives for the whole process: keep it out of the
     # collector's full passes, which would otherwise pause routing for ms each.
     gc.collect()
@@ -113,9 +120,33 @@ def _serve(args: argparse.Namespace) -> int:
     # No proxy-header rewriting: rate limits and sample quotas key on the
     # client address, which a forged X-Forwarded-For must not change.
     # httptools under routing.http.server's protocol: it adds the request-head deadline and size limit.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                loop="uvloop", proxy_headers=False, **uvicorn_options(cfg))
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                    loop="uvloop", proxy_headers=False, **uvicorn_options(cfg))
+    finally:
+        if llmd is not None:
+            llmd.should_exit = True
     return 0
+
+
+def _start_llmd(service, listen: str, log_level: str):
+    """llm-d's predictor API beside the routing service, sharing its models and samples (routing.llmd)."""
+    import logging
+
+    from routing.config import listen_address
+    from routing.llmd.app import start_listener
+    from routing.llmd.sidecar import LatencyPredictorSidecar
+
+    host, port = listen_address(listen)
+    log = logging.getLogger("sla_planner.routing")
+    if host in ("127.0.0.1", "localhost", "::1"):
+        log.info("llm-d latency-predictor API on http://%s:%d (loopback only: llm-d sends no token)", host, port)
+    else:
+        log.warning("llm-d latency-predictor API on http://%s:%d: llm-d sends no token, so anyone who can reach "
+                    "this address can read predictions and post training rows; bind 127.0.0.1 unless a network "
+                    "policy keeps others out", host, port)
+    server, _ = start_listener(LatencyPredictorSidecar(service), host=host, port=port, log_level=log_level)
+    return server
 
 
 def _register(args: argparse.Namespace) -> int:

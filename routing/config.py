@@ -279,6 +279,30 @@ class OnlineCalibrationConfig(StrictModel):
         return self
 
 
+class LlmdConfig(StrictModel):
+    """llm-d's latency-predictor API (routing.llmd): the EPP's prediction and training routes on a listener of
+    their own, so they never collide with ours."""
+
+    listen: str | None = Field(
+        None, description="HOST:PORT (or :PORT, meaning 127.0.0.1) of the llm-d listener; null: off. llm-d sends "
+        "no token and this listener checks none: keep it on the pod's loopback, where the EPP's sidecars live",
+    )
+
+    @model_validator(mode="after")
+    def _address(self) -> "LlmdConfig":
+        if self.listen is not None:
+            listen_address(self.listen)
+        return self
+
+
+def listen_address(value: str) -> tuple[str, int]:
+    """(host, port) of a HOST:PORT or :PORT listener address (ValueError naming it otherwise)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"llm-d listener {value!r}: expected HOST:PORT or :PORT with a port 1-65535")
+    return (host.strip("[]") or "127.0.0.1"), int(port)
+
+
 class RouterConfig(StrictModel):
     """The routing service's whole configuration."""
 
@@ -308,6 +332,7 @@ class RouterConfig(StrictModel):
     sample_validation: SampleValidationConfig = Field(default_factory=SampleValidationConfig)
     scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
     online_calibration: OnlineCalibrationConfig = Field(default_factory=OnlineCalibrationConfig)
+    llmd: LlmdConfig = Field(default_factory=LlmdConfig)
     seed: int | None = Field(None, description="picker RNG seed; unset: fresh entropy")
 
     @model_validator(mode="after")

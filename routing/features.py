@@ -61,6 +61,8 @@ import numpy as np
 
 Target = Literal["ttft", "tpot"]
 TARGETS: tuple[Target, ...] = ("ttft", "tpot")
+# The quantile the p90 model is fitted, calibrated, served and scored at.
+QUANTILE = 0.9
 Role = Literal["prefill", "decode", "aggregated"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "aggregated")
 

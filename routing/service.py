@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from routing.config import RouterConfig
 from routing.features import ROLES, TTFT_FEATURES, feature_matrix, view_feature_matrix
-from routing.fleet.lifecycle import InFlight, Sample
+from routing.fleet.requests import InFlight, Sample
 from routing.models.store import ModelStore
 from routing.picking.result import PickResult
 from routing.picking.picker import Picker, RouteRequest, dispatch_record
@@ -56,7 +56,7 @@ class RoutingService:
         clock: Callable[[], float] = time.time,
         metrics_registry: CollectorRegistry | None = None,
     ):
-        """profile: planner.profile.EngineProfile; None loads config.profile_dir.
+        """profile: planner.latency.profile.EngineProfile; None loads config.profile_dir.
         Static endpoints with labels_dir wait for their label files here and
         raise TopologyLabelError if the configured level's file never appears."""
         if profile is None:
@@ -342,6 +342,20 @@ class RoutingService:
 
     # -- samples -------------------------------------------------------------
 
+    def offer_samples(self, samples: list[Sample], *, event: str) -> list[Sample]:
+        """Keep samples observed outside this service's lifecycle calls (an llm-d EPP posts them), each checked
+        for plausibility as an HTTP caller's are, with no per-source quota (the caller is the pod's own EPP).
+        Returns the samples kept."""
+        with self._lock:
+            plausible = [s for s in samples if self._plausible(s)]
+            self._keep(plausible, event)
+            return plausible
+
+    def discard_samples(self, endpoint_id: str) -> dict[str, int]:
+        """Drop every stored sample recorded for `endpoint_id` (llm-d's /flush); counts per target."""
+        with self._lock:
+            return self.samples.discard(endpoint_id)
+
     def sample_page(self, *, after_seq: int, limit: int, target: str | None) -> dict:
         page = self.samples.page(after_seq=after_seq, limit=limit, target=target)
         return {
@@ -403,9 +417,7 @@ class RoutingService:
 
     def _admit(self, sample: Sample, source: str) -> bool:
         """Whether an HTTP caller's sample is plausible and within its source's share of the store."""
-        lo, hi = self._latency_bounds[sample.target]
-        if not lo <= sample.observed_ms <= hi:
-            self.metrics.samples_refused.labels("implausible").inc()
+        if not self._plausible(sample):
             return False
         window = self.config.samples.capacity
         used = self._source_counts.get(source, 0)
@@ -425,6 +437,13 @@ class RoutingService:
         if not admitted:
             self.metrics.samples_refused.labels("quota").inc()
         return admitted
+
+    def _plausible(self, sample: Sample) -> bool:
+        lo, hi = self._latency_bounds[sample.target]
+        if not lo <= sample.observed_ms <= hi:
+            self.metrics.samples_refused.labels("implausible").inc()
+            return False
+        return True
 
     def _make_room(self, now_s: float) -> None:
         """At inflight_max_requests, drop the oldest request in flight (counted lost) for a new one."""

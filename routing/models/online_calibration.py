@@ -31,9 +31,8 @@ from collections import deque
 
 import numpy as np
 
-from routing.features import FEATURES, TARGETS, Target
+from routing.features import FEATURES, QUANTILE, TARGETS, Target
 from routing.training.calibration import conformal_offset
-from routing.training.scores import QUANTILE
 
 # Cell columns: the same index in the TTFT and TPOT rows.
 _WAIT_COL = FEATURES["ttft"].index("waiting_requests")

@@ -81,12 +81,12 @@ DEFAULT_PREFILL_TOKEN_BUDGET = 8192
 
 
 class ProfileEstimator:
-    """TTFT/TPOT (ms) from an EngineProfile (planner.profile), on feature rows."""
+    """TTFT/TPOT (ms) from an EngineProfile (planner.latency.profile), on feature rows."""
 
     version = None
 
     def __init__(self, profile, *, prefill_token_budget: int | None = DEFAULT_PREFILL_TOKEN_BUDGET):
-        """profile: planner.profile.EngineProfile (prefill and decode profiles, name).
+        """profile: planner.latency.profile.EngineProfile (prefill and decode profiles, name).
 
         prefill_token_budget: the engines' max_num_batched_tokens (queued prompt work drains in batches of at
         most this many tokens); None: all of it as one batch (the estimate before the budget). The name (a
@@ -250,7 +250,7 @@ class LatencyPredictor:
         self._pending_lock = threading.Lock()
 
     def observe(self, sample) -> int:
-        """Feed a recorded sample (routing.fleet.lifecycle.Sample) to the online calibration: samples predicted by
+        """Feed a recorded sample (routing.fleet.requests.Sample) to the online calibration: samples predicted by
         a published model wait until `batch` of them are scored together against the active model's p90.
         Returns how many outcomes were counted by this call (0 while they wait)."""
         if self.online is None or sample.model_version is None or sample.predicted_ms is None:

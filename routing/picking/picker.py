@@ -50,10 +50,8 @@ from dataclasses import InitVar, dataclass
 import numpy as np
 
 from routing.config import PickerConfig
-from routing.picking.draws import argmax_random, argmax_tiebreak, argmin_random
 from routing.features import TTFT_FEATURES, view_feature_matrix, view_raw_features
-from routing.picking.headroom import margin_ms, per_endpoint, relative_headroom
-from routing.fleet.lifecycle import InFlight
+from routing.fleet.requests import InFlight
 from routing.fleet.load_matrix import EndpointView
 from routing.picking.result import Choice, PickResult, Tier
 from routing.fleet.registry import EndpointRegistry
@@ -472,3 +470,66 @@ def _opt(a: np.ndarray | None, pos: int) -> float | None:
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+# Headroom arithmetic: headroom is SLO minus prediction, ms; an SLO of inf means none constrains.
+
+def per_endpoint(x, n: int) -> np.ndarray:
+    return np.full(n, float(x)) if np.ndim(x) == 0 else x
+
+
+def margin_ms(strict, margin_frac: float):
+    """Headroom an endpoint needs, ms: margin_frac of each finite SLO, 0 where none constrains (inf)."""
+    if np.ndim(strict) == 0:  # the request's own SLO (decode TTFT, prefill TPOT): no array needed
+        strict = float(strict)
+        return strict * margin_frac if np.isfinite(strict) else 0.0
+    strict = np.asarray(strict, dtype=float)
+    finite = np.isfinite(strict)
+    return np.where(finite, strict, 0.0) * margin_frac
+
+
+def relative_headroom(h: np.ndarray, strict) -> np.ndarray | float:
+    """Headroom / SLO, clipped to [-1e9, 1]; 1 where no SLO constrains (strict = inf).
+
+    strict: a scalar or an array aligned with h (ms). The 1e-9 ms floor keeps
+    absurd SLOs (1e-300 ms) from overflowing.
+    """
+    if np.ndim(strict) == 0:
+        if not np.isfinite(strict):
+            return 1.0
+        r = h / max(float(strict), 1e-9)
+    else:
+        finite = np.isfinite(strict)
+        if finite.all():
+            r = h / np.maximum(strict, 1e-9)
+        elif not finite.any():
+            return 1.0
+        else:
+            r = np.where(finite, h / np.where(finite, np.maximum(strict, 1e-9), 1.0), 1.0)
+    return np.minimum(np.maximum(r, -1e9), 1.0)
+
+
+# Seeded choice among tied candidates: one uniform `u` in [0, 1) picks among the best.
+
+def argmin_random(values: np.ndarray, u: float) -> int:
+    best = np.flatnonzero(values == values.min())
+    return int(best[min(int(u * best.size), best.size - 1)])
+
+
+def argmax_random(values: np.ndarray, u: float) -> int:
+    best = np.flatnonzero(values == values.max())
+    return int(best[min(int(u * best.size), best.size - 1)])
+
+
+def argmax_tiebreak(primary: np.ndarray, secondary: np.ndarray, u: float) -> int:
+    """Largest primary; exact ties by the largest secondary, then at random.
+
+    The binding headroom ties whenever one SLO is binding for every candidate
+    with the same value (a decode stage's TTFT budget is the same on every
+    decode endpoint): the other SLO's headroom should then decide, not chance.
+    """
+    best = np.flatnonzero(primary == primary.max())
+    if best.size > 1:
+        sec = secondary[best]
+        best = best[sec == sec.max()]
+    return int(best[min(int(u * best.size), best.size - 1)])

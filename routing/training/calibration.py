@@ -9,7 +9,8 @@ import numpy as np
 from routing.features import Target
 from routing.training.buckets import BUCKET_EDGES, bucket_of
 from routing.training.config import TrainingConfig
-from routing.training.scores import QUANTILE, latency_metrics
+from routing.features import QUANTILE
+from routing.training.scores import latency_metrics
 
 
 def calibration_offsets(target: Target, x: np.ndarray, residuals: np.ndarray,

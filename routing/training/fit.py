@@ -14,7 +14,7 @@ from routing.training.buckets import bucket_of
 from routing.training.calibration import calibration_offsets, p90_half_loss
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples, TargetData
-from routing.training.scores import QUANTILE
+from routing.features import QUANTILE
 from routing.training.split import Split, splits_for
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# The quantile the p90 model is fitted, calibrated and scored at.
-QUANTILE = 0.9
+from routing.features import QUANTILE
 
 
 def latency_metrics(y_ms: np.ndarray, mean_ms: np.ndarray, p90_ms: np.ndarray) -> dict:
