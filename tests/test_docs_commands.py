@@ -88,3 +88,13 @@ def test_every_link_in_the_readme_and_docs_resolves():
                 if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
                     broken.append(f"{page.relative_to(ROOT)}:{n}: {target}#{anchor}")
     assert broken == []
+
+
+def test_the_readme_is_a_front_door():
+    """Short, the tests' command exactly as CI runs it, and a way to every page of docs/."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()[-1]
+    assert ci == "exec bash scripts/test.sh" and "\nbash scripts/test.sh\n" in readme
+    unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"](docs/{p.name}" not in readme]
+    assert unlinked == [], "docs pages the README does not link"
