@@ -27,7 +27,7 @@ HPA_DEFAULT_TOLERANCE = 0.1
 
 def name_of(obj: dict) -> str:
     meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
+    return f"{meta['namespace']}/{meta.get('name', '?')}" if meta.get("namespace") else str(meta.get("name", "?"))
 
 
 def scale_target(obj: dict) -> tuple[str, str, str]:

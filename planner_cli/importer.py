@@ -2,12 +2,15 @@
 
   sla-planner import dgd FILE | --live NAME [--namespace NS] [--profile-dir DIR] [-o OUT]
   sla-planner import wva FILE... | --live NAME... [--namespace NS] [--base CONFIG] [-o OUT]
+  sla-planner import llmd FILE... [--pool NAME] [--base CONFIG] [-o OUT]
 
 `dgd` reads a DynamoGraphDeployment (v1alpha1 or v1beta1; a YAML file, which
 may also hold the planner-config ConfigMap its Planner mounts, or the cluster's
 copy with --live) and maps its planner's settings: `--config` JSON or file
 (Dynamo 1.x) or flags (before 1.0), and the environment the planner reads.
 `wva` reads WVA's saturation ConfigMap (and its controller ConfigMap).
+`llmd` reads llm-d's KEDA ScaledObjects (one per role) and WVA VariantAutoscalings:
+replica bounds, polling, stabilization, model, and with --pool the llm-d connector.
 
 The result is written as YAML (stdout, or -o, then one line saying what was written),
 merged over --base when given: each value of the base it replaces is a `note:` line
@@ -47,6 +50,12 @@ def add_parser(subparsers) -> None:
                      help="skip (and list) settings Dynamo 1.6.1 would refuse to start with instead of exit 2")
     wva = kinds.add_parser("wva", help="llm-d WVA saturation (and controller) ConfigMaps")
     wva.add_argument("file", nargs="*", metavar="FILE", help="ConfigMap YAML files")
+    llmd = kinds.add_parser("llmd", help="llm-d's KEDA ScaledObjects and WVA VariantAutoscalings")
+    llmd.add_argument("file", nargs="+", metavar="FILE", help="YAML files of ScaledObjects / VariantAutoscalings")
+    llmd.add_argument("--pool", default=None, metavar="NAME", help="the InferencePool whose servers they scale "
+                      "(connector kind llmd)")
+    llmd.add_argument("--base", default=None, metavar="CONFIG", help="a run configuration the result is merged over")
+    llmd.add_argument("-o", "--output", default=None, metavar="OUT", help="write the YAML here (default: stdout)")
     for sub, live_help in ((dgd, "read the DGD NAME (and its planner's ConfigMaps) from the cluster"),
                            (wva, "read the ConfigMap(s) NAME from the cluster")):
         sub.add_argument("--live", nargs="+" if sub is wva else None, default=None, metavar="NAME", help=live_help)
@@ -156,6 +165,14 @@ def _from_wva(args):
     return from_wva(maps, source=source), source
 
 
+def _from_llmd(args):
+    from connectors.migrate_keda import from_llmd_autoscalers
+
+    docs = [d for path in args.file for d in _documents(path)]
+    source = ", ".join(args.file)
+    return from_llmd_autoscalers(docs, inference_pool=args.pool, source=source), source
+
+
 def run(args) -> int:
     import yaml
 
@@ -166,7 +183,7 @@ def run(args) -> int:
     from pydantic import ValidationError
 
     try:
-        migration, source = (_from_dgd if args.source_kind == "dgd" else _from_wva)(args)
+        migration, source = {"dgd": _from_dgd, "wva": _from_wva, "llmd": _from_llmd}[args.source_kind](args)
         base = {}
         if args.base is not None:
             base = _documents(args.base)[0]

@@ -1,0 +1,85 @@
+"""`sla-planner import llmd`: llm-d's KEDA ScaledObjects and WVA VariantAutoscalings as our run configuration.
+
+The inputs are llm-d's own token-aware P/D ScaledObjects (../shared/llmd/examples), the
+ScaledObjects this project ships, and a VariantAutoscaling with the fields of WVA's CRD
+(llmd.ai/v1alpha1). Expected values are read off the files by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner_cli.main import main
+from tests.k8s_llmd_fake import EXAMPLES
+from tests.test_import import run_import
+
+TOKEN_AWARE = [str(EXAMPLES / f"keda-token-aware-pd-{role}-scaledobject.yaml") for role in ("prefill", "decode")]
+SHIPPED = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "components" / "llmd-keda"
+
+
+def test_llmds_token_aware_scaled_objects_become_bounds_cadence_and_stabilization(capsys):
+    code, data, err = run_import(capsys, "llmd", *TOKEN_AWARE, "--pool", "pd-pool")
+    assert code == 0
+    # Both files: minReplicaCount 1, maxReplicaCount 10, pollingInterval 15, scaleDown window 300 s.
+    assert data["planner"]["decision"] == {"prefill": {"min_replicas": 1, "max_replicas": 10},
+                                           "decode": {"min_replicas": 1, "max_replicas": 10},
+                                           "scale_down_stabilization_s": 300.0}
+    assert data["planner"]["adjustment_interval_s"] == 15.0
+    assert data["connector"] == {"kind": "llmd", "inference_pool": "pd-pool"}
+    unmapped = [line for line in err if "not mapped:" in line]
+    assert any("prefill-token-aware.triggers.prefill-backlog-seconds" in line and "llm_d_epp_inflight_tokens" in line
+               and "(threshold 1.5)" in line for line in unmapped)
+    assert any("decode-token-aware.triggers.decode-kv-utilization" in line and "(threshold 0.8)" in line
+               for line in unmapped)
+    assert sum("policies" in line for line in unmapped) == 4  # scaleUp and scaleDown of each
+
+
+def test_without_a_pool_the_connector_is_reported_not_guessed(capsys):
+    code, data, err = run_import(capsys, "llmd", *TOKEN_AWARE)
+    assert code == 0 and "connector" not in data
+    assert any("not mapped: connector=None: name the InferencePool" in line for line in err)
+
+
+def test_a_variant_autoscaling_gives_the_model_and_reports_what_has_no_equivalent(capsys, tmp_path):
+    va = {"apiVersion": "llmd.ai/v1alpha1", "kind": "VariantAutoscaling",
+          "metadata": {"name": "llama-decode", "namespace": "llm-d-pd"},
+          "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "llama-8b-decode"},
+                   "modelID": "meta-llama/Llama-3.1-8B-Instruct", "variantID": "meta-llama/Llama-3.1-8B-Instruct-H100-1",
+                   "accelerator": "H100", "acceleratorCount": 1, "variantCost": "10.0"}}
+    path = tmp_path / "va.yaml"
+    path.write_text(yaml.safe_dump(va))
+    code, data, err = run_import(capsys, "llmd", str(path), "--pool", "llama")
+    assert code == 0
+    assert data["planner"]["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert data["connector"] == {"kind": "llmd", "inference_pool": "llama", "namespace": "llm-d-pd"}
+    skipped = {line.split("not mapped: ")[1].split("=")[0] for line in err if "not mapped:" in line}
+    assert {f"VariantAutoscaling llm-d-pd/llama-decode.spec.{k}" for k in
+            ("acceleratorCount", "accelerator", "variantID", "variantCost")} <= skipped
+    assert any("targets Deployment/llama-8b-decode (decode)" in line for line in err)
+
+
+def test_the_shipped_scaled_objects_are_recognized_as_applying_the_planner(capsys):
+    code, data, err = run_import(capsys, "llmd", *(str(p) for p in sorted(SHIPPED.glob("scaledobject-*.yaml"))))
+    assert code == 0
+    assert data["planner"]["decision"]["prefill"] == {"min_replicas": 1, "max_replicas": 64}
+    assert data["planner"]["decision"]["scale_down_stabilization_s"] == 0.0
+    assert sum("already applies the planner's gauge: use connector.actuation keda" in line for line in err) == 2
+
+
+DECODE_SO = yaml.safe_load(Path(TOKEN_AWARE[1]).read_text())
+
+
+@pytest.mark.parametrize("docs, expected", [
+    ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}],
+     "no KEDA ScaledObject or WVA VariantAutoscaling in it"),
+    ([DECODE_SO, DECODE_SO], "a second ScaledObject for the decode role: give one per role"),
+], ids=["a ConfigMap", "two for one role"])
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, docs, expected):
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["import", "llmd", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and "\n" not in err
