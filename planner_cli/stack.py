@@ -12,6 +12,9 @@ data in the state folder (default `.stack/`):
   - `--fleet dynamo`: real Dynamo 1.6.1 on CPU (planner_cli.stack_dynamo): its frontend,
     mocker workers started and drained by the fleet executor on the planner's decisions,
     and a load generator replaying the trace over HTTP
+  - `--fleet vllm`: real vLLM 0.32 engines on CPU (planner_cli.stack_vllm) started and
+    drained by the fleet executor, the routing service in front of them through a
+    gateway, and the load generator
 - Prometheus (Debian prometheus) scraping the fleet, the router and a Pushgateway
   (Debian prometheus-pushgateway) the planner runs push their gauges to, with the
   recording rules of stack/prometheus-rules.yml
@@ -91,6 +94,8 @@ def up(opts: StackOptions, *, log=print) -> dict:
         launch(state_dir, state, comps["prefect-worker"])
         if opts.fleet == "dynamo":
             _start_dynamo_fleet(opts, state_dir, state, comps, log=log)
+        elif opts.fleet == "vllm":
+            _start_vllm_fleet(opts, state_dir, state, comps, log=log)
         else:
             launch(state_dir, state, comps["fleet"])
             wait_healthy(state_dir, state, "fleet", timeout_s=opts.start_timeout_s)
@@ -122,6 +127,30 @@ def _start_dynamo_fleet(opts: StackOptions, state_dir: Path, state: dict, comps:
     except TimeoutError as exc:
         raise StackError(f"{exc}{log_tail(state['components']['executor'])}") from None
     log(f"  {'executor':<15} up   workers registered, model {stack_dynamo.MODEL_NAME!r} served")
+    launch(state_dir, state, comps["loadgen"])
+    check_running(state_dir, state, "loadgen")
+    log(f"  {'loadgen':<15} up   replaying {Path(opts.trace).name} against {opts.urls()['frontend']}")
+
+
+def _start_vllm_fleet(opts: StackOptions, state_dir: Path, state: dict, comps: dict, *, log) -> None:
+    """Executor (its first engine registered with the router), gateway, then the load."""
+    from planner_cli import stack_dynamo, stack_vllm
+
+    launch(state_dir, state, comps["executor"])
+    launch(state_dir, state, comps["gateway"])
+    wait_healthy(state_dir, state, "gateway", timeout_s=opts.start_timeout_s)
+
+    def executor_alive() -> None:
+        if exited(state["components"]["executor"]["pid"]):
+            raise StackError(f"executor exited before its engines served{log_tail(state['components']['executor'])}")
+
+    try:
+        stack_dynamo.wait_model_served(opts.urls()["frontend"], timeout_s=max(opts.start_timeout_s, 600.0),
+                                       check_alive=executor_alive, model=stack_vllm.MODEL_NAME)
+    except TimeoutError as exc:
+        raise StackError(f"{exc}{log_tail(state['components']['executor'])}") from None
+    log(f"  {'executor':<15} up   a vLLM engine serves model {stack_vllm.MODEL_NAME!r}, routed by the router")
+    log(f"  {'gateway':<15} up   {comps['gateway'].health_url}")
     launch(state_dir, state, comps["loadgen"])
     check_running(state_dir, state, "loadgen")
     log(f"  {'loadgen':<15} up   replaying {Path(opts.trace).name} against {opts.urls()['frontend']}")
@@ -258,12 +287,16 @@ def add_parser(subparsers) -> None:
     u.add_argument("--scrape-interval-s", type=float, default=d.scrape_interval_s)
     u.add_argument("--fleet", choices=FLEETS, default=d.fleet,
                    help="sim: the simulated fleet (fast, the default); dynamo: a Dynamo 1.6.1 frontend and "
-                        "mocker workers on CPU, scaled by the fleet executor, loaded over HTTP")
+                        "mocker workers on CPU, scaled by the fleet executor, loaded over HTTP; vllm: real vLLM "
+                        "0.32 engines on CPU behind the routing service, scaled by the fleet executor")
+    u.add_argument("--vllm-model-config", default=d.vllm_model_config,
+                   help="--fleet vllm: config.json of the tiny model the engines serve with random weights "
+                        "(default: ../shared/llmd/vllm/tiny-model-config.json beside the project)")
     u.add_argument("--mocker-speedup", type=float, default=d.mocker_speedup,
                    help="--fleet dynamo: mocker engines run this many times faster than profiled (default: 1)")
     u.add_argument("--max-workers", type=int, default=d.max_workers,
-                   help="--fleet dynamo: the planner's most workers per pool; each is a mocker process on this "
-                        "machine (default: %(default)s)")
+                   help="--fleet dynamo|vllm: the planner's most workers per pool; each is a mocker process (a "
+                        "vLLM engine: ~3 GB, keep it at 2 on two cores) on this machine (default: %(default)s)")
     for name in ("prefect", "prometheus", "pushgateway", "etcd", "etcd-peer", "router", "fleet", "frontend"):
         attr = f"{name.replace('-', '_')}_port"
         u.add_argument(f"--{name}-port", type=int, default=getattr(d, attr), dest=attr,
@@ -309,7 +342,7 @@ def _run_up(args: argparse.Namespace) -> int:
         pushgateway_port=args.pushgateway_port, etcd_port=args.etcd_port,
         etcd_peer_port=args.etcd_peer_port, router_port=args.router_port, fleet_port=args.fleet_port,
         fleet=args.fleet, frontend_port=args.frontend_port, mocker_speedup=args.mocker_speedup,
-        max_workers=args.max_workers,
+        max_workers=args.max_workers, vllm_model_config=args.vllm_model_config,
     )
     print(f"starting the stack in {Path(opts.state_dir).resolve()} ...")
     state = up(opts)

