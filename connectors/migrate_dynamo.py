@@ -212,6 +212,8 @@ def from_dgd(obj: dict, *, configmaps: Mapping[str, Mapping[str, str]] | None = 
     sizing: dict = {}
     try:
         gpus = _engine_gpus(s, obj, comp.version, workers, out, lenient=lenient)
+        if not s.legacy:
+            _check_budgets(s, gpus, out, lenient=lenient)
     except ConfigRefused as exc:
         raise MigrationError(f"{source}: Planner {exc}") from None
     decision = _map_replicas(s, gpus, connector, sizing, out)
@@ -363,6 +365,34 @@ def _engine_gpus(s: PlannerSettings, obj: dict, version: str, workers: dict | No
             out.skip(problem.key, None, f"{problem.why}; written as 1 (--lenient)")
             gpus[pool] = 1
     return gpus
+
+
+def _check_budgets(s: PlannerSettings, gpus: dict[str, int], out: Migration, *, lenient: bool) -> None:
+    """Dynamo 1.6.1's start-up check of the GPU budgets: ConfigRefused (lenient: a line) when it would stop.
+
+    min_gpu_budget may not exceed max_gpu_budget, and the pools' minimum endpoints (those of
+    the mode's pools) must fit in max_gpu_budget at the workers' GPUs per replica; -1 is no budget.
+    """
+    low, high = int(s.get("min_gpu_budget")), int(s.get("max_gpu_budget"))
+    problems = []
+    if low >= 0 and high >= 0 and low > high:
+        problems.append(ConfigRefused(s.spelled("min_gpu_budget"), low, f"exceeds max_gpu_budget {high}: Dynamo "
+                                      "1.6.1 stops at start"))
+    mode = s.get("mode")
+    pools = {"prefill": ("prefill",), "decode": ("decode",), "agg": ("decode",)}.get(str(mode), ("prefill", "decode"))
+    floors = {}
+    for pool in pools:
+        own = s.get(f"{pool}_min_endpoint")
+        floors[pool] = int(own if own is not None else s.get("min_endpoint"))
+    needed = sum(floors[pool] * gpus[pool] for pool in pools)
+    if high >= 0 and needed > high:
+        floor_text = " + ".join(f"{floors[p]} {p} x {gpus[p]} GPU(s)" for p in pools)
+        problems.append(ConfigRefused(s.spelled("max_gpu_budget"), high, f"the minimum endpoints need {needed} GPUs "
+                                      f"({floor_text}): Dynamo 1.6.1 stops at start"))
+    for problem in problems:
+        if not lenient:
+            raise problem
+        out.skip(problem.key, problem.value, f"{problem.why}; skipped (--lenient)")
 
 
 def _map_replicas(s: PlannerSettings, gpus: dict[str, int], connector: dict, sizing: dict, out: Migration) -> dict:

@@ -11,7 +11,8 @@ For each case this calls `dynamo.planner.__main__._parse_config()` (argparse `--
 then `PlannerConfig.from_config_arg`) under that argv and environment, without starting
 the runtime, then the GPU-count path of start-up: the Kubernetes connector's
 `_get_gpu_shapes_from_deployment` and the environment's `_fallback_gpu_shape` for a
-worker that has none (a virtual environment reads none). A refusal is reported as
+worker that has none (a virtual environment reads none), and the budget check start-up
+runs on those counts (`_validate_min_endpoint_budgets_at_startup`). A refusal is reported as
 `{"refused": "<what Dynamo said>"}`.
 """
 
@@ -25,13 +26,24 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 logging.disable(logging.WARNING)
+
+# The planner's core imports its diagnostics report, which draws with plotly; .venv-dynamo does not install
+# plotly (scripts/install_dynamo.sh) and nothing here draws, so empty modules satisfy that import only.
+try:
+    import plotly.graph_objects  # noqa: F401
+except ImportError:
+    for _name in ("plotly", "plotly.graph_objects", "plotly.subplots"):
+        sys.modules[_name] = ModuleType(_name)
+    sys.modules["plotly.subplots"].make_subplots = None
 
 import dynamo.planner.__main__ as entry  # noqa: E402
 from dynamo.planner.connectors.kubernetes import KubernetesConnector  # noqa: E402
 from dynamo.planner.environment.base import PlannerEnvironmentImpl  # noqa: E402
-from dynamo.planner.environment.state import ComponentState  # noqa: E402
+from dynamo.planner.core.base import NativePlannerBase  # noqa: E402
+from dynamo.planner.environment.state import ComponentState, DeploymentState  # noqa: E402
 
 
 def _config(case: dict, root: Path) -> dict:
@@ -70,12 +82,20 @@ def _config(case: dict, root: Path) -> dict:
             return {"refused": f"{type(exc).__name__}: {exc}"}
     else:
         shapes = (None, None)
+    state = DeploymentState()
     for pool, shape in zip(("prefill", "decode"), shapes):
         configured = getattr(config, f"{pool}_engine_num_gpu")
         shape = shape or PlannerEnvironmentImpl._fallback_gpu_shape(ComponentState(), configured)
         if shape is None:
             return {"refused": f"DeploymentValidationError: Missing {pool}_engine_num_gpu in config"}
         gpus[pool] = shape.gpus_per_engine
+        setattr(state, pool, ComponentState(num_gpus=shape.gpus_per_engine, gpus_per_replica=shape.gpus_per_replica))
+    planner = object.__new__(NativePlannerBase)  # start-up's budget check, on the GPU counts just read
+    planner.config, planner.environment = config, SimpleNamespace(deployment_state=lambda: state)
+    try:
+        planner._validate_min_endpoint_budgets_at_startup()
+    except Exception as exc:  # noqa: BLE001
+        return {"refused": f"{type(exc).__name__}: {exc}"}
     return {"settings": settings, "gpus_per_engine": gpus}
 
 

@@ -113,6 +113,8 @@ OK = {
     "virtual environment: DYN_NAMESPACE and the config's GPUs": [inline(
         {**SLA, "environment": "virtual", "prefill_engine_num_gpu": 2, "decode_engine_num_gpu": 1},
         env={"DYN_NAMESPACE": "team-a"})],
+    "minimum endpoints exactly on the GPU budget": [inline({**SLA, "max_gpu_budget": 8, "min_gpu_budget": 8},
+                                                           worker_gpus="4")],
     "prophet window": [inline({**SLA, "load_predictor": "prophet", "prophet_window_size": 24})],
     "a .yaml ConfigMap file": mounted(yaml.safe_dump({**SLA, "ttft_ms": 300, "itl_ms": 25}), key="planner.yaml"),
     "a suffixless ConfigMap file holding YAML": mounted(yaml.safe_dump({**SLA, "ttft_ms": 320}), key="planner"),
@@ -164,6 +166,10 @@ REFUSED = {  # id: (input, the setting our one line names, what Dynamo's refusal
     "workers without GPUs and no engine GPUs in the config": ([inline(SLA, worker_gpus="0")],
                                                               "prefill_engine_num_gpu",
                                                               "Missing prefill_engine_num_gpu"),
+    "minimum endpoints over the GPU budget": ([inline({**SLA, "max_gpu_budget": 6}, worker_gpus="4")],
+                                              "max_gpu_budget", "exceeding max_gpu_budget=6"),
+    "min_gpu_budget above max_gpu_budget": ([inline({**SLA, "min_gpu_budget": 10})], "min_gpu_budget",
+                                            "min_gpu_budget=10 exceeds max_gpu_budget=8"),
     "virtual environment without engine GPUs": ([inline({**SLA, "environment": "virtual"})],
                                                 "prefill_engine_num_gpu", "Missing prefill_engine_num_gpu"),
 }
