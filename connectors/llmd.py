@@ -228,6 +228,10 @@ class LlmdConnector:
         if problem:
             raise ConnectorError(f"{what}: ScaledObject {keda.name_of(so)} does not apply the planner's replicas: "
                                  f"{problem}")
+        query = " ".join(str(((so["spec"]["triggers"][0]).get("metadata") or {}).get("query", "")).split())
+        if target.unit > 1 and not query.replace(" ", "").endswith(f"/{target.unit}"):
+            raise ConnectorError(f"{what}: ScaledObject {keda.name_of(so)}: the role scaler's replicas apply in each "
+                                 f"of {target.unit} slices, so its query must end with / {target.unit} (got {query})")
         if keda.paused_replicas(so) is not None or str(((so.get("metadata") or {}).get("annotations") or {})
                                                         .get(keda.PAUSED, "")).lower() == "true":
             raise ConnectorError(f"{what}: ScaledObject {keda.name_of(so)} is paused: KEDA applies nothing "

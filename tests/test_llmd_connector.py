@@ -344,3 +344,36 @@ def test_the_factory_builds_the_llmd_connector_and_the_config_checks_its_label()
     with pytest.raises(ValueError, match="not a Kubernetes label key"):
         LlmdConnectorConfig(inference_pool="p", role_label="bad key!")
     assert yaml.safe_dump(LlmdConnectorConfig(inference_pool="p").model_dump())  # plain data, for the UI form
+
+
+def planner_scaled_object(role: str, *, kind: tuple[str, str], target: str, query: str) -> dict:
+    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": f"planner-{role}"},
+            "spec": {"scaleTargetRef": {"apiVersion": kind[0], "kind": kind[1], "name": target},
+                     "minReplicaCount": 1, "maxReplicaCount": 16,
+                     "triggers": [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
+                         "serverAddress": "http://prometheus:9090", "threshold": "1", "query": query}}]}}
+
+
+@pytest.mark.integration
+def test_keda_actuation_on_role_scalers_divides_by_the_slices_and_writes_no_scale(cluster):
+    seed_disaggregated(cluster)
+    kind = ("disaggregatedset.x-k8s.io/v1", "DisaggregatedSetRoleScaler")
+    for role in ("prefill", "decode"):
+        cluster.create(planner_scaled_object(role, kind=kind, target=f"pd-disagg-{role}",
+                                             query=keda.planner_query(pool_namespace=NS, pool=POOL, role=role)),
+                       namespace=NS)
+    with pytest.raises(ConnectorError, match=r"apply in each of 2 slices, so its query must end with / 2"):
+        ours(cluster, actuation="keda").validate()
+    for role in ("prefill", "decode"):
+        so = cluster.stored("scaledobjects", NS, f"planner-{role}")
+        so["spec"]["triggers"][0]["metadata"]["query"] += " / 2"
+        cluster._write("scaledobjects", NS, f"planner-{role}", so)
+    conn = ours(cluster, actuation="keda")
+    conn.validate()
+    cluster.clear_requests()
+    record = conn.apply(decide(5, 4), now_s=T0_S)
+    assert (record.prefill_replicas, record.decode_replicas) == (6, 4)
+    assert [p for p, _ in writes(cluster)] == [f"inferencepools/{POOL}"]  # KEDA writes the scalers, not us
+    # KEDA's formula on the published 5 prefill: ceil((5 / 2) / 1) = 3 a slice, 6 in all, the recorded target.
+    assert keda.keda_replicas(5 / 2, threshold=1.0, current=4, min_replicas=1, max_replicas=16,
+                              tolerance_up=0.0, tolerance_down=0.0) * 2 == record.prefill_replicas
