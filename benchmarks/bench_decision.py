@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 from connectors.profiles import load_profile_dir  # noqa: E402
 from planner.config import PlannerConfig, ProfileConfig  # noqa: E402
 from planner.decision.decide import decide  # noqa: E402
-from planner.pipeline import analyze_fleet_saturation, plan_interval, predict_load  # noqa: E402
+from planner.pipeline import plan_interval  # noqa: E402
+from planner.steps import analyze_fleet_saturation, predict_load  # noqa: E402
 from planner.predictors.registry import predictor_names  # noqa: E402
 from planner.types import (  # noqa: E402
     FleetState,

@@ -1,5 +1,5 @@
 """The planner flow (a file name apart from the `planner` package, because Prefect
-puts this folder on sys.path when it loads the entrypoint): collect → correct → predict → interpolate → analyze saturation → decide → apply.
+puts this folder on sys.path when it loads the entrypoint): collect → correct → predict → warm-up floor → interpolate → analyze saturation → decide → apply.
 
 Scheduled every adjustment interval (prefect.yaml). Each step is its own task,
 so the UI shows which one failed or retried. A run rebuilds everything from
@@ -9,6 +9,7 @@ Prometheus and the connector, so a crashed or rescheduled run loses nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -20,22 +21,38 @@ from connectors.base import Connector, FleetChangedError
 from flows.charts import planner_chart_png, png_data_url
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table, run_message, run_name
-from planner.signals.clumping import sizing_basis
 from planner.config import PlannerConfig
-from planner.pipeline import PlanResult, Steps, needs_warmup, plan_steps
+from planner.pipeline import PlanResult, Steps, plan_steps
 from planner.latency.profile import EngineProfile
+from planner.steps import needs_warmup
 from planner.latency.ttft_view import TtftView
 from planner.types import DecisionRecord
 from routing.models.planner_view import TtftChoice
 from planner.whatif import WhatIf, apply_what_if, effective_config
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
-from tasks.correct import correct_latency
-from tasks.decide import decide_targets
-from tasks.interpolate import interpolate_replicas, load_profiling_data, size_warmup_floor
 from tasks.latency_model import fetch_ttft_view
-from tasks.predict import load_warmup_history, predict_load
-from tasks.saturation import analyze_fleet_saturation
+from tasks.steps import (
+    analyze_fleet_saturation,
+    correct_latency,
+    decide_targets,
+    interpolate_replicas,
+    load_profiling_data,
+    load_warmup_history,
+    open_predictor_cache,
+    predict_load,
+    size_warmup_floor,
+)
+
+# The pipeline's steps, each as its Prefect task of the same name (tests/test_flow_planner.py checks it).
+STEP_TASKS = Steps(
+    correct=correct_latency,
+    predict=predict_load,
+    warmup_floor=size_warmup_floor,
+    interpolate=interpolate_replicas,
+    analyze_saturation=analyze_fleet_saturation,
+    decide=decide_targets,
+)
 
 
 @flow(name="sla-planner", log_prints=False)
@@ -91,17 +108,12 @@ def planner_flow(
                                   peak_window_s=None if obs.history is None else obs.history.peak_window_s,
                                   peak_step_s=run_cfg.metrics.peak_step_s)
               if needs_warmup(obs, cfg.predictor) else None)
-    steps = Steps(
-        correct=correct_latency,
-        predict=functools.partial(predict_load, cache_namespace=cache_namespace, warmup=warmup),
-        interpolate=interpolate_replicas,
-        analyze_saturation=analyze_fleet_saturation,
-        decide=decide_targets,
-    )
-    # A planner just started keeps what the warm-up's last window needed until its own fill the window.
-    floor = None if fast_path or warmup is None else size_warmup_floor(obs, warmup, cfg, profile, ttft_view=ttft.view)
+    cache = open_predictor_cache(cfg.predictor.cache_dir, namespace=cache_namespace)
+    steps = dataclasses.replace(STEP_TASKS, predict=functools.partial(predict_load, cache=cache))
+    # A planner just started keeps what the warm-up's last window needed until its own fill the window
+    # (the pipeline's warm-up floor step).
     result = plan_steps(obs, fleet, cfg, profile, now_s=now, steps=steps, fast_path=fast_path, ttft_view=ttft.view,
-                        start_floor=floor)
+                        warmup=warmup)
     result, record = _apply(result, connector, cfg, profile, steps=steps, now_s=now, applying=applying,
                             fast_path=fast_path, ttft_view=ttft.view)
     what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
@@ -179,8 +191,7 @@ def _publish(
             "avg_osl_tokens": forecast.avg_osl_tokens,
             "predictor": forecast.predictor,
             "clumping_index": forecast.clumping_index,
-            "sized_on": sizing_basis(run_cfg.planner.predictor.size_on, forecast.clumping_index,
-                                     max_index=run_cfg.planner.predictor.clumping_max_index)[0],
+            "sized_on": forecast.sized_on,
         },
         "corrections": {"prefill": result.corrections.prefill, "decode": result.corrections.decode},
         "ttft_source": {"source": ttft.source, "reason": ttft.reason},

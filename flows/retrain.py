@@ -32,7 +32,7 @@ from routing.training.evaluation import STRATA, Evaluation
 from routing.training.gate import GateDecision
 from routing.training.probe import ProbeReport
 from routing.training.split import check_sample_counts, splits_for
-from tasks.interpolate import load_profiling_data
+from tasks.steps import load_profiling_data
 from tasks.retrain import (
     evaluate_models,
     fetch_current_model,

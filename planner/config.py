@@ -120,7 +120,7 @@ class PredictorConfig(StrictModel):
         description="request trace (Mooncake JSONL or Azure CSV, plain or gzip) binned at the adjustment interval "
         "and put before the collected history while that holds fewer than history_intervals intervals, so a new "
         "deployment forecasts from its first run (Dynamo's load_predictor_warmup_trace), and keeps what its last "
-        "stabilization window needed until the planner's own fill it (planner.warmup_floor); relative to the "
+        "stabilization window needed until the planner's own fill it (planner.steps.size_warmup_floor); relative to the "
         "config file; None: no warm-up",
     )
 

@@ -318,6 +318,9 @@ class Forecast:
     # Length spread measured from the collect step's length histograms (planner.signals.length_shape),
     # which sizing uses instead of the configured CVs (SizingConfig.length_cv). None: not measured.
     length_shape: LengthShape | None = None
+    # The forecast sizing takes (the predict step decides it once, from predictor.size_on and, for auto,
+    # the clumping index): the mean, or the p90 (also when the basis is not known yet).
+    sized_on: Literal["mean", "p90"] = "p90"
 
 
 class ReasonCode(str, enum.Enum):
@@ -407,7 +410,7 @@ Step = tuple[Targets, list[Reason]]
 @dataclass(frozen=True)
 class StartFloor:
     """What the warm-up trace's last intervals needed: the fleet a planner started on it keeps until its own
-    recommendations fill the stabilization window (planner.warmup_floor).
+    recommendations fill the stabilization window (planner.steps.size_warmup_floor).
 
     targets: the most replicas any of those intervals was sized for, per pool (with a scale-down floor, at
         least its share of the most over the floor's window).

@@ -31,7 +31,6 @@ from planner.latency.profile_checks import ProfileRangeWarning
 from planner.saturation.guardrail import analyze_fleet
 from planner.latency.ttft_view import TtftView
 from planner.types import Observation, PodMetrics, ReasonCode
-from planner.warmup_floor import warmup_floor
 from sim.replay import PolicyInput, PolicyOutput
 from workloads.traces import bin_trace, load_warmup_trace
 from sim.warm_start import clamp, warm_start_fleet
@@ -104,13 +103,11 @@ class PlannerPolicy:
         warmup, sized = self._warmup_entry(step.observation)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ProfileRangeWarning)
-            # A fast-path run only adds over what is set: the warm-up's floor is the scheduled runs'.
-            floor = None if fast_path or warmup is None else warmup_floor(
-                step.observation, warmup, self.cfg, self.profile, ttft_view=self.ttft_view, sized=sized)
+            # The pipeline's warm-up floor step, as the flow runs it (none on a fast-path run).
             plan = plan_interval(
                 step.observation, step.fleet, self.cfg, self.profile, now_s=step.now_s,
                 predictor_cache=self._fast_cache if fast_path else self._cache, fast_path=fast_path,
-                ttft_view=self.ttft_view, warmup=warmup, start_floor=floor,
+                ttft_view=self.ttft_view, warmup=warmup, warmup_sized=sized,
             )
         self.last_plan = plan
         d = plan.decision
@@ -118,7 +115,7 @@ class PlannerPolicy:
         if raised:
             self.floor_raised["runs"] += 1
             for pool in raised:
-                self.floor_raised[pool] = max(self.floor_raised[pool], floor.targets[pool])
+                self.floor_raised[pool] = max(self.floor_raised[pool], plan.start_floor.targets[pool])
         reason = "; ".join(f"{r.code.value}: {r.message}" for r in d.reasons)
         details = {"code": d.reasons[0].code.value if d.reasons else ""}
         # Every run's recommendation is stored, applied or not, as the connectors do.

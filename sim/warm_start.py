@@ -9,7 +9,7 @@ from planner.latency.profile import EngineProfile
 from planner.latency.profile_checks import ProfileRangeWarning
 from planner.latency.ttft_view import TtftView
 from planner.types import Observation
-from planner.warmup_floor import size_for_load
+from planner.steps import size_for_load
 
 
 def clamp(n: int, lo: int, hi: int) -> int:

@@ -6,7 +6,7 @@ from prefect import task
 
 from connectors.base import Connector
 from planner.types import Decision, DecisionRecord
-from tasks.collect import network_task
+from tasks.retry import network_task
 
 
 @task(**network_task)

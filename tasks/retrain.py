@@ -22,7 +22,7 @@ from routing.training.evaluation import Evaluation
 from routing.training.fit import TargetModels, fit_all
 from routing.training.gate import GateDecision
 from routing.training.publish import decide_candidate
-from tasks.collect import network_task
+from tasks.retry import network_task
 
 
 def router_client(router_url: str, *, token_env: str) -> RouterAdminClient:

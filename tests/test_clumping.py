@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from planner.signals import clumping
 from planner.signals.clumping import clumping_index, interval_clumping, quantile_words, recent_clumping_index, sizing_basis
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
-from planner.pipeline import interpolate_replicas, predict_load
+from planner.steps import interpolate_replicas, predict_load
 from planner.types import Corrections, LoadHistory, Observation
 from sim.replay import ReplaySettings, peak_rate_rps
 from tests.fixtures_profile import linear_engine
@@ -297,7 +297,9 @@ def test_the_burst_basis_while_arrivals_look_independent(index, independent_basi
                         sizing={"independent_burst_basis": independent_basis})
     # Three quarters of each interval's requests in its busiest 15 s: a burst the history shows.
     f = predict_load(_obs(hist([400.0] * 6, [300 / 15] * 6)), cfg.predictor)
-    f = dataclasses.replace(f, clumping_index=index)
+    # the basis the predict step would have chosen at that index (it travels on the forecast)
+    f = dataclasses.replace(f, clumping_index=index,
+                            sized_on=sizing_basis("auto", index, max_index=cfg.predictor.clumping_max_index)[0])
     prefill = interpolate_replicas(f, corrections=Corrections(), profile=linear_engine(), cfg=cfg)["prefill"]
     assert prefill.numbers["sized_on_mean"] == float(index < 1.8)
     assert ("replicas_for_burst" in prefill.numbers) == burst_sized, prefill.message

@@ -181,7 +181,7 @@ def test_scheduled_run_still_waits_for_the_pending_decision():
 ])
 def test_with_the_fast_path_on_scheduled_runs_scale_up_past_a_pending_decision(h200_profile_dir, enabled, expected):
     from planner.config import PlannerConfig, ProfileConfig
-    from planner.pipeline import decision_config
+    from planner.steps import decision_config
 
     planner = PlannerConfig(profile=ProfileConfig(dir=str(h200_profile_dir)), fast_path=FastPathConfig(enabled=enabled))
     fl = fleet(2, 4, last=DecisionRecord(3, NOW - 40, 4, 4, done=False), ready=(2, 4))

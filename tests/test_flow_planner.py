@@ -283,3 +283,24 @@ def test_a_frontend_down_holds_the_run_and_the_artifact_says_so(prefect_harness,
     assert rows["frontend targets reporting"]["detail"] == "down: fe-b"
     assert rows["decode workers reporting"]["value"] == "3 of 3"
     assert "1 of 2 frontend targets missing" in rows["reason hold_partial_metrics"]["detail"]
+
+
+def test_each_flow_task_wraps_the_pipelines_step_of_the_same_name():
+    """The flow runs the pipeline's steps, not its own: each of its step tasks is the planner.steps function the
+    pipeline runs by default, under that function's name."""
+    import dataclasses
+
+    from prefect import Task
+
+    from flows.planner_flow import STEP_TASKS
+    from planner import steps
+    from planner.pipeline import Steps
+
+    wrapped = {}
+    for field in dataclasses.fields(Steps):
+        default, flow_task = field.default, getattr(STEP_TASKS, field.name)
+        assert isinstance(flow_task, Task), f"the flow's {field.name} step is not a Prefect task"
+        assert default is getattr(steps, default.__name__), f"the pipeline's {field.name} is not in planner.steps"
+        wrapped[field.name] = (flow_task.name, flow_task.fn)
+    assert wrapped == {f.name: (f.default.__name__, f.default) for f in dataclasses.fields(Steps)}
+    assert list(wrapped) == ["correct", "predict", "warmup_floor", "interpolate", "analyze_saturation", "decide"]

@@ -17,7 +17,7 @@ from planner.signals.length_shape import (
     histogram_of,
     measure_length_shape,
 )
-from planner.pipeline import predict_load
+from planner.steps import predict_load
 from planner.types import Corrections, LengthHistogram, LoadHistory, Observation
 
 

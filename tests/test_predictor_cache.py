@@ -24,7 +24,7 @@ from planner.config import PredictorConfig
 from planner.predict import cache_key, forecast_next
 from planner.types import LoadHistory, Observation
 from planner_cli.backtest import load_series
-from tasks.predict import predict_load
+from tasks import steps as step_tasks
 
 NAN = math.nan
 HISTORY = 288  # the planner's default history_intervals
@@ -373,15 +373,16 @@ def _observation(history: LoadHistory) -> Observation:
 def test_predict_task_opens_the_configured_cache(tmp_path):
     cfg = PredictorConfig(name="kalman", cache_dir=str(tmp_path / "cache"))
     obs = _observation(small_history())
-    first = predict_load.fn(obs, cfg=cfg, cache_namespace="dynamo/llama")
+    first = step_tasks.predict_load.fn(obs, cfg, cache=step_tasks.open_predictor_cache.fn(cfg.cache_dir, namespace="dynamo/llama"))
     cache = PredictorCache(tmp_path / "cache", namespace="dynamo/llama")
     assert len(list(cache)) == 3
-    again = predict_load.fn(obs, cfg=cfg, cache_namespace="dynamo/llama")
+    again = step_tasks.predict_load.fn(obs, cfg, cache=step_tasks.open_predictor_cache.fn(cfg.cache_dir, namespace="dynamo/llama"))
     assert again.num_requests == pytest.approx(first.num_requests, rel=1e-6)
     # what-if runs pass no namespace: nothing is read or written
     for p in cache.dir.iterdir():
         p.unlink()
-    predict_load.fn(obs, cfg=cfg, cache_namespace=None)
+    assert step_tasks.open_predictor_cache.fn(cfg.cache_dir, namespace=None) is None
+    step_tasks.predict_load.fn(obs, cfg, cache=step_tasks.open_predictor_cache.fn(cfg.cache_dir, namespace=None))
     assert list(cache) == []
 
 
@@ -391,7 +392,7 @@ def test_predict_task_runs_without_an_unusable_cache(tmp_path, caplog):
     cfg = PredictorConfig(name="kalman", cache_dir=str(blocker))
     obs = _observation(small_history())
     with caplog.at_level("WARNING"):
-        out = predict_load.fn(obs, cfg=cfg, cache_namespace="ns")
+        out = step_tasks.predict_load.fn(obs, cfg, cache=step_tasks.open_predictor_cache.fn(cfg.cache_dir, namespace="ns"))
     assert out.num_requests == forecast_next(obs.history, cfg).num_requests
     assert "running without it" in caplog.text
 

@@ -20,7 +20,7 @@ from connectors.router_admin import RouterAdminClient, RouterRequestError, Route
 from flows import retrain as retrain_mod
 from flows.retrain import ARTIFACT_KEY, retrain_flow
 from routing.training.config import TrainingConfig
-from tasks.collect import NETWORK_RETRY_DELAYS_S, RETRYABLE, retry_if_transient
+from tasks.retry import NETWORK_RETRY_DELAYS_S, RETRYABLE, retry_if_transient
 from tasks.retrain import fetch_current_model, fetch_samples, publish_model, rollback_model
 from tests.fixtures_net import free_port
 from tests.fixtures_prefect import prefect_harness  # noqa: F401 - session fixture

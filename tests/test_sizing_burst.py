@@ -23,7 +23,8 @@ from planner.signals.burst import (
 )
 from planner.config import CorrectionConfig, PlannerConfig, ProfileConfig, SizingConfig, SloTarget
 from planner.latency.correct import correction_factors
-from planner.pipeline import plan_interval, predict_load
+from planner.pipeline import plan_interval
+from planner.steps import predict_load
 from planner.latency.queueing import mean_wait_s, replicas_for_ttft
 from planner.sizing.pools import size_prefill
 from planner.types import Corrections, FleetState, Forecast, LoadHistory, Observation, PoolState

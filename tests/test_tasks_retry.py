@@ -6,7 +6,7 @@ import pytest
 from prefect.states import Failed
 
 from connectors.base import ConcurrentWriteError, ResourceAccessError
-from tasks.collect import retry_if_transient
+from tasks.retry import retry_if_transient
 
 
 @pytest.mark.parametrize("exc, expected", [

@@ -13,7 +13,7 @@ from connectors.config import LocalConnectorConfig
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from planner.config import PlannerConfig, PredictorConfig, ProfileConfig
 from planner.signals.clumping import sizing_basis
-from planner.pipeline import needs_warmup, predict_load
+from planner.steps import needs_warmup, predict_load
 from planner.predict import prime_history
 from planner.types import LoadHistory, Observation
 from workloads.traces import load_warmup_history
@@ -223,7 +223,7 @@ def test_a_fresh_fleet_starts_where_the_warmups_last_window_held_it(prefect_harn
     from connectors.profiles import load_profile_dir
     from flows.planner_flow import planner_flow
     from planner.types import FleetState, PoolState
-    from planner.warmup_floor import warmup_floor
+    from planner.steps import size_warmup_floor
     from sim.policies import PlannerPolicy
     from sim.replay import PolicyInput
 
@@ -259,4 +259,4 @@ def test_a_fresh_fleet_starts_where_the_warmups_last_window_held_it(prefect_harn
     # The default's hour-long scale-down floor counts the whole warm-up (its last 300 s in full, the rest at half).
     assert (floor.intervals, floor.window_s, floor.floor_frac) == (len(counts), 3600.0, 0.5)
     assert floor.targets["prefill"] == warm["prefill_replicas"]
-    assert floor == warmup_floor(obs, policy._warmup_for(obs), policy.cfg, policy.profile)
+    assert floor == size_warmup_floor(obs, policy._warmup_for(obs), policy.cfg, policy.profile)

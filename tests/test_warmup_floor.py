@@ -9,7 +9,8 @@ import pytest
 from connectors.profiles import load_profile_dir
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, ReasonCode
-from planner.warmup_floor import interval_load, size_for_load, warmup_floor
+from planner.steps import interval_load, size_for_load
+from planner.steps import size_warmup_floor
 
 INTERVAL_S = 60.0
 # A quiet warm-up whose third-newest interval is a burst: 300 requests/minute around a 3,000 one.
@@ -57,7 +58,7 @@ def sized(setup, counts, j):
 )
 def test_the_floor_is_the_window_share_of_the_warmup_and_fades(setup, collected, intervals, with_burst):
     cfg, profile = setup
-    floor = warmup_floor(live([300] * collected), history(WARM), cfg, profile)
+    floor = size_warmup_floor(live([300] * collected), history(WARM), cfg, profile)
     counted = [sized(setup, WARM, j) for j in range(len(WARM) - intervals, len(WARM))]
     assert floor.intervals == intervals and floor.window_s == 300.0
     assert floor.targets == {p: max(c[p] for c in counted) for p in ("prefill", "decode")}
@@ -71,8 +72,8 @@ def test_the_window_is_the_longest_hold(setup):
     cfg, profile = setup
     longer = cfg.model_copy(update={"decision": DecisionConfig(independent_stabilization_s=420.0,
                                                                    scale_down_floor_s=None)})
-    assert warmup_floor(live([300] * 3), history(WARM), longer, profile).intervals == 4
-    assert warmup_floor(live([300] * 3), history(WARM), cfg, profile).intervals == 2
+    assert size_warmup_floor(live([300] * 3), history(WARM), longer, profile).intervals == 4
+    assert size_warmup_floor(live([300] * 3), history(WARM), cfg, profile).intervals == 2
 
 
 @pytest.mark.parametrize(
@@ -88,17 +89,17 @@ def test_the_window_is_the_longest_hold(setup):
 def test_no_floor(setup, collected, warm, why):
     cfg, profile = setup
     warmup = None if warm is None else history([math.nan if c == 0 else c for c in warm])
-    assert warmup_floor(live(collected), warmup, cfg, profile) is None, why
+    assert size_warmup_floor(live(collected), warmup, cfg, profile) is None, why
 
 
 def test_a_store_keeps_each_warmup_intervals_sizing(setup):
     cfg, profile = setup
     store: dict = {}
-    first = warmup_floor(live([300]), history(WARM), cfg, profile, sized=store)
+    first = size_warmup_floor(live([300]), history(WARM), cfg, profile, sized=store)
     assert sorted(store) == [6, 7, 8, 9]
     store[9] = {"prefill": 11, "decode": 1}  # what is stored is what counts: it is not sized again
-    assert warmup_floor(live([300]), history(WARM), cfg, profile, sized=store).targets["prefill"] == 11
-    assert first == warmup_floor(live([300]), history(WARM), cfg, profile)
+    assert size_warmup_floor(live([300]), history(WARM), cfg, profile, sized=store).targets["prefill"] == 11
+    assert first == size_warmup_floor(live([300]), history(WARM), cfg, profile)
 
 
 def test_sizing_respects_the_bounds(setup):
@@ -113,15 +114,15 @@ def test_the_scale_down_floor_counts_its_share_of_its_longer_window(setup):
     cfg, profile = setup
     floored = cfg.model_copy(update={"decision": DecisionConfig(scale_down_floor_s=600.0, scale_down_floor_frac=0.75)})
     burst, quiet = sized(setup, WARM, 7), sized(setup, WARM, 9)
-    floor = warmup_floor(live([300] * 3), history(WARM), floored, profile)
+    floor = size_warmup_floor(live([300] * 3), history(WARM), floored, profile)
     assert (floor.intervals, floor.window_s, floor.floor_frac) == (7, 600.0, 0.75)
     assert floor.targets["prefill"] == max(quiet["prefill"], math.ceil(burst["prefill"] * 0.75))
     assert math.ceil(burst["prefill"] * 0.75) > quiet["prefill"]  # the case means something: the share binds
     # Once the planner's own history fills the floor's window too, no floor.
-    assert warmup_floor(live([300] * 10), history(WARM), floored, profile) is None
-    assert warmup_floor(live([300] * 3), history(WARM), cfg, profile).floor_frac is None
+    assert size_warmup_floor(live([300] * 10), history(WARM), floored, profile) is None
+    assert size_warmup_floor(live([300] * 3), history(WARM), cfg, profile).floor_frac is None
     # The default: an hour at half, so the whole ten-minute warm-up counts, the burst at half.
-    default = warmup_floor(live([300] * 3), history(WARM), cfg.model_copy(update={"decision": DecisionConfig()}),
+    default = size_warmup_floor(live([300] * 3), history(WARM), cfg.model_copy(update={"decision": DecisionConfig()}),
                            profile)
     assert (default.window_s, default.floor_frac, default.intervals) == (3600.0, 0.5, len(WARM))
     assert default.targets["prefill"] == max(quiet["prefill"], math.ceil(burst["prefill"] * 0.5))
@@ -141,5 +142,5 @@ def test_the_warmup_is_sized_at_its_peaks_whatever_the_basis_for_independent_arr
     by_flat = size_for_load(interval_load(peaky, 7), flat, profile)["prefill"]
     at_peak = size_for_load(interval_load(peaky, 7), burst, profile)["prefill"]
     assert at_peak > by_flat  # the case means something: the burst basis asks more for the burst
-    floor = warmup_floor(live([300]), peaky, flat, profile)
-    assert floor.targets["prefill"] == at_peak == warmup_floor(live([300]), peaky, burst, profile).targets["prefill"]
+    floor = size_warmup_floor(live([300]), peaky, flat, profile)
+    assert floor.targets["prefill"] == at_peak == size_warmup_floor(live([300]), peaky, burst, profile).targets["prefill"]

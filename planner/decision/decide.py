@@ -123,7 +123,7 @@ def decide(
         the decision history in `fleet`.
     fast_path: set for a run the saturation trigger started: scale-up only
         (`decide_fast_path`); None for a scheduled run.
-    start_floor: what the warm-up trace's last window needed (planner.warmup_floor), for a scheduled run of a
+    start_floor: what the warm-up trace's last window needed (planner.steps.size_warmup_floor), for a scheduled run of a
         planner that has not yet filled its own window; None: none.
     """
     if fast_path is not None:
