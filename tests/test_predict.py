@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from planner.config import PredictorConfig
 from planner.predict import bin_requests, forecast_next, prime_history
 from planner.predictors import ConstantPredictor, KalmanPredictor, SeasonalNaivePredictor, check_series
-from planner.predictors.base import conformal_offset
+from planner.conformal import conformal_offset
 from planner.predictors.registry import make_predictor, predictor_names
 from planner.types import LoadHistory
 
@@ -91,11 +91,30 @@ def test_seasonal_naive_fallback_is_reported():
         pytest.param(range(1, 20), 0.1, 2, id="n=19, q=0.1: rank floor(20*0.1)=2 -> 2"),
         pytest.param([5, -1, 3], 0.9, 5, id="n=3: rank 4 > n -> largest"),
         pytest.param([NAN, 2.0, NAN], 0.9, 2, id="NaN residuals ignored"),
-        pytest.param([], 0.9, 0, id="no residuals: 0"),
+        pytest.param([float("inf"), 2.0, 1.0], 0.9, 2, id="infinite residuals ignored"),
     ],
 )
 def test_conformal_offset(residuals, q, expected):
-    assert conformal_offset(np.asarray(list(residuals), dtype=float), q) == expected
+    assert conformal_offset(np.asarray(list(residuals), dtype=float), quantile=q) == expected
+
+
+@pytest.mark.parametrize("residuals, q, error", [
+    pytest.param([], 0.9, "no finite residuals", id="no residuals"),
+    pytest.param([NAN, NAN], 0.9, "no finite residuals", id="only gaps"),
+    pytest.param([1.0, 2.0], 1.0, "quantile must be in \\(0, 1\\), got 1.0", id="q=1"),
+    pytest.param([1.0, 2.0], 0.0, "quantile must be in \\(0, 1\\), got 0.0", id="q=0"),
+])
+def test_conformal_offset_refuses_what_it_cannot_calibrate(residuals, q, error):
+    with pytest.raises(ValueError, match=error):
+        conformal_offset(np.asarray(residuals, dtype=float), quantile=q)
+
+
+def test_a_predictor_without_residuals_forecasts_its_mean_as_the_quantile():
+    from planner.predictors.simple import ConstantPredictor
+
+    p = ConstantPredictor().fit(np.array([0.0]), np.array([7.0]))
+    assert p.residuals().size == 0
+    assert p.predict_quantile(0.9).tolist() == p.predict(1).tolist() == [7.0]
 
 
 def test_constant_quantile_from_known_residuals():

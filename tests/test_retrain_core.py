@@ -13,7 +13,7 @@ from routing.features import FEATURE_SETS, FEATURES, RAW_FIELDS
 from routing.training.export import bucket_tree, model_document, to_document
 from routing.models.validated import parse_model_document
 from routing.training.buckets import bucket_labels, bucket_of
-from routing.training.calibration import conformal_offset
+from planner.conformal import conformal_offset
 from routing.training.config import TrainingConfig
 from routing.training.data import PreparedSamples, TargetData, prepare_samples
 from routing.training.evaluation import STRATA, evaluate

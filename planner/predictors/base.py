@@ -24,13 +24,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import math
 import sys
 import threading
 from typing import Any
 
 import numpy as np
 
+from planner.conformal import conformal_offset
 from planner.predictors.params import Param
 
 # The bin width is the smallest step; a step that is a whole multiple of it
@@ -135,24 +135,6 @@ def clean_forecast(pred, *, fallback: float) -> np.ndarray:
     p = np.asarray(pred, dtype=np.float64).copy()
     p[~np.isfinite(p)] = fallback
     return np.maximum(p, 0.0)
-
-
-def conformal_offset(residuals: np.ndarray, q: float) -> float:
-    """Split-conformal q-quantile of residuals (y - prediction).
-
-    With n residuals the ceil((n+1) q)-th smallest is used, which covers a new
-    exchangeable residual with probability >= q; too few residuals for that
-    rank gives the largest (or smallest, for low q) one. No residuals: 0.
-    """
-    r = np.sort(residuals[np.isfinite(residuals)])
-    n = r.size
-    if n == 0:
-        return 0.0
-    if q >= 0.5:
-        k = min(n, math.ceil((n + 1) * q))
-        return float(r[k - 1])
-    k = max(1, math.floor((n + 1) * q))
-    return float(r[k - 1])
 
 
 # Hyperparameters every predictor has, after its own.
@@ -414,7 +396,8 @@ class PredictorBase:
         if not (isinstance(q, (int, float)) and 0.0 < q < 1.0):
             raise ValueError(f"{type(self).__name__}: quantile q must be in (0, 1), got {q!r}")
         mean = self.predict(horizon)
-        off = conformal_offset(self.residuals(), float(q))
+        residuals = self.residuals()
+        off = conformal_offset(residuals, quantile=float(q)) if residuals.size else 0.0
         k = np.sqrt(np.arange(1, mean.size + 1))
         return clean_forecast(mean + off * k, fallback=self.last_value_)
 

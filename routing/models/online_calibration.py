@@ -31,8 +31,8 @@ from collections import deque
 
 import numpy as np
 
+from planner.conformal import conformal_offset
 from routing.features import FEATURES, QUANTILE, TARGETS, Target
-from routing.training.calibration import conformal_offset
 
 # Cell columns: the same index in the TTFT and TPOT rows.
 _WAIT_COL = FEATURES["ttft"].index("waiting_requests")

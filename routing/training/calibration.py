@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from planner.conformal import conformal_offset
 from routing.features import Target
 from routing.training.buckets import BUCKET_EDGES, bucket_of
 from routing.training.config import TrainingConfig
@@ -56,16 +57,3 @@ def bucket_offsets(
         r = residuals[b == k]
         out.append(conformal_offset(r, quantile=QUANTILE) if r.size >= min_samples else global_offset)
     return tuple(out)
-
-
-def conformal_offset(residuals: np.ndarray, *, quantile: float) -> float:
-    """The smallest shift c with at least `quantile` of residuals <= c (finite-sample corrected).
-
-    residuals: observed - predicted, in the model's (log) space. With n
-    residuals the rank is ceil((n + 1) * quantile), capped at n.
-    """
-    r = np.sort(np.asarray(residuals, dtype=float))
-    if r.size == 0:
-        raise ValueError("conformal_offset: no residuals")
-    k = min(r.size, math.ceil((r.size + 1) * quantile))
-    return float(r[k - 1])
