@@ -49,8 +49,11 @@ from urllib3.util.retry import Retry
 
 from connectors.base import unreachable_cause
 from connectors.config import MetricsConfig
-from connectors.prometheus_histograms import HistogramReads
-from planner.types import POOLS, LoadHistory, Observation, PodMetrics, Pool, ScrapeCoverage
+from planner.signals.histograms import cumulative_buckets
+from planner.signals.length_shape import histogram_from_buckets
+from planner.types import (
+    POOLS, LatencyHistogram, LatencyWindow, LengthHistogram, LoadHistory, Observation, PodMetrics, Pool, ScrapeCoverage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ class _Sample:
     value: float | None  # None for NaN / inf
 
 
-class PrometheusCollector(HistogramReads):
+class PrometheusCollector:
     """Reads one interval's observation and the load history from Prometheus."""
 
     def __init__(self, cfg: MetricsConfig):
@@ -462,6 +465,62 @@ class PrometheusCollector(HistogramReads):
             peak_rps=tuple(at("peak_rps", t) for t in times) if with_peak else None,
             peak_window_s=self.cfg.peak_window_s if with_peak else None,
         )
+
+    # -- histogram signals: the length spread over a trailing window, TTFT and ITL histograms per interval.
+    # Both are optional: an empty query, or one that returns no series, leaves the observation without them
+    # and says why; a query Prometheus rejects still fails, and so does one whose series were not aggregated
+    # over frontends (the error names the query).
+
+    def _buckets(self, name: str, *, now_s: float, interval_s: float) -> dict:
+        """queries.<name> at now_s as `le` text -> value; raises ValueError when an `le` has several series."""
+        series = self._instant(name, now_s=now_s, interval_s=interval_s)
+        buckets = {s.labels.get("le"): s.value for s in series}
+        if len(buckets) < len(series):
+            raise ValueError(
+                f"metrics.queries.{name}: {len(series)} series for {len(buckets)} `le` bounds "
+                f"(labels {[s.labels for s in series[:3]]}...); aggregate it, e.g. sum by (le) (...)"
+            )
+        return buckets
+
+    def _length_histogram(self, kind: str, *, now_s: float, interval_s: float,
+                          notes: list[str]) -> LengthHistogram | None:
+        """queries.<kind>_buckets over the length window as a LengthHistogram; None, with a note, when unread.
+
+        Optional signal, as the peak rate: no series leaves the configured length CVs.
+        """
+        name = f"{kind}_buckets"
+        if not getattr(self.cfg.queries, name).strip():
+            notes.append(f"{name}: query empty; configured length CVs used")
+            return None
+        buckets = self._buckets(name, now_s=now_s, interval_s=interval_s)
+        total = None
+        if getattr(self.cfg.queries, f"{kind}_window_sum").strip():
+            sums = self._instant_one(f"{kind}_window_sum", now_s=now_s, interval_s=interval_s)
+            total = sums[0].value if sums else None
+        try:
+            return histogram_from_buckets(buckets, sum_tokens=total, window_s=self.cfg.length_window_s)
+        except ValueError as exc:
+            notes.append(f"{name}: {exc} at t={now_s:.0f}; configured length CVs used")
+            return None
+
+    def _latency_histogram(self, name: str, *, now_s: float,
+                           interval_s: float) -> tuple[LatencyHistogram | None, str | None]:
+        """queries.<name> (ttft_buckets, itl_buckets) over the interval: (histogram, None), or (None, why not read)."""
+        if not getattr(self.cfg.queries, name).strip():
+            return None, f"{name}: query empty"
+        buckets = self._buckets(name, now_s=now_s, interval_s=interval_s)
+        try:
+            return LatencyHistogram(*cumulative_buckets(buckets)), None
+        except ValueError as exc:
+            return None, f"{name}: {exc} at t={now_s:.0f}"
+
+    def _latency_window(self, *, now_s: float, interval_s: float) -> LatencyWindow | None:
+        """queries.ttft_window_buckets / itl_window_buckets over metrics.slo_window_s; None when both are empty."""
+        names = ("ttft_window_buckets", "itl_window_buckets")
+        if not any(getattr(self.cfg.queries, n).strip() for n in names):
+            return None
+        (ttft, n1), (itl, n2) = (self._latency_histogram(n, now_s=now_s, interval_s=interval_s) for n in names)
+        return LatencyWindow(self.cfg.slo_window_s, ttft, itl, tuple(n for n in (n1, n2) if n))
 
 
 def _number(text) -> float | None:
