@@ -18,17 +18,15 @@ import connectors.prometheus as prom_module
 from connectors.config import MetricsConfig, PoolMapping, QueryTemplates
 from connectors.prometheus import PrometheusCollector, PrometheusUnavailableError, promql_duration
 from planner.config import DecisionConfig
-from planner.decide import decide
+from planner.decision.decide import decide
 from planner.types import FleetState, PoolSizing, PoolState, ScrapeCoverage
 from tests.fixtures_net import free_port
-from tests.fixtures_prometheus import (  # noqa: F401  (fixtures)
+from tests.fixtures_prometheus import (
     ANCHOR_S,
     FrontendInterval,
     LiveExporter,
     OpenMetricsWriter,
     PrometheusServer,
-    live_exporter,
-    prometheus_server,
     write_frontend_intervals,
     write_gauge,
     write_kit_scrape,
@@ -407,9 +405,9 @@ def test_the_simulated_frontend_exports_what_a_real_one_does():
     """sim.live's frontend series: the names, types, label names and bucket boundaries of the kit's real scrape."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from sim.live_config import LiveConfig, make_tables
-    from sim.live_fleet import LiveFleet
-    from sim.trace_shaping import build_trace
+    from sim.live.config import LiveConfig, make_tables
+    from sim.live.fleet import LiveFleet
+    from workloads.trace_shaping import build_trace
     from tests.conftest import PROJECT_ROOT
     from tests.fixtures_prometheus import kit_frontend_families
 
@@ -560,13 +558,13 @@ def test_live_frontend_stopped_is_a_target_down(prometheus_server):
         a.close()
 
 
-# -- length histograms (planner.length_shape) ----------------------------------------------------
+# -- length histograms (planner.signals.length_shape) ----------------------------------------------------
 
 
 def test_a_real_frontends_length_histograms_over_the_window(collect_data):
     """The kit's real ISL/OSL histograms (Dynamo 1.6.1's own buckets) read over the 1800 s window: the bounds as
     exported, every bucket in the kit's proportions, the sum placing the mean, and the CVs the core reads from them."""
-    from planner.length_shape import (
+    from planner.signals.length_shape import (
         DYNAMO_ISL_BOUNDS_TOKENS,
         DYNAMO_OSL_BOUNDS_TOKENS,
         histogram_from_buckets,
@@ -649,7 +647,7 @@ def _kit_latency_histogram(collect_data, kind: str, metric: str, bounds: tuple[f
 
 def test_a_real_frontends_ttft_histogram_over_the_interval(collect_data):
     """The kit's TTFT buckets (Dynamo 1.6.1's bounds) over the interval, and the share of them within a target."""
-    from planner.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
+    from planner.signals.slo_attainment import DYNAMO_TTFT_BOUNDS_S, share_within
 
     h = _kit_latency_histogram(collect_data, "ttft", "dynamo_frontend_time_to_first_token_seconds",
                                DYNAMO_TTFT_BOUNDS_S)
@@ -662,7 +660,7 @@ def test_a_real_frontends_ttft_histogram_over_the_interval(collect_data):
 
 def test_a_real_frontends_itl_histogram_over_the_interval(collect_data):
     """The kit's inter-token latency buckets (one per token gap, Dynamo 1.6.1's bounds) and the share within 10 ms."""
-    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within
+    from planner.signals.slo_attainment import DYNAMO_ITL_BOUNDS_S, share_within
 
     h = _kit_latency_histogram(collect_data, "itl", "dynamo_frontend_inter_token_latency_seconds",
                                DYNAMO_ITL_BOUNDS_S)
@@ -677,7 +675,7 @@ def test_a_real_frontends_itl_histogram_over_the_interval(collect_data):
 
 def test_the_slo_windows_histograms_are_read_over_metrics_slo_window_s(collect_data):
     """The same kit histograms over the trailing SLO window: the kit's counts in its proportions; the window renders."""
-    from planner.slo_attainment import DYNAMO_ITL_BOUNDS_S, DYNAMO_TTFT_BOUNDS_S
+    from planner.signals.slo_attainment import DYNAMO_ITL_BOUNDS_S, DYNAMO_TTFT_BOUNDS_S
     from tests.fixtures_prometheus import kit_series
 
     c = collector(collect_data, "collect-kit", slo_window_s=600.0)
@@ -712,7 +710,7 @@ def test_no_ttft_histogram_is_a_note(collect_data):
 @pytest.mark.parametrize("ns, clump, basis", [("collect-independent", 1, "mean"), ("collect-clumped", 8, "p90")])
 def test_clumping_read_through_prometheus_picks_the_sizing_basis(collect_data, ns, clump, basis):
     """The peak-rate history a real Prometheus returns gives the clumping index the exact arrivals give."""
-    from planner.clumping import clumping_index, sizing_basis
+    from planner.signals.clumping import clumping_index, sizing_basis
     from planner.config import PredictorConfig
     from planner.predict import bin_requests
     from sim.replay import ReplaySettings, peak_rate_rps
