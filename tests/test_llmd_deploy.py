@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import shutil
 import string
+import subprocess
 
 import pytest
 import yaml
@@ -23,9 +24,8 @@ from connectors import keda
 from connectors.base import ConnectorError
 from connectors.config import LlmdConnectorConfig
 from connectors.llmd import LlmdConnector
-from connectors.planner_metrics import stop_endpoints
 from planner.types import Decision
-from tests.fixtures_net import free_port
+from tests.fixtures_net import free_port, stop_process, wait_http_ok
 from tests.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 from tests.fixtures_prometheus import PrometheusServer, prometheus_server  # noqa: F401  (fixture)
 from tests.k8s_fake_server import TEST_TOKEN, kube_api_client
@@ -36,6 +36,7 @@ from tests.test_llmd_connector import (
 )
 
 PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+PUSHGATEWAY_BIN = "/usr/bin/prometheus-pushgateway"
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +168,9 @@ def test_the_shipped_scaled_objects_are_what_the_connector_accepts(manifests):
 @pytest.mark.integration
 def test_kedas_replica_count_from_the_shipped_scaled_objects_is_the_planners_decision(
         prefect_harness, prometheus_server: PrometheusServer, manifests, tmp_path, h200_profile_dir):  # noqa: F811
-    """A planner run (actuation keda) publishes its gauge; Prometheus scrapes it; each shipped ScaledObject's
-    query, read as KEDA's prometheus scaler reads it, gives through KEDA's formula the planner's replicas."""
+    """A planner run (actuation keda) pushes its gauge to a real Pushgateway, as flow-run pods do; Prometheus
+    scrapes it; each shipped ScaledObject's query, read as KEDA's prometheus scaler reads it, gives through
+    KEDA's formula the planner's replicas."""
     from flows.config import PlannerRunConfig, ReplayInputs
     from flows.planner_flow import planner_flow
     from planner.config import PlannerConfig, ProfileConfig
@@ -179,7 +181,10 @@ def test_kedas_replica_count_from_the_shipped_scaled_objects_is_the_planners_dec
     objs = rendered_scaled_objects(manifests)
     cluster = LlmdCluster(token=TEST_TOKEN).start()
     port = free_port()
+    pushgateway = subprocess.Popen([PUSHGATEWAY_BIN, f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        wait_http_ok(f"http://127.0.0.1:{port}/-/ready", timeout_s=30, proc=pushgateway, what="prometheus-pushgateway")
         seed(cluster)
         apps = k8s.AppsV1Api(kube_api_client(cluster))
         for name in (PREFILL, DECODE):
@@ -193,7 +198,7 @@ def test_kedas_replica_count_from_the_shipped_scaled_objects_is_the_planners_dec
             planner=PlannerConfig(namespace=NS, profile=ProfileConfig(dir=str(h200_profile_dir))),
             connector=LlmdConnectorConfig(inference_pool=POOL, namespace=NS, actuation="keda",
                                           kubeconfig_path=str(kubeconfig(tmp_path, cluster))),
-            planner_metrics=PlannerMetricsConfig(enabled=True, port=port, addr="127.0.0.1"),
+            planner_metrics=PlannerMetricsConfig(enabled=True, pushgateway_url=f"http://127.0.0.1:{port}"),
         )
         prometheus_server.add_scrape_target(f"127.0.0.1:{port}")
 
@@ -226,5 +231,5 @@ def test_kedas_replica_count_from_the_shipped_scaled_objects_is_the_planners_dec
         assert fleet.last_decision.done
     finally:
         prometheus_server.remove_scrape_target(f"127.0.0.1:{port}")
-        stop_endpoints()
+        stop_process(pushgateway, timeout_s=10.0)
         cluster.stop()
