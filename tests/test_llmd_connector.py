@@ -377,3 +377,19 @@ def test_keda_actuation_on_role_scalers_divides_by_the_slices_and_writes_no_scal
     # KEDA's formula on the published 5 prefill: ceil((5 / 2) / 1) = 3 a slice, 6 in all, the recorded target.
     assert keda.keda_replicas(5 / 2, threshold=1.0, current=4, min_replicas=1, max_replicas=16,
                               tolerance_up=0.0, tolerance_down=0.0) * 2 == record.prefill_replicas
+
+
+@pytest.mark.integration
+def test_a_cluster_without_leaderworkersets_or_keda_reads_as_none_of_them():
+    """Only InferencePools and the built-in kinds served: the LWS and ScaledObject lists answer 404, read as empty."""
+    cluster = LlmdCluster(token=TEST_TOKEN, kinds=("inferencepools", "deployments", "horizontalpodautoscalers")).start()
+    try:
+        seed(cluster)
+        conn = ours(cluster)
+        conn.validate()
+        assert conn.apply(decide(4, 3), now_s=T0_S).decode_replicas == 3
+        assert (replicas(cluster, "deployments", PREFILL), replicas(cluster, "deployments", DECODE)) == (4, 3)
+        assert {r.path.rsplit("/", 1)[1] for r in cluster.requests if r.method == "GET"} >= {
+            "leaderworkersets", "scaledobjects"}  # asked, answered 404
+    finally:
+        cluster.stop()
