@@ -112,9 +112,9 @@ def _connector(args, name: str):
 
 def _from_dgd(args):
     from connectors.base import ConnectorError
-    from connectors.dynamo_settings import dgd_version, planner_configmaps
-    from connectors.migrate import configmap_data
-    from connectors.migrate_dynamo import from_dgd
+    from connectors.migrate.dynamo_settings import dgd_version, planner_configmaps
+    from connectors.migrate.result import configmap_data
+    from connectors.migrate.dynamo import from_dgd
 
     if (args.file is None) == (args.live is None):
         raise ValueError("give a DGD file or --live NAME (one of them)")
@@ -148,8 +148,8 @@ def _from_dgd(args):
 
 
 def _from_wva(args):
-    from connectors.migrate import configmap_data
-    from connectors.migrate_wva import from_wva
+    from connectors.migrate.result import configmap_data
+    from connectors.migrate.wva import from_wva
 
     if bool(args.file) == bool(args.live):
         raise ValueError("give WVA ConfigMap files or --live NAME... (one of them)")
@@ -166,7 +166,7 @@ def _from_wva(args):
 
 
 def _from_llmd(args):
-    from connectors.migrate_keda import from_llmd_autoscalers
+    from connectors.migrate.keda import from_llmd_autoscalers
 
     docs = [d for path in args.file for d in _documents(path)]
     source = ", ".join(args.file)
@@ -177,7 +177,7 @@ def run(args) -> int:
     import yaml
 
     from connectors.base import ConnectorError
-    from connectors.migrate import merge
+    from connectors.migrate.result import merge
     from flows.config import PlannerRunConfig
     from planner.config import format_validation_error
     from pydantic import ValidationError

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from connectors.dynamo_settings import LEGACY_FLAGS
-from connectors.migrate_dynamo import DYNAMO_FIELDS
-from connectors.migrate_table import mapping_table
+from connectors.migrate.dynamo_settings import LEGACY_FLAGS
+from connectors.migrate.dynamo import DYNAMO_FIELDS
+from connectors.migrate.table import mapping_table
 from flows.config import load_run_config
 from planner_cli.main import main
 from tests.conftest import PROJECT_ROOT
@@ -367,7 +367,7 @@ def test_every_dynamo_1_6_1_planner_setting_and_pre_1_0_flag_is_in_the_table():
 
 def test_the_docs_show_the_generated_table():
     docs = (PROJECT_ROOT / "docs" / "dynamo.md").read_text()
-    assert mapping_table() in docs, "docs/dynamo.md: paste `python -c 'from connectors.migrate_table import " \
+    assert mapping_table() in docs, "docs/dynamo.md: paste `python -c 'from connectors.migrate.table import " \
                                     "mapping_table; print(mapping_table())'` into the migration section"
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from connectors.migrate_dynamo import DIFFERENCES
-from connectors.migrate_table import differences_table
+from connectors.migrate.dynamo import DIFFERENCES
+from connectors.migrate.table import differences_table
 from planner_cli.main import main
 from tests.conftest import PROJECT_ROOT
 
@@ -376,5 +376,5 @@ def test_lenient_skips_and_lists_what_dynamo_refuses(capsys, tmp_path):
 
 def test_every_difference_is_in_the_docs_table():
     assert differences_table() in (PROJECT_ROOT / "docs" / "dynamo.md").read_text(), \
-        "docs/dynamo.md: paste `python -c 'from connectors.migrate_table import differences_table; " \
+        "docs/dynamo.md: paste `python -c 'from connectors.migrate.table import differences_table; " \
         "print(differences_table())'` into the migration section"

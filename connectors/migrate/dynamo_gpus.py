@@ -8,9 +8,9 @@ What would stop it raises ConfigRefused (with `lenient`: a skipped line instead)
 
 from __future__ import annotations
 
-from connectors.dynamo_settings import PlannerSettings, main_container, spec_components
-from connectors.migrate import Migration
-from connectors.migrate_dynamo_config import ConfigRefused
+from connectors.migrate.dynamo_settings import PlannerSettings, main_container, spec_components
+from connectors.migrate.result import Migration
+from connectors.migrate.dynamo_config import ConfigRefused
 
 
 def worker_engine_gpus(obj: dict, version: str, name: str) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from connectors import keda
-from connectors.migrate import Migration, MigrationError
+from connectors.migrate.result import Migration, MigrationError
 
 KEDA_DEFAULT_POLLING_S = 30
 HPA_DEFAULT_SCALE_DOWN_WINDOW_S = 300

@@ -12,7 +12,7 @@ import re
 import yaml
 from pydantic import ValidationError
 
-from connectors.migrate import Migration, MigrationError
+from connectors.migrate.result import Migration, MigrationError
 from planner.config import SaturationThresholds
 from planner.strict import error_message
 

@@ -5,9 +5,9 @@ The Dynamo guide shows it as generated here (a test keeps the two equal).
 
 from __future__ import annotations
 
-from connectors.dynamo_settings import LEGACY_FLAGS
-from connectors.migrate_dynamo import DIFFERENCES, DYNAMO_FIELDS
-from connectors.migrate_wva import WVA_FIELDS
+from connectors.migrate.dynamo_settings import LEGACY_FLAGS
+from connectors.migrate.dynamo import DIFFERENCES, DYNAMO_FIELDS
+from connectors.migrate.wva import WVA_FIELDS
 
 
 def mapping_table() -> str:

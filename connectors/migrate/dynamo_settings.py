@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from connectors import dgd
-from connectors.migrate import MigrationError
-from connectors.migrate_dynamo_config import (
+from connectors.migrate.result import MigrationError
+from connectors.migrate.dynamo_config import (
     DYNAMO_ENV, ConfigRefused, DynamoPlannerConfig, effective_config, parse_config_text,
 )
 

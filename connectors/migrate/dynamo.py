@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from connectors import dgd
-from connectors.dynamo_settings import (
+from connectors.migrate.dynamo_settings import (
     DYNAMO_DEFAULTS, LEGACY_ONLY_DEFAULTS, PlannerComponent, PlannerSettings, main_container, mounted_from,
     planner_component, planner_settings, split_args, spec_components,
 )
-from connectors.migrate import Migration, MigrationError
-from connectors.migrate_dynamo_config import ConfigRefused
-from connectors.migrate_dynamo_gpus import check_budgets, engine_gpus
+from connectors.migrate.result import Migration, MigrationError
+from connectors.migrate.dynamo_config import ConfigRefused
+from connectors.migrate.dynamo_gpus import check_budgets, engine_gpus
 
 # Component names the pre-1.0 planner found workers by, per backend (dynamo/planner/defaults.py).
 LEGACY_WORKER_NAMES = {
