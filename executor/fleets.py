@@ -12,6 +12,7 @@ prefill mocker registers `<ns>.prefill.generate`, the decode one
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 from executor.config import ExecutorConfig, RoleConfig, RouterRegistration
@@ -107,6 +108,8 @@ def vllm_fleet(
         # nobind: vLLM pins each engine's worker to core 0 otherwise, two engines on one core.
         env={"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
              "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+             # vLLM's ZMQ IPC sockets live here; the worker's own TMPDIR can pass the 107-character socket path limit
+             "VLLM_RPC_BASE_PATH": tempfile.gettempdir(),
              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
     )
     return ExecutorConfig(

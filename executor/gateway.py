@@ -93,8 +93,11 @@ class Gateway:
     def __init__(self, *, router_url: str, ttft_ms: float, itl_ms: float, token: str | None,
                  timeout_s: float = 300.0):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.router = httpx.AsyncClient(base_url=router_url.rstrip("/"), headers=headers, timeout=10.0)
-        self.engines = httpx.AsyncClient(timeout=timeout_s)
+        # Every request in flight holds an engine connection and, at its start and end, a router one.
+        limits = httpx.Limits(max_connections=4096, max_keepalive_connections=256)
+        self.router = httpx.AsyncClient(base_url=router_url.rstrip("/"), headers=headers, limits=limits,
+                                        timeout=httpx.Timeout(30.0, connect=10.0))
+        self.engines = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0))
         self.slo = {"ttft_ms": ttft_ms, "itl_ms": itl_ms}
         self.counts = {"routed": 0, "failed": 0, "completed": 0}
         self._pending: dict[str, asyncio.Task] = {}
@@ -110,8 +113,13 @@ class Gateway:
         except ValueError:
             return JSONResponse({"error": "bad_request", "message": "body: not JSON"}, status_code=400)
         rid = f"gw-{uuid.uuid4().hex[:16]}"
-        route = await self.router.post("/v1/route", json={
-            "request_id": rid, "input_tokens": prompt_words(body), "slo": self.slo, "critical": True})
+        try:
+            route = await self.router.post("/v1/route", json={
+                "request_id": rid, "input_tokens": prompt_words(body), "slo": self.slo, "critical": True})
+        except httpx.HTTPError as exc:
+            self.counts["failed"] += 1
+            return JSONResponse({"error": "no_route", "message": f"routing service: {type(exc).__name__}: {exc}"},
+                                status_code=503)
         if route.status_code != 200:
             self.counts["failed"] += 1
             return JSONResponse({"error": "no_route", "message": f"routing service answered HTTP "
@@ -185,7 +193,7 @@ class Gateway:
             if resp.status_code >= 300:
                 log.warning("router %s %s: HTTP %d %s", event, rid, resp.status_code, resp.text[:200])
         except httpx.HTTPError as exc:
-            log.warning("router %s %s: %s", event, rid, exc)
+            log.warning("router %s %s: %s: %s", event, rid, type(exc).__name__, exc)
 
 
 def build_app(gateway: Gateway) -> FastAPI:
@@ -231,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-token-env", default="SLA_ROUTER_DATA_TOKEN")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s gateway: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied call otherwise
     gateway = Gateway(router_url=args.router_url, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
                       token=os.environ.get(args.data_token_env))
     uvicorn.run(build_app(gateway), host=args.host, port=args.port, log_level="warning")

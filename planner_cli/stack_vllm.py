@@ -42,7 +42,7 @@ MODEL_NAME = "tiny"
 # The engine's own profile (benchmarks/profile_vllm_cpu.py on this 2-core machine) and targets that suit it:
 # the tiny model prefills 512 tokens in ~16 ms and decodes at 2-3 ms a token alone, 16-45 ms at 64 requests.
 PROFILE_DIR = PROJECT_ROOT / "data" / "profiles" / "cpu_vllm032_tiny"
-SLO = {"ttft_ms": 200.0, "itl_ms": 5.0}
+SLO = {"ttft_ms": 500.0, "itl_ms": 5.0}
 STARTUP_S = 60.0  # an engine serves 30-120 s after it is started on two busy cores
 COMPONENTS = ("executor", "gateway", "loadgen")
 ENGINE_JOB = "vllm-engines"

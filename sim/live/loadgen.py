@@ -145,6 +145,18 @@ class Recorder:
         self._file.close()
 
 
+async def sse_lines(resp: httpx.Response):
+    """The answer's lines, split on newlines only: a token's text may hold U+2028 or U+0085, which
+    str.splitlines (and so httpx's aiter_lines) also splits on, cutting an event's JSON in two."""
+    buffer = ""
+    async for text in resp.aiter_text():
+        *lines, buffer = (buffer + text).split("\n")
+        for line in lines:
+            yield line.rstrip("\r")
+    if buffer:
+        yield buffer
+
+
 async def one_request(client: httpx.AsyncClient, cfg: LoadGenConfig, *, rid: int, arrival_s: float,
                       prompt: str, max_tokens: int) -> dict:
     body = {"model": cfg.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
@@ -158,7 +170,7 @@ async def one_request(client: httpx.AsyncClient, cfg: LoadGenConfig, *, rid: int
             if resp.status_code != 200:
                 row["error"] = (await resp.aread()).decode(errors="replace")[:300]
                 return row
-            async for line in resp.aiter_lines():
+            async for line in sse_lines(resp):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
