@@ -1,8 +1,11 @@
 """The shape docs/architecture.md promises, read from the source with `ast`.
 
 Imports are counted wherever they are written, inside functions too: a lazy import that
-closes a circle is still a circle. Limits: a module stays under ~500 lines (outside tests
-and benchmarks) and a function under 80 in the layers a reader walks first.
+closes a circle is still a circle. The import graph has no cycle, layers import one way,
+no package's rooms (its modules and sub-packages) import each other in a circle (no upward
+arrow: a room's module importing a module beside the room that imports the room back), no
+folder holds more than about twenty modules side by side, and the planner flow and its tasks
+import nothing from the simulator. Size follows the concept: no line cap.
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT
 
-MAX_MODULE_LINES = 500
-MAX_FUNCTION_LINES = 80
-FUNCTION_LIMITED = ("planner", "connectors", "routing", "flows", "tasks")
+MAX_MODULES_SIDE_BY_SIDE = 20
 PACKAGES = ("planner", "connectors", "tasks", "flows", "routing", "sim", "workloads", "planner_cli", "executor")
 # Who may import whom; anything not listed for a package is refused.
 ALLOWED = {
@@ -161,23 +162,73 @@ def test_the_core_imports_no_orchestration_or_io_library():
     assert wrong == []
 
 
-def test_no_module_is_crowded():
-    crowded = sorted(
-        f"{p.relative_to(PROJECT_ROOT)}: {n} lines"
-        for p in source_files() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
-    )
+def units_within(package: str, graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The package's rooms (its direct modules and sub-packages) and which rooms each imports."""
+    depth = package.count(".") + 1
+
+    def unit(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[: depth + 1]) if module.startswith(package + ".") else None
+
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        u = unit(module)
+        if u is None:
+            continue
+        units.setdefault(u, set()).update(v for t in targets if (v := unit(t)) is not None and v != u)
+    return units
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every package whose rooms import each other in a circle, with the circle."""
+    packages = sorted({m.rsplit(".", 1)[0] for m in graph if "." in m})
+    return [f"{package}: {' <-> '.join(c)}" for package in packages
+            for c in strongly_connected(units_within(package, graph))]
+
+
+def test_the_room_finder_finds_an_upward_arrow():
+    # r.training.publish -> r.model_export -> r.training.fit: the serving side's module in the middle
+    graph = {"r.training.publish": {"r.model_export"}, "r.model_export": {"r.training.fit"}, "r.training.fit": set(),
+             "r.service": {"r.training.fit"}}
+    assert package_cycles(graph) == ["r: r.model_export <-> r.training"]
+    graph["r.model_export"] = set()
+    assert package_cycles(graph) == []
+
+
+def test_no_upward_arrow_inside_a_package():
+    assert package_cycles(import_graph()) == []
+
+
+def test_no_folder_holds_more_than_about_twenty_modules_side_by_side():
+    folders: dict[Path, int] = {}
+    for p in source_files():
+        if p.name != "__init__.py":
+            folders[p.parent] = folders.get(p.parent, 0) + 1
+    crowded = sorted(f"{d.relative_to(PROJECT_ROOT)}/: {n} modules" for d, n in folders.items()
+                     if n > MAX_MODULES_SIDE_BY_SIDE)
     assert crowded == []
 
 
-def test_no_function_is_long_in_the_layers_read_first():
-    long = sorted(
-        f"{p.relative_to(PROJECT_ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
-        for p in source_files() if p.relative_to(PROJECT_ROOT).parts[0] in FUNCTION_LIMITED
-        for node in ast.walk(ast.parse(p.read_text()))
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
-    )
-    assert long == []
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for t in graph.get(todo.pop(), ()):
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def test_the_reach_finder_follows_arrows_through_other_packages():
+    graph = {"flows.f": {"tasks.t"}, "tasks.t": {"workloads.w"}, "workloads.w": {"sim.s"}, "sim.s": set()}
+    assert reachable(graph, "flows.f") == {"tasks.t", "workloads.w", "sim.s"}
+
+
+def test_the_planner_flow_and_tasks_import_nothing_from_the_simulator():
+    graph = import_graph()
+    production = ["flows.planner_flow", "flows.retrain"] + sorted(m for m in graph if m.split(".")[0] == "tasks")
+    wrong = sorted(f"{m} reaches {t}" for m in production for t in reachable(graph, m) if t.split(".")[0] == "sim")
+    assert wrong == []
 
 
 def architecture_section() -> str:
