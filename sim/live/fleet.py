@@ -1,4 +1,8 @@
-"""The live fleet: a FleetSim stepped by the wall clock behind the interfaces of a Dynamo deployment."""
+"""The live fleet: a FleetSim stepped by the wall clock behind the interfaces of a Dynamo deployment.
+
+Its etcd side (EtcdFollower) is the deployment environment's half of the virtual connector's keys:
+read targets, confirm.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,12 @@ import math
 import os
 import threading
 import time
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sim.config import SimConfig
 from sim.engine import FleetSim
-from sim.live.etcd_follower import EtcdFollower
 from sim.live.http_router import HttpRouter, RouterClient
 from sim.live.config import LiveConfig
 from sim.live.metrics import LiveSeries
@@ -254,3 +258,36 @@ class LiveFleet:
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
+
+
+class EtcdFollower:
+    """The deployment environment's side of the virtual protocol: read targets, confirm."""
+
+    def __init__(self, etcd_url: str, *, namespace: str, key_prefix: str = "v1/{namespace}/planner/",
+                 timeout_s: float = 2.0):
+        from etcd3gw.client import Etcd3Client
+
+        from connectors.virtual import KEY_DECISION_ID, KEY_DECODE, KEY_PREFILL, KEY_SCALED_ID
+
+        parts = urlsplit(etcd_url)
+        self.url = etcd_url
+        self.prefix = key_prefix.format(namespace=namespace)
+        self.keys = (KEY_DECISION_ID, KEY_PREFILL, KEY_DECODE, KEY_SCALED_ID)
+        self._client = Etcd3Client(host=parts.hostname or "127.0.0.1", port=parts.port or 2379,
+                                   protocol=parts.scheme or "http", timeout=timeout_s)
+
+    def read(self) -> dict[str, int]:
+        """The stored integer keys that exist (decision_id, targets, scaled_decision_id)."""
+        out: dict[str, int] = {}
+        for value, meta in self._client.get_prefix(self.prefix):
+            key = meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]
+            name = key[len(self.prefix):]
+            if name in self.keys:
+                try:
+                    out[name] = int(value.decode())
+                except ValueError:
+                    raise ValueError(f"etcd {key}: expected an integer, got {value!r}") from None
+        return out
+
+    def confirm(self, decision_id: int) -> None:
+        self._client.put(self.prefix + self.keys[3], str(decision_id))
