@@ -60,7 +60,9 @@ def autoscalers_of(target: Target, *, hpas: list[dict], scaled_objects: list[dic
     """(ScaledObjects, HPAs not made by one of them) that scale `target`."""
     key = (target.kind[0], target.kind[1], target.name)
     sos = [so for so in scaled_objects if keda.scale_target(so) == key]
-    keda_hpas = {(((so.get("status") or {}).get("hpaName")) or f"keda-hpa-{so['metadata']['name']}") for so in sos}
+    keda_hpas = {((so.get("status") or {}).get("hpaName")
+                  or ((so["spec"].get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("name")
+                  or f"keda-hpa-{so['metadata']['name']}") for so in sos}
     plain = [h for h in hpas if keda.scale_target(h) == key and h["metadata"]["name"] not in keda_hpas
              and not any(o.get("kind") == "ScaledObject" for o in h["metadata"].get("ownerReferences") or [])]
     return sos, plain
@@ -202,7 +204,7 @@ class LlmdConnector:
                     f"would fight it; delete it (or, for the KEDA path, replace it with the ScaledObject of "
                     f"connector.actuation keda)")
             if self.config.actuation == "keda":
-                pauses += self._check_keda(what, target, found, want)
+                self._check_keda(what, target, found, want)
                 continue
             if found and self.config.on_autoscaler == "refuse":
                 raise ConnectorError(
@@ -214,7 +216,8 @@ class LlmdConnector:
                 pauses += [(so, n) for so in found if keda.paused_replicas(so) != n]
         return pauses
 
-    def _check_keda(self, what: str, target: Target, found: list[dict], want: dict[str, int] | None) -> list:
+    def _check_keda(self, what: str, target: Target, found: list[dict], want: dict[str, int] | None) -> None:
+        """Raise unless exactly one ScaledObject applies the planner's gauge to `target`, unpaused, within bounds."""
         role = target.role
         if not found:
             raise ConnectorError(
@@ -242,7 +245,6 @@ class LlmdConnector:
             if not max(low, 1) <= n <= high:
                 raise ConnectorError(f"{what}: ScaledObject {keda.name_of(so)} would clamp the planner's {n} "
                                      f"replicas to [{max(low, 1)}, {high}] (minReplicaCount, maxReplicaCount)")
-        return []
 
     # -- API calls -----------------------------------------------------------
 

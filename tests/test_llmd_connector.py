@@ -262,7 +262,14 @@ def test_a_conflicting_hpa_is_refused_in_one_line_naming_it(cluster):
 @pytest.mark.integration
 def test_a_conflicting_scaled_object_is_refused_or_paused_as_configured(cluster):
     seed(cluster)
-    cluster.create(llmd_decode_scaled_object(), namespace=NS)
+    so = llmd_decode_scaled_object()
+    cluster.create(so, namespace=NS)
+    # The HPA KEDA makes for it (keda-hpa-<name>, owned by the ScaledObject) is reported as the ScaledObject.
+    cluster.create({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {
+        "name": f"keda-hpa-{so['metadata']['name']}", "ownerReferences": [{
+            "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "name": so["metadata"]["name"], "uid": "u1"}]},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": DECODE},
+                 "minReplicas": 1, "maxReplicas": 10}}, namespace=NS)
     with pytest.raises(ConnectorError) as info:
         ours(cluster).validate()
     text = str(info.value)
