@@ -400,3 +400,16 @@ def test_a_cluster_without_leaderworkersets_or_keda_reads_as_none_of_them():
             "leaderworkersets", "scaledobjects"}  # asked, answered 404
     finally:
         cluster.stop()
+
+
+def test_keda_actuation_without_a_published_gauge_is_refused_by_the_run_configuration(h200_profile_dir):
+    from flows.config import PlannerRunConfig
+    from planner.config import PlannerConfig, ProfileConfig
+
+    planner = PlannerConfig(namespace=NS, profile=ProfileConfig(dir=str(h200_profile_dir)))
+    connector = LlmdConnectorConfig(inference_pool=POOL, actuation="keda")
+    with pytest.raises(ValueError, match="planner_metrics must be enabled with a pushgateway_url or a port"):
+        PlannerRunConfig(planner=planner, connector=connector)
+    config = PlannerRunConfig(planner=planner, connector=connector,
+                              planner_metrics={"enabled": True, "pushgateway_url": "http://pushgateway:9091"})
+    assert config.llmd_inference_pool == (NS, POOL)  # the connector's namespace defaults to the planner's
