@@ -157,6 +157,12 @@ class LlmdConnector:
         record = self._last_decision(pool, targets)
         return record is None or record.done
 
+    def read_autoscalers(self) -> list[dict]:
+        """The KEDA ScaledObjects that scale the pool's prefill and decode targets (`sla-planner import llmd --live`)."""
+        _, targets = self._read(doing="finding the pool's targets")
+        sos = self._custom_list(KEDA_GROUP, KEDA_VERSION, SCALED_OBJECTS, doing="reading the ScaledObjects")
+        return [so for role in ROLES for so in autoscalers_of(targets[role], hpas=[], scaled_objects=sos)[0]]
+
     # -- reading -------------------------------------------------------------
 
     def _read(self, *, doing: str) -> tuple[dict, dict[str, Target]]:

@@ -2,7 +2,7 @@
 
   sla-planner import dgd FILE | --live NAME [--namespace NS] [--profile-dir DIR] [-o OUT]
   sla-planner import wva FILE... | --live NAME... [--namespace NS] [--base CONFIG] [-o OUT]
-  sla-planner import llmd FILE... [--pool NAME] [--base CONFIG] [-o OUT]
+  sla-planner import llmd FILE... [--pool NAME] | --live --pool NAME [--namespace NS] [--base CONFIG] [-o OUT]
 
 `dgd` reads a DynamoGraphDeployment (v1alpha1 or v1beta1; a YAML file, which
 may also hold the planner-config ConfigMap its Planner mounts, or the cluster's
@@ -51,9 +51,14 @@ def add_parser(subparsers) -> None:
     wva = kinds.add_parser("wva", help="llm-d WVA saturation (and controller) ConfigMaps")
     wva.add_argument("file", nargs="*", metavar="FILE", help="ConfigMap YAML files")
     llmd = kinds.add_parser("llmd", help="llm-d's KEDA ScaledObjects and WVA VariantAutoscalings")
-    llmd.add_argument("file", nargs="+", metavar="FILE", help="YAML files of ScaledObjects / VariantAutoscalings")
+    llmd.add_argument("file", nargs="*", metavar="FILE", help="YAML files of ScaledObjects / VariantAutoscalings")
     llmd.add_argument("--pool", default=None, metavar="NAME", help="the InferencePool whose servers they scale "
                       "(connector kind llmd)")
+    llmd.add_argument("--live", action="store_true", help="read the ScaledObjects that scale --pool's model servers "
+                      "from the cluster instead of files")
+    llmd.add_argument("--namespace", default=None, metavar="NS", help="the pool's Kubernetes namespace (--live)")
+    llmd.add_argument("--kubeconfig", default=None, metavar="PATH", help="kubeconfig (--live)")
+    llmd.add_argument("--context", default=None, help="kubeconfig context (--live)")
     llmd.add_argument("--base", default=None, metavar="CONFIG", help="a run configuration the result is merged over")
     llmd.add_argument("-o", "--output", default=None, metavar="OUT", help="write the YAML here (default: stdout)")
     for sub, live_help in ((dgd, "read the DGD NAME (and its planner's ConfigMaps) from the cluster"),
@@ -168,6 +173,19 @@ def _from_wva(args):
 def _from_llmd(args):
     from connectors.migrate.keda import from_llmd_autoscalers
 
+    if bool(args.file) == args.live:
+        raise ValueError("give ScaledObject / VariantAutoscaling files or --live --pool NAME (one of them)")
+    if args.live:
+        from connectors.config import LlmdConnectorConfig
+        from connectors.llmd import LlmdConnector
+
+        if not args.pool:
+            raise ValueError("--live reads the ScaledObjects of an InferencePool: give --pool NAME")
+        connector = LlmdConnector(LlmdConnectorConfig(inference_pool=args.pool, namespace=args.namespace,
+                                                      kubeconfig_path=args.kubeconfig, kubeconfig_context=args.context),
+                                  default_namespace=args.namespace or "default")
+        source = f"the ScaledObjects of InferencePool {connector.pool_ref}"
+        return from_llmd_autoscalers(connector.read_autoscalers(), inference_pool=args.pool, source=source), source
     docs = [d for path in args.file for d in _documents(path)]
     source = ", ".join(args.file)
     return from_llmd_autoscalers(docs, inference_pool=args.pool, source=source), source

@@ -83,3 +83,39 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, docs, expected):
     assert main(["import", "llmd", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and "\n" not in err
+
+
+@pytest.mark.integration
+def test_live_reads_the_scaled_objects_of_the_pools_targets(capsys, tmp_path):
+    """--live: the pool's targets found as the connector finds them, and only the ScaledObjects that scale them."""
+    from tests.k8s_fake_server import TEST_TOKEN
+    from tests.k8s_llmd_fake import LlmdCluster
+    from tests.test_k8s_dynamo import kubeconfig
+    from tests.test_llmd_connector import DECODE, NS, POOL, PREFILL, seed
+
+    cluster = LlmdCluster(token=TEST_TOKEN).start()
+    try:
+        seed(cluster)
+        for doc in (yaml.safe_load(Path(p).read_text()) for p in TOKEN_AWARE):
+            target = {"prefill": PREFILL, "decode": DECODE}[doc["metadata"]["labels"]["llm-d.ai/role"]]
+            doc["spec"]["scaleTargetRef"]["name"] = target
+            doc["spec"]["maxReplicaCount"] = 12 if target == PREFILL else 6
+            cluster.create(doc, namespace=NS)
+        other = yaml.safe_load(Path(TOKEN_AWARE[1]).read_text())
+        other["metadata"]["name"] = "another-models-decode"
+        other["spec"]["scaleTargetRef"]["name"] = "another-model-decode"  # the bystander: not the pool's
+        cluster.create(other, namespace=NS)
+        code, data, err = run_import(capsys, "llmd", "--live", "--pool", POOL, "--namespace", NS,
+                                     "--kubeconfig", str(kubeconfig(tmp_path, cluster)))
+    finally:
+        cluster.stop()
+    assert code == 0, err
+    assert data["planner"]["decision"]["prefill"] == {"min_replicas": 1, "max_replicas": 12}
+    assert data["planner"]["decision"]["decode"] == {"min_replicas": 1, "max_replicas": 6}
+    assert data["connector"] == {"kind": "llmd", "inference_pool": POOL, "namespace": NS}
+    assert not any("another-models-decode" in line for line in err)
+
+
+def test_live_needs_a_pool(capsys):
+    assert main(["import", "llmd", "--live"]) == 2
+    assert "--live reads the ScaledObjects of an InferencePool: give --pool NAME" in capsys.readouterr().err
