@@ -74,8 +74,8 @@ DECODE_SO = yaml.safe_load(Path(TOKEN_AWARE[1]).read_text())
 
 @pytest.mark.parametrize("docs, expected", [
     ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}],
-     "no KEDA ScaledObject or WVA VariantAutoscaling in it"),
-    ([DECODE_SO, DECODE_SO], "a second ScaledObject for the decode role: give one per role"),
+     "no KEDA ScaledObject, WVA VariantAutoscaling or HorizontalPodAutoscaler in it"),
+    ([DECODE_SO, DECODE_SO], "a second autoscaler for the decode role: give one per role"),
 ], ids=["a ConfigMap", "two for one role"])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, docs, expected):
     path = tmp_path / "in.yaml"
@@ -119,3 +119,29 @@ def test_live_reads_the_scaled_objects_of_the_pools_targets(capsys, tmp_path):
 def test_live_needs_a_pool(capsys):
     assert main(["import", "llmd", "--live"]) == 2
     assert "--live reads the ScaledObjects of an InferencePool: give --pool NAME" in capsys.readouterr().err
+
+
+def test_wvas_legacy_hpa_on_its_desired_replicas_gives_bounds_and_stabilization(capsys, tmp_path):
+    """The shape of llm-d's optimized-baseline hpa.yaml (WVA era): External wva_desired_replicas, AverageValue 1."""
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": "decode-hpa", "namespace": "llm-d-pd"},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                       "name": "optimized-baseline-nvidia-gpu-vllm-decode"},
+                    "maxReplicas": 10,
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 120}},
+                    "metrics": [{"type": "External", "external": {
+                        "metric": {"name": "wva_desired_replicas", "selector": {"matchLabels": {
+                            "variant_name": "optimized-baseline-nvidia-gpu-vllm-decode"}}},
+                        "target": {"type": "AverageValue", "averageValue": "1"}}},
+                        {"type": "Resource", "resource": {"name": "cpu", "target": {
+                            "type": "Utilization", "averageUtilization": 80}}}]}}
+    path = tmp_path / "hpa.yaml"
+    path.write_text(yaml.safe_dump(hpa))
+    code, data, err = run_import(capsys, "llmd", str(path), "--pool", "baseline")
+    assert code == 0, err
+    # minReplicas unset: the HPA's default 1; maxReplicas 10; scale-down window 120 s; no polling interval.
+    assert data["planner"]["decision"] == {"decode": {"min_replicas": 1, "max_replicas": 10},
+                                           "scale_down_stabilization_s": 120.0}
+    assert "adjustment_interval_s" not in data["planner"]
+    assert any("applies WVA's wva_desired_replicas: the planner's decision takes its place" in line for line in err)
+    assert any("not mapped: HorizontalPodAutoscaler llm-d-pd/decode-hpa.metrics.cpu=" in line for line in err)

@@ -8,6 +8,8 @@ interval, its HPA's scale-down stabilization window ours. Its triggers (EPP queu
 in-flight tokens, KV usage) have no equivalent: the planner sizes from the SLA and
 the profile, so each is reported. A VariantAutoscaling (WVA, llmd.ai/v1alpha1)
 gives the model id; its accelerator, cost and performance parameters are reported.
+An autoscaling/v2 HorizontalPodAutoscaler (WVA's legacy actuator, on the External
+metric wva_desired_replicas) gives bounds and stabilization the same way.
 The target itself becomes `connector: {kind: llmd}` once the InferencePool that
 selects it is named (`inference_pool`).
 """
@@ -45,8 +47,9 @@ def from_llmd_autoscalers(objects: list[dict], *, inference_pool: str | None = N
     used = 0
     for obj in objects:
         kind = obj.get("kind") if isinstance(obj, dict) else None
-        if kind not in ("ScaledObject", "VariantAutoscaling"):
-            out.skip(f"{source}: {kind or type(obj).__name__}", None, "not a ScaledObject or VariantAutoscaling: ignored")
+        if kind not in ("ScaledObject", "VariantAutoscaling", "HorizontalPodAutoscaler"):
+            out.skip(f"{source}: {kind or type(obj).__name__}", None,
+                     "not a ScaledObject, VariantAutoscaling or HorizontalPodAutoscaler: ignored")
             continue
         used += 1
         name = f"{kind} {keda.name_of(obj)}"
@@ -65,8 +68,13 @@ def from_llmd_autoscalers(objects: list[dict], *, inference_pool: str | None = N
         else:
             _bounds(obj, name, role, decision, out)
         spec = obj.get("spec") or {}
-        polling.append((name, int(spec.get("pollingInterval") or KEDA_DEFAULT_POLLING_S)))
-        behavior = (((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior") or {})
+        if kind == "HorizontalPodAutoscaler":
+            behavior = spec.get("behavior") or {}
+            _hpa_metrics(spec, name, out)
+        else:
+            polling.append((name, int(spec.get("pollingInterval") or KEDA_DEFAULT_POLLING_S)))
+            behavior = (((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior")
+                        or {})
         down = (behavior.get("scaleDown") or {}).get("stabilizationWindowSeconds")
         windows.append((name, float(HPA_DEFAULT_SCALE_DOWN_WINDOW_S if down is None else down)))
         up = (behavior.get("scaleUp") or {}).get("stabilizationWindowSeconds")
@@ -89,7 +97,7 @@ def from_llmd_autoscalers(objects: list[dict], *, inference_pool: str | None = N
                      f"{query or trigger.get('type')} (threshold {meta.get('threshold')})",
                      "the planner sizes each role from the SLA and the profile, not from this signal")
     if not used:
-        raise MigrationError(f"{source}: no KEDA ScaledObject or WVA VariantAutoscaling in it")
+        raise MigrationError(f"{source}: no KEDA ScaledObject, WVA VariantAutoscaling or HorizontalPodAutoscaler in it")
     if polling:
         chosen = min(s for _, s in polling)
         planner["adjustment_interval_s"] = float(chosen)
@@ -110,18 +118,36 @@ def from_llmd_autoscalers(objects: list[dict], *, inference_pool: str | None = N
 def _bounds(obj: dict, name: str, role: str, decision: dict, out: Migration) -> None:
     spec = obj.get("spec") or {}
     bounds: dict = {}
-    low, high = spec.get("minReplicaCount"), spec.get("maxReplicaCount")
+    if obj.get("kind") == "HorizontalPodAutoscaler":  # minReplicas defaults to 1, maxReplicas is required
+        low_key, high_key, low, high = "minReplicas", "maxReplicas", spec.get("minReplicas", 1), spec.get("maxReplicas")
+    else:
+        low_key, high_key = "minReplicaCount", "maxReplicaCount"
+        low, high = spec.get(low_key), spec.get(high_key)
     if low is None or int(low) == 0:
-        out.skip(f"{name}.minReplicaCount", low, "0 (KEDA's default): KEDA scales to zero while the trigger is "
+        out.skip(f"{name}.{low_key}", low, "0 (KEDA's default): KEDA scales to zero while the trigger is "
                  "inactive; the planner keeps min_replicas 1 (decision.allow_scale_to_zero to follow)")
     else:
         bounds["min_replicas"] = int(low)
     bounds["max_replicas"] = keda.DEFAULT_MAX_REPLICAS if high is None else int(high)
     if high is None:
-        out.note(f"{name}: maxReplicaCount unset, KEDA's default {keda.DEFAULT_MAX_REPLICAS}")
+        out.note(f"{name}: {high_key} unset, KEDA's default {keda.DEFAULT_MAX_REPLICAS}")
     if role in decision:
-        raise MigrationError(f"{name}: a second ScaledObject for the {role} role: give one per role")
+        raise MigrationError(f"{name}: a second autoscaler for the {role} role: give one per role")
     decision[role] = bounds
+
+
+def _hpa_metrics(spec: dict, name: str, out: Migration) -> None:
+    """Report an HPA's metrics: WVA's desired replicas become the planner's decision; others have no equivalent."""
+    for metric in spec.get("metrics") or []:
+        kind = str(metric.get("type") or "")
+        source = metric.get(kind[:1].lower() + kind[1:]) or {}  # type External -> its `external` block
+        metric_name = (source.get("metric") or {}).get("name") or source.get("name") or metric.get("type")
+        if metric_name == "wva_desired_replicas":
+            out.note(f"{name}: applies WVA's wva_desired_replicas: the planner's decision takes its place "
+                     f"(connector kind llmd writes /scale; delete this HPA, or the connector refuses to fight it)")
+            continue
+        out.skip(f"{name}.metrics.{metric_name}", (source.get("target") or {}),
+                 "the planner sizes each role from the SLA and the profile, not from this signal")
 
 
 def _variant(obj: dict, name: str, planner: dict, out: Migration) -> None:
