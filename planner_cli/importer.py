@@ -9,7 +9,7 @@ may also hold the planner-config ConfigMap its Planner mounts, or the cluster's
 copy with --live) and maps its planner's settings: `--config` JSON or file
 (Dynamo 1.x) or flags (before 1.0), and the environment the planner reads.
 `wva` reads WVA's saturation ConfigMap (and its controller ConfigMap).
-`llmd` reads llm-d's KEDA ScaledObjects (one per role) and WVA VariantAutoscalings:
+`llmd` reads llm-d's KEDA ScaledObjects (one per role), WVA VariantAutoscalings and their HPAs:
 replica bounds, polling, stabilization, model, and with --pool the llm-d connector.
 
 The result is written as YAML (stdout, or -o, then one line saying what was written),
