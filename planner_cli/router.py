@@ -93,7 +93,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from routing.config import LlmdConfig
+    from routing.config import LlmdConfig, listen_address
     from routing.http.app import create_app
     from routing.http.server import uvicorn_options
     from routing.fleet.topology import TopologyLabelError
@@ -104,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
         token = os.environ.get(cfg.auth.token_env) or None
         data_token = os.environ.get(cfg.auth.data_token_env) or None
         if args.llmd_listen is not None:
+            listen_address(args.llmd_listen)  # a plain one-line ValueError naming it, not pydantic's report
             cfg = cfg.model_copy(update={"llmd": LlmdConfig(listen=args.llmd_listen)})
         app = create_app(cfg, token=token, data_token=data_token)
     except (ValueError, TopologyLabelError) as exc:
