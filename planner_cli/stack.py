@@ -292,6 +292,9 @@ def add_parser(subparsers) -> None:
     u.add_argument("--vllm-model-config", default=d.vllm_model_config,
                    help="--fleet vllm: config.json of the tiny model the engines serve with random weights "
                         "(default: ../shared/llmd/vllm/tiny-model-config.json beside the project)")
+    u.add_argument("--vllm-max-num-seqs", type=int, default=d.vllm_max_num_seqs,
+                   help="--fleet vllm: requests one engine runs at once (vLLM's --max-num-seqs); the rest wait in "
+                        "its queue, which the saturation guardrail reads (default: %(default)s)")
     u.add_argument("--mocker-speedup", type=float, default=d.mocker_speedup,
                    help="--fleet dynamo: mocker engines run this many times faster than profiled (default: 1)")
     u.add_argument("--max-workers", type=int, default=d.max_workers,
@@ -343,6 +346,7 @@ def _run_up(args: argparse.Namespace) -> int:
         etcd_peer_port=args.etcd_peer_port, router_port=args.router_port, fleet_port=args.fleet_port,
         fleet=args.fleet, frontend_port=args.frontend_port, mocker_speedup=args.mocker_speedup,
         max_workers=args.max_workers, vllm_model_config=args.vllm_model_config,
+        vllm_max_num_seqs=args.vllm_max_num_seqs,
     )
     print(f"starting the stack in {Path(opts.state_dir).resolve()} ...")
     state = up(opts)

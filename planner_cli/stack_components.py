@@ -65,6 +65,7 @@ class StackOptions:
     mocker_speedup: float = 1.0  # Dynamo mocker: times faster than the profiled engine
     max_workers: int = 6  # --fleet dynamo: most mocker workers per pool (each is a process on this machine)
     vllm_model_config: str = ""  # --fleet vllm: the tiny model's config.json ("": the llm-d kit's beside the project)
+    vllm_max_num_seqs: int = 2  # --fleet vllm: requests an engine runs at once (the rest wait in its queue)
 
     def __post_init__(self) -> None:
         if self.fleet not in FLEETS:

@@ -197,6 +197,28 @@ def stack_options(base_dir: Path, **overrides) -> stack_components.StackOptions:
     return stack_components.StackOptions(**values)
 
 
+class FleetRecords:
+    """What an executor-driven fleet (--fleet dynamo or vllm) leaves beside RunningStack: the executor's events
+    and the load generator's records."""
+
+    def __init__(self, stack):
+        self.stack = stack
+        self.dir = Path(stack.state_dir)
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        path = self.dir / "executor" / "events.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        return [r for r in rows if kind is None or r["event"] == kind]
+
+    def loadgen(self) -> dict:
+        path = self.dir / "loadgen" / "summary.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def requests(self) -> list[dict]:
+        path = self.dir / "loadgen" / "requests.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 @contextlib.contextmanager
 def local_stack(base_dir: Path, **overrides):
     """`stack up` for a test; `stack down` afterwards, failing if any process is left."""

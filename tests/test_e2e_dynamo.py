@@ -35,7 +35,7 @@ from executor.workers import worker_tmp_dir
 from planner_cli import stack as stack_cli
 from tests.fixtures_dynamo import dynamo_python, free_port_ranges  # noqa: F401
 from tests.fixtures_net import free_port
-from tests.fixtures_stack import assert_rise_and_fall, local_stack
+from tests.fixtures_stack import FleetRecords, assert_rise_and_fall, local_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -70,28 +70,11 @@ def registered_in_dynamo(python: Path, etcd_url: str, namespace: str) -> dict[st
     return {role: counts[ep] for role, ep in endpoints.items()}
 
 
-class DynamoStack:
+class DynamoStack(FleetRecords):
     """What the tests read beyond RunningStack: the executor's and the load generator's records."""
-
-    def __init__(self, stack):
-        self.stack = stack
-        self.dir = Path(stack.state_dir)
-
-    def events(self, kind: str | None = None) -> list[dict]:
-        path = self.dir / "executor" / "events.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-        return [r for r in rows if kind is None or r["event"] == kind]
 
     def workers(self) -> list[dict]:
         return json.loads((self.dir / "executor" / "workers.json").read_text())
-
-    def loadgen(self) -> dict:
-        path = self.dir / "loadgen" / "summary.json"
-        return json.loads(path.read_text()) if path.exists() else {}
-
-    def requests(self) -> list[dict]:
-        path = self.dir / "loadgen" / "requests.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def registered(self) -> dict[str, int]:
         python = Path(self.stack.state["components"]["executor"]["argv"][0])  # the Dynamo environment's

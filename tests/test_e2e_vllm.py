@@ -8,9 +8,10 @@ aggregated pool of at most 2 engines on this 2-core machine), the gateway (each 
 by the routing service, then proxied to the engine it picked) and the load generator.
 
 The load is a trace written here: 40 s at ~0.5 req/s, 75 s at ~4 req/s, then ~0.5 req/s again;
-prompts of 100-300 tokens, 100-200 output tokens each (~600 output tokens/s at the peak: more than
-one engine decodes within the 5 ms ITL target on this shared 2-core machine, by the engine's
-profile and the correction the planner measures; ~75 tokens/s before and after). The
+prompts of 100-300 tokens, 100-200 output tokens each. Each engine runs at most 2 requests at once
+(`--max-num-seqs 2`, about 3 req/s of these), so at the peak requests wait in the engine's queue:
+the saturation guardrail reads `vllm:num_requests_waiting` and asks for a second engine; after
+the fall the queue is empty and sizing needs one. The
 planner runs every 15 s with a 30 s stabilization window and reads arrivals from the router's
 route calls and everything else from the engines' own vllm:* series. Asserted through the
 executor's records, etcd, the Prefect API (each run's decision table), the router and the load
@@ -29,7 +30,7 @@ import pytest
 
 from executor.localfleet import free_port_ranges
 from tests.fixtures_net import free_port
-from tests.fixtures_stack import local_stack
+from tests.fixtures_stack import FleetRecords, local_stack
 from tests.fixtures_vllm import TINY_MODEL_CONFIG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -57,23 +58,8 @@ def write_trace(path: Path, *, seed: int = 7) -> Path:
     return path
 
 
-class VllmStack:
-    def __init__(self, stack):
-        self.stack = stack
-        self.dir = Path(stack.state_dir)
-
-    def events(self, kind: str | None = None) -> list[dict]:
-        path = self.dir / "executor" / "events.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-        return [r for r in rows if kind is None or r["event"] == kind]
-
-    def loadgen(self) -> dict:
-        path = self.dir / "loadgen" / "summary.json"
-        return json.loads(path.read_text()) if path.exists() else {}
-
-    def requests(self) -> list[dict]:
-        path = self.dir / "loadgen" / "requests.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+class VllmStack(FleetRecords):
+    """The executor's and load generator's records, the router's admin reads, each run's decision table."""
 
     def router(self, path: str) -> dict | list:
         token = (self.dir / "router-token").read_text().strip()
