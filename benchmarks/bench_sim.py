@@ -39,6 +39,9 @@ held at the highest recommendation of 420 s; the p90 basis only once two runs in
 these variants gets its own cheapest static fleet reaching its attainment. `planner+hpa`, `planner+warm+hpa`
 and `planner+running+hpa` set HPA_WINDOW_SETTINGS, the default before flat-floor: burst sizing while arrivals
 look independent, HPA's 300 s hold alone (no floor), the p90 basis from one reading of a clumping index of 1.8.
+`planner+served` and `planner+running+served` set correction.replicas "served" (issue 40): the correction divides
+the interval's load by the replicas that served it (time-weighted ready replicas, planner.latency.served) instead
+of those the fleet has when the run reads it.
 Planner rows carry diagnostics: the share of requests no fleet can serve in time
 (single-request prefill above the TTFT target), misses by pool, and how
 concentrated the misses are in the worst intervals.
@@ -202,12 +205,18 @@ FLAT_HOLD_SETTINGS = {"sizing.independent_burst_basis": "off", "decision.indepen
 # reading of a clumping index of 1.8.
 HPA_WINDOW_SETTINGS = {"sizing.independent_burst_basis": None, "predictor.clumping_runs": 1,
                        "predictor.clumping_max_index": 1.8, "decision.scale_down_floor_s": None}
+# planner+served: issue 40's correction fix: the interval's load divided by the replicas that served it
+# (planner.latency.served: time-weighted ready replicas from the applied decisions), not by those the fleet has
+# when the run reads it (correction.replicas, "current" by default).
+SERVED_REPLICAS_SETTINGS = {"correction.replicas": "served"}
 # A variant name's part -> the planner settings it sets (the policy and the row's record read the same table).
-NAMED_SETTINGS = {"flat-hold": FLAT_HOLD_SETTINGS, "hpa": HPA_WINDOW_SETTINGS}
+NAMED_SETTINGS = {"flat-hold": FLAT_HOLD_SETTINGS, "hpa": HPA_WINDOW_SETTINGS,
+                  "served": SERVED_REPLICAS_SETTINGS}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
 VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
                         "planner+running+recurrence", "planner+flat-hold", "planner+warm+flat-hold",
-                        "planner+running+flat-hold", "planner+hpa", "planner+warm+hpa", "planner+running+hpa")
+                        "planner+running+flat-hold", "planner+hpa", "planner+warm+hpa", "planner+running+hpa",
+                        "planner+served", "planner+running+served")
 
 
 def variant_policy(cfg, profile, label: str, folder: Path, name: str):
@@ -551,6 +560,7 @@ ABLATION = {
     "- scale-down floor (HPA's window alone)": {"decision": {"scale_down_floor_s": None}},
     "- flat sizing for independent arrivals": {"sizing": {"independent_burst_basis": None}},
     "- two clumping readings at 1.7 (one at 1.8)": {"predictor": {"clumping_runs": 1, "clumping_max_index": 1.8}},
+    "+ served replicas in the correction (issue 40)": {"correction": {"replicas": "served"}},
 }
 
 

@@ -156,6 +156,14 @@ class CorrectionConfig(StrictModel):
         description="with a peak-rate signal, expect the queueing of the interval's burst (planner.signals.burst) "
         "so it is not read as slow engines; False or no signal: the flat-rate queue model",
     )
+    replicas: Literal["served", "current"] = Field(
+        "current",
+        description="the replicas the interval's load is divided by: served, the time-weighted ready replicas over "
+        "the interval rebuilt from the applied decisions and sizing.replica_startup_s (planner.latency.served); "
+        "current, the replicas the fleet has when the run reads it (a scale-up's replicas count for the interval "
+        "they were still starting in; the default until a default that holds every scenario comes with served: "
+        "served alone loses 1.6 points on azure2023_code x8 from a running start, docs/control.md)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> "CorrectionConfig":

@@ -16,6 +16,7 @@ from planner.config import DecisionConfig, PlannerConfig, PredictorConfig
 from planner.decision.decide import decide
 from planner.latency.correct import correction_factors
 from planner.latency.profile import EngineProfile
+from planner.latency.served import interval_replicas
 from planner.latency.ttft_view import TtftView
 from planner.predict import forecast_next, prime_history
 from planner.saturation.guardrail import PoolSaturation, analyze_fleet
@@ -86,18 +87,29 @@ def correct_latency(
 ) -> Corrections:
     """Observed/expected latency factors, given the replicas that served the interval.
 
+    correction.replicas "served": the time-weighted ready replicas over the interval, rebuilt from the fleet's
+    applied decisions (planner.latency.served); "current": the replicas the fleet has now.
     ttft_view: the single-request TTFT sizing uses (planner.latency.ttft_view); None: the profile's.
     """
-    return correction_factors(
+    if cfg.correction.replicas == "served":
+        replicas, note = interval_replicas(fleet, end_s=obs.taken_at_s, interval_s=obs.interval_s,
+                                           startup_s=cfg.sizing.replica_startup_s)
+    else:
+        replicas, note = {p: float(getattr(fleet, p).current_replicas) for p in POOLS}, None
+    corrections = correction_factors(
         obs,
         profile=profile,
-        decode_replicas=fleet.decode.current_replicas,
+        decode_replicas=replicas["decode"],
         cfg=cfg.correction,
-        # with these two the prefill factor leaves queueing delay out (planner.latency.correct)
-        prefill_replicas=fleet.prefill.current_replicas,
+        # with these two the prefill factor leaves queueing delay out (planner.latency.correct); the queue
+        # model counts whole servers: the time-weighted replicas to the nearest
+        prefill_replicas=max(1, math.floor(replicas["prefill"] + 0.5)),
         sizing=cfg.sizing,
         ttft_view=ttft_view,
     )
+    if note is None or not corrections.enabled:
+        return corrections
+    return dataclasses.replace(corrections, notes=corrections.notes + (note,))
 
 
 def predict_load(

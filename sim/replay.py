@@ -170,8 +170,9 @@ def _nan_if_none(x: float | None) -> float:
 class _DecisionLog:
     """What the simulated connector remembers of applied decisions (like the DGD annotations)."""
 
-    def __init__(self, window_s: float):
+    def __init__(self, window_s: float, initial: tuple[int, int]):
         self.window_s = window_s
+        self.initial = initial  # the fleet the replay started with, ready at t = 0
         self.records: list[DecisionRecord] = []
         self.recommended: list[tuple[float, int, int]] = []
 
@@ -197,6 +198,8 @@ class _DecisionLog:
             decode=PoolState(d_live, d_ready, sim.cfg.gpus_per_decode),
             last_decision=last,
             recent_targets=recent,
+            applied_targets=((0.0, *self.initial),
+                             *((r.decided_at_s, r.prefill_replicas, r.decode_replicas) for r in self.records)),
         )
 
 
@@ -244,7 +247,7 @@ class _ReplayRun:
         p0, d0 = policy.initial_fleet(_first_interval_observation(trace, scenario))
         self.sim = FleetSim(trace, tables, config=scenario.sim, router=router or make_router(scenario.router),
                             initial_prefill=p0, initial_decode=d0)
-        self.log = _DecisionLog(getattr(policy, "stabilization_window_s", 0.0))
+        self.log = _DecisionLog(getattr(policy, "stabilization_window_s", 0.0), (p0, d0))
         self.tl = Timeline()
         self.hist: dict[str, list[float]] = {"t": [], "n": [], "isl": [], "osl": [], "peak": []}
         self.arrivals_s = np.asarray(trace.arrival_s, dtype=float)

@@ -163,7 +163,7 @@ def _burst_prefill_factor(
 
 
 def _decode_factor(
-    obs: Observation, profile: EngineProfile, cfg: CorrectionConfig, notes: list[str], decode_replicas: int
+    obs: Observation, profile: EngineProfile, cfg: CorrectionConfig, notes: list[str], decode_replicas: float
 ) -> float:
     why = (
         _positive("avg_itl_ms", obs.avg_itl_ms)
@@ -198,7 +198,7 @@ def correction_factors(
     obs: Observation,
     *,
     profile: EngineProfile,
-    decode_replicas: int,
+    decode_replicas: float,
     cfg: CorrectionConfig,
     prefill_replicas: int | None = None,
     sizing: SizingConfig | None = None,
@@ -206,7 +206,7 @@ def correction_factors(
 ) -> Corrections:
     """Bounded observed/expected latency factors for both pools (see the module docstring).
 
-    decode_replicas: decode replicas serving during the observed interval.
+    decode_replicas: decode replicas serving during the observed interval (time-weighted: may be fractional).
     prefill_replicas, sizing: optional; with both, the prefill factor separates
         queueing delay from service time using the sizing queue model.
     ttft_view: the expected single-request TTFT (planner.latency.ttft_view); None: the profile's.
