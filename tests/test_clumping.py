@@ -125,6 +125,7 @@ def test_the_pipeline_takes_the_p90_once_enough_runs_read_clumping(runs, basis):
                           clumping_max_index=50.0, clumping_runs=runs)
     f = predict_load(_obs(TWO_CLUMPS), cfg)
     assert any(f"sized on the {basis} forecast" in n for n in f.notes), f.notes
+    assert f.sized_on == basis  # decided once, by the predict step; interpolate sizes on what it carries
 
 
 def test_a_burst_starting_in_the_newest_interval_waits_for_the_next_to_be_read():
@@ -285,6 +286,7 @@ def test_fixed_basis_measures_nothing():
     cfg = PlannerConfig(profile=ProfileConfig(dir="x"), predictor={"name": "constant", "size_on": "p90"})
     f = predict_load(_obs(hist([400.0] * 6, [110 / 15] * 6)), cfg.predictor)
     assert f.clumping_index is None and not any(n.startswith("clumping") for n in f.notes)
+    assert f.sized_on == "p90"
 
 
 @pytest.mark.parametrize("index, independent_basis, burst_sized", [

@@ -9,8 +9,9 @@ import pytest
 from connectors.profiles import load_profile_dir
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, ReasonCode
-from planner.steps import interval_load, size_for_load
-from planner.steps import size_warmup_floor
+from planner.pipeline import plan_interval
+from planner.steps import interval_load, size_for_load, size_warmup_floor
+from planner.types import FleetState, PoolState
 
 INTERVAL_S = 60.0
 # A quiet warm-up whose third-newest interval is a burst: 300 requests/minute around a 3,000 one.
@@ -144,3 +145,17 @@ def test_the_warmup_is_sized_at_its_peaks_whatever_the_basis_for_independent_arr
     assert at_peak > by_flat  # the case means something: the burst basis asks more for the burst
     floor = size_warmup_floor(live([300]), peaky, flat, profile)
     assert floor.targets["prefill"] == at_peak == size_warmup_floor(live([300]), peaky, burst, profile).targets["prefill"]
+
+
+def test_the_pipeline_runs_the_floor_as_a_step_on_scheduled_runs_only(setup):
+    """plan_interval (the simulator's path; the flow's runs the same steps as tasks) sizes the floor itself
+    from the warm-up it is given, and a fast-path run, which only adds over what is set, has none."""
+    cfg, profile = setup
+    obs, warmup = live([300]), history(WARM)
+    fleet = FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1))
+    scheduled = plan_interval(obs, fleet, cfg, profile, now_s=obs.taken_at_s, warmup=warmup)
+    assert scheduled.start_floor == size_warmup_floor(obs, warmup, cfg, profile) is not None
+    assert ReasonCode.WARMUP_START_FLOOR in [r.code for r in scheduled.decision.reasons]
+    assert plan_interval(obs, fleet, cfg, profile, now_s=obs.taken_at_s, warmup=warmup, fast_path=True).start_floor is None
+    assert plan_interval(obs, fleet, cfg, profile, now_s=obs.taken_at_s).start_floor is None
+
