@@ -4,9 +4,12 @@ Rows: the loaded retrain scenario's simulator samples (bench_retrain.py: Azure c
 independent tenants, +-30 s, on a static 1 prefill + 2 decode fleet, first 30 minutes; recorded with both
 endpoints named at dispatch, as llm-d's EPP picks), as llm-d training entries (routing.llmd.rows, feature set
 1: the seven load fields and the pod's role). In time order, the older 80% are posted to both servers'
-training routes; the newest 20% are replayed as an EPP does: each chunk of 100 rows is predicted in one
-`/predict/bulk/strict` call (100 candidate pods, 400 ms budget), then posted as training rows, one post per
-chunk (the EPP posts every second).
+training routes; the newest 20% are replayed at the trace's own speed: each chunk of 100 rows is predicted
+in one `/predict/bulk/strict` call when its first outcome is due, then posted as training rows (the EPP
+posts every second; an outcome posted at once is a little early for both servers alike). Then an
+EPP-shaped load for the latency: 20 strict bulk calls a second of 100 rows each (one per scheduling
+decision at 100 candidate pods, 400 ms budget) for 60 s while another client posts 50 training rows every
+second.
 
 * **Ours**: `sla-planner router --llmd-listen` (a subprocess). After the older rows are posted, the retrain
   core runs once as the retrain flow does (samples read through the admin API, feature set 1, the gate),
@@ -20,7 +23,8 @@ chunk (the EPP posts every second).
 
 Figures per target (held-out rows): p90 coverage (share of outcomes at or under `*_ms`), pinball loss at
 0.9 relative to the outcome (routing.training.scores), and per queue stratum; per server, the bulk
-call's latency seen by the client (p50, p99, max, calls over 400 ms).
+call's latency seen by the client (p50, p99, max, calls over 400 ms) and the server's own processing time.
+`--quick`: a 5-minute window, the replay unpaced, 10 s of load, no JSON written.
 
 Writes benchmarks/results/llmd_predictor.json and prints a table.
 Run: .venv/bin/python benchmarks/bench_llmd_predictor.py --samples-cache /tmp/retrain-cache \\
@@ -213,23 +217,62 @@ def _iso_s(text: str) -> float:
     return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def replay(client: httpx.Client, pred_url: str, train_url: str, held: list[dict]) -> tuple[dict, list, list]:
-    """Predict each chunk of held-out rows in one strict bulk call, then post it; predictions and latencies."""
+def replay(client: httpx.Client, servers: dict, held: list[dict], times_s: list[float], *, paced: bool) -> dict:
+    """The held-out rows in trace time: each chunk of CHUNK rows predicted in one strict bulk call when its
+    first request arrives, then posted as training rows (paced: at the trace's own speed, so a server that
+    retrains every second sees the outcomes as a deployed one would)."""
     out = {"ttft": [], "tpot": []}
-    latencies, server_ms = [], []
+    wall0, trace0 = time.monotonic(), times_s[0]
     for k in range(0, len(held), CHUNK):
+        if paced:
+            time.sleep(max(0.0, (times_s[k] - trace0) - (time.monotonic() - wall0)))
         chunk = held[k:k + CHUNK]
         rows = [{f: v for f, v in e.items() if not f.startswith("actual_")} for e in chunk]
-        t0 = time.perf_counter()
-        r = client.post(f"{pred_url}/predict/bulk/strict", json={"requests": rows})
-        latencies.append((time.perf_counter() - t0) * 1000.0)
+        r = client.post(f"{servers['pred']}/predict/bulk/strict", json={"requests": rows})
         r.raise_for_status()
-        server_ms.append(float(r.json()["processing_time_ms"]))
         for e, p in zip(chunk, r.json()["predictions"]):
             target = "ttft" if e["actual_ttft_ms"] > 0 else "tpot"
             out[target].append((e[f"actual_{target}_ms"], p[f"{target}_ms"], e["num_request_waiting"]))
-        post(client, train_url, chunk)
-    return out, latencies, server_ms
+        post(client, servers["train"], chunk)
+    return out
+
+
+def load_phase(client: httpx.Client, servers: dict, held: list[dict], *, seconds: float, calls_per_s: float,
+               rows_per_post: int) -> dict:
+    """An EPP-shaped load: `calls_per_s` strict bulk calls of CHUNK rows (one per scheduling decision at 100
+    candidate pods) while another thread posts `rows_per_post` training rows every second."""
+    import threading
+
+    stop = threading.Event()
+    rng = np.random.default_rng(0)
+
+    def poster() -> None:
+        with httpx.Client(timeout=60) as c:
+            k = 0
+            while not stop.wait(1.0):
+                post(c, servers["train"], held[k:k + rows_per_post] or held[:rows_per_post])
+                k = (k + rows_per_post) % len(held)
+
+    thread = threading.Thread(target=poster, daemon=True)
+    thread.start()
+    latencies, server_ms = [], []
+    t_end = time.monotonic() + seconds
+    next_at = time.monotonic()
+    try:
+        while time.monotonic() < t_end:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += 1.0 / calls_per_s
+            idx = rng.integers(0, len(held), CHUNK)
+            rows = [{f: v for f, v in held[i].items() if not f.startswith("actual_")} for i in idx]
+            t0 = time.perf_counter()
+            r = client.post(f"{servers['pred']}/predict/bulk/strict", json={"requests": rows})
+            latencies.append((time.perf_counter() - t0) * 1000.0)
+            r.raise_for_status()
+            server_ms.append(float(r.json()["processing_time_ms"]))
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    return latency_figures(latencies, server_ms) | {"calls_per_s": calls_per_s, "training_rows_per_s": rows_per_post}
 
 
 def figures(rows: list[tuple]) -> dict:
@@ -258,8 +301,10 @@ def latency_figures(ms: list[float], server_ms: list[float]) -> dict:
             "server_processing_p99_ms": round(float(np.percentile(s, 99)), 2)}
 
 
-def run_server(name: str, start, entries: list[dict], held: list[dict], retrain) -> dict:
-    """Start a server pair, post the older rows, train (retrain(servers, posted_at_s)), replay the held-out rows."""
+def run_server(name: str, start, entries: list[dict], held: list[dict], times_s: list[float], retrain, *,
+               paced: bool, load_s: float) -> dict:
+    """Start a server pair, post the older rows, train (retrain(servers, posted_at_s)), replay the held-out
+    rows (quality), then an EPP-shaped load (latency)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-llmd-{name}-") as tmp:
         servers = start(Path(tmp))
         try:
@@ -269,14 +314,15 @@ def run_server(name: str, start, entries: list[dict], held: list[dict], retrain)
                     post(client, servers["train"], entries[k:k + 1000])
                 trained = retrain(servers, time.time())
                 setup_s = time.perf_counter() - t0
-                preds, latencies, server_ms = replay(client, servers["pred"], servers["train"], held)
+                preds = replay(client, servers, held, times_s, paced=paced)
                 status = client.get(f"{servers['pred']}/status").json()
+                latency = load_phase(client, servers, held, seconds=load_s, calls_per_s=20.0, rows_per_post=50)
         finally:
             for p in servers["procs"]:
                 p.terminate()
                 p.wait(timeout=30)
     return {"model_type": status.get("model_type"), "training": trained, "setup_s": round(setup_s, 1),
-            "ttft": figures(preds["ttft"]), "tpot": figures(preds["tpot"]), "bulk_latency": latency_figures(latencies, server_ms)}
+            "ttft": figures(preds["ttft"]), "tpot": figures(preds["tpot"]), "bulk_latency": latency}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,21 +336,27 @@ def main(argv: list[str] | None = None) -> int:
     sc = next(s for s in SCENARIOS if s["name"].startswith(SCENARIO))
     recordings, info, _, _ = samples_cached(sc, quick=args.quick, cache_dir=args.samples_cache)
     samples = sorted(recordings["at_dispatch"], key=lambda s: s["recorded_at_s"])[-args.max_samples:]
-    entries = [entry_of(s) for s in samples if s["observed_ms"] > 0]
+    kept = [s for s in samples if s["observed_ms"] > 0]
+    entries, times_s = [entry_of(s) for s in kept], [float(s["recorded_at_s"]) for s in kept]
     cut = int(len(entries) * 0.8)
-    older, held = entries[:cut], entries[cut:]
+    older, held, held_times = entries[:cut], entries[cut:], times_s[cut:]
+    paced, load_s = not args.quick, (10.0 if args.quick else 60.0)
     result = {"what": __doc__.split("\n\n")[0], "scenario": sc["name"], "load_model": info["load_model"],
               "lifecycle": "both endpoints named at dispatch (as llm-d's EPP picks)", "rows_posted": len(older),
               "rows_held_out": len(held), "chunk_rows": CHUNK, "deadline_ms": DEADLINE_MS,
+              "replay": "paced at the trace's own speed" if paced else "as fast as the servers answer (quick)",
+              "held_out_trace_s": round(held_times[-1] - held_times[0], 1),
               "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
                           "loadavg_1m_start": round(os.getloadavg()[0], 2)}, "servers": {}}
     result["servers"]["sla-planner"] = run_server(
-        "ours", start_ours, older, held, lambda servers, at: retrain_ours(servers["admin"]))
+        "ours", start_ours, older, held, held_times, lambda servers, at: retrain_ours(servers["admin"]),
+        paced=paced, load_s=load_s)
     if args.llmd_checkout:
         python = args.llmd_python or sys.executable
         result["servers"]["llm-d 04e44cd8 (+PR #81 fix)"] = run_server(
-            "theirs", lambda tmp: start_theirs(args.llmd_checkout, python, tmp), older, held,
-            lambda servers, at: {"waited_s": round(wait_theirs_trained(servers["train"], servers["pred"], at), 1)})
+            "theirs", lambda tmp: start_theirs(args.llmd_checkout, python, tmp), older, held, held_times,
+            lambda servers, at: {"waited_s": round(wait_theirs_trained(servers["train"], servers["pred"], at), 1)},
+            paced=paced, load_s=load_s)
     result["machine"]["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps({k: s["training"] for k, s in result["servers"].items()}))
     print(table(result))
