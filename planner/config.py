@@ -177,11 +177,18 @@ class CorrectionConfig(StrictModel):
 class SizingConfig(StrictModel):
     """How forecast load becomes replicas (see docs/sizing.md and docs/control.md)."""
 
-    mode: Literal["sla", "dynamo"] = Field(
+    mode: Literal["sla", "dynamo-1.0.2"] = Field(
         "sla",
         description="sla: each pool sized so a share of requests meets its latency target (queueing-aware "
-        "prefill, ITL-quantile decode); dynamo: the seed formulas (100% of profiled throughput)",
+        "prefill, ITL-quantile decode); dynamo-1.0.2: Dynamo 1.0.2's throughput formulas (100% of profiled "
+        "throughput), not Dynamo 1.6.1's capacity search (docs/sizing.md); dynamo: a deprecated alias of dynamo-1.0.2",
     )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _dynamo_alias(cls, value):
+        # Deprecated: "dynamo" named Dynamo 1.0.2's formulas, which Dynamo 1.6.1 no longer uses.
+        return "dynamo-1.0.2" if value == "dynamo" else value
     gpus_per_prefill_engine: int | None = Field(
         None, ge=1, description="GPUs one prefill replica uses; None: what the profile says (meta.json), else 1"
     )

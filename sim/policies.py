@@ -3,7 +3,7 @@
 Names (`make_policy`):
   planner              the planner core with the given configuration (default sizing "sla")
   planner:<predictor>  the same with another load predictor (constant, kalman, ...)
-  dynamo               the planner with Dynamo's seed sizing formulas (sizing.mode = "dynamo")
+  dynamo               the planner with Dynamo's seed sizing formulas (sizing.mode = "dynamo-1.0.2")
   saturation           the saturation guardrail alone, WVA-style: +1 replica when a pool
                        runs out of spare KV/queue, -1 when the N/(N-1) check says it is safe
   static:<P>x<D>       a fixed fleet of P prefill and D decode workers
@@ -264,7 +264,7 @@ def make_policy(name: str, *, cfg: PlannerConfig, profile: EngineProfile, ttft_v
         return PlannerPolicy(pcfg, profile, name=name, ttft_view=ttft_view)
     if name == "dynamo":
         # Dynamo's formulas on the p90 forecast, as this comparison row has always been measured.
-        dcfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"mode": "dynamo"}),
+        dcfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"mode": "dynamo-1.0.2"}),
                                       "predictor": cfg.predictor.model_copy(update={"size_on": "p90"})})
         return PlannerPolicy(dcfg, profile, name="dynamo", ttft_view=ttft_view)
     if name == "saturation":

@@ -239,7 +239,7 @@ def test_the_scale_down_floor_meets_a_burst_after_a_quiet_spell(tables, cfg, pro
     [
         pytest.param("planner", ("PlannerPolicy", "auto", "sla"), id="planner: default predictor and sizing"),
         pytest.param("planner:constant", ("PlannerPolicy", "constant", "sla"), id="planner:constant"),
-        pytest.param("dynamo", ("PlannerPolicy", "auto", "dynamo"), id="dynamo sizing mode"),
+        pytest.param("dynamo", ("PlannerPolicy", "auto", "dynamo-1.0.2"), id="dynamo: Dynamo 1.0.2 sizing mode"),
         pytest.param("saturation", ("SaturationPolicy", None, None), id="saturation"),
         pytest.param("static:4x2", ("StaticPolicy", None, None), id="static 4 prefill x 2 decode"),
     ],

@@ -31,7 +31,7 @@ from planner.sizing.pools import lead_intervals, size_decode, size_prefill
 from planner.types import Corrections, Forecast
 from tests.fixtures_profile import linear_decode, linear_prefill
 
-DYNAMO = SizingConfig(mode="dynamo")
+DYNAMO = SizingConfig(mode="dynamo-1.0.2")
 SLA = SizingConfig()  # defaults: 99% of reachable requests, p99 ITL, prompt/context CV 1, g = 1, no extra headroom
 # One prompt length (isl_cv 0), the p95 TTFT and a decode sized on throughput with 15% headroom (the ITL
 # quantile at .51 is about the mean ITL: it binds only where the mean ITL itself would miss): the
@@ -133,7 +133,7 @@ def test_ceil_replicas(x, n):
     pytest.param(0, 1000, 1.0, 1, 0, id="no requests -> 0"),
 ])
 def test_dynamo_prefill(requests, isl, corr, gpus, expected):
-    cfg = SizingConfig(mode="dynamo", gpus_per_prefill_engine=gpus)
+    cfg = SizingConfig(mode="dynamo-1.0.2", gpus_per_prefill_engine=gpus)
     s = prefill(fc(requests, isl=isl), cfg=cfg, corr=corr)
     assert s.replicas == expected
     assert s.pool == "prefill"
@@ -151,7 +151,7 @@ def test_dynamo_prefill(requests, isl, corr, gpus, expected):
     pytest.param(600, 1.0, 1, 25.0, 1, id="10 rps*200 = 2000 / 7000 = 0.29 -> 1"),
 ])
 def test_dynamo_decode(requests, corr, gpus, itl_ms, expected):
-    cfg = SizingConfig(mode="dynamo", gpus_per_decode_engine=gpus)
+    cfg = SizingConfig(mode="dynamo-1.0.2", gpus_per_decode_engine=gpus)
     s = decode(fc(requests, isl=900.0), cfg=cfg, corr=corr, itl_ms=itl_ms)
     assert s.replicas == expected
     assert s.numbers["context_tokens"] == 1000.0
@@ -399,7 +399,7 @@ def test_upper_forecast_widens_to_the_lead_time(startup_s, expected_requests):
 
 def test_dynamo_mode_sizes_the_next_interval_as_the_seed_did():
     """The seed formulas take next interval's p90 as is: 1200 requests (20 rps*1000/10000 = 2), no widening."""
-    s = prefill(fc(300, p90=1200), cfg=SizingConfig(mode="dynamo"), size_on="p90")
+    s = prefill(fc(300, p90=1200), cfg=SizingConfig(mode="dynamo-1.0.2"), size_on="p90")
     assert s.numbers["requests"] == 1200.0 and s.replicas == 2
 
 
@@ -512,3 +512,14 @@ def test_default_decode_sizes_for_the_p99_itl_at_the_slo():
     assert s.replicas == 1 and s.numbers["itl_quantile_ms"] <= 20.0
     tight = decode(fc(600, isl=900.0), cfg=SizingConfig(replica_startup_s=0.0), itl_ms=19.0, max_kv_tokens=100_000)
     assert tight.replicas == 2 and "(ITL quantile-bound)" in tight.message
+
+
+def test_dynamo_is_a_deprecated_alias_of_dynamo_1_0_2():
+    """The mode is Dynamo 1.0.2's formulas and named for them; the old name still loads, as that mode."""
+    assert SizingConfig(mode="dynamo").mode == "dynamo-1.0.2"
+    old = prefill(fc(300, p90=1200), cfg=SizingConfig(mode="dynamo"), size_on="p90")
+    new = prefill(fc(300, p90=1200), cfg=SizingConfig(mode="dynamo-1.0.2"), size_on="p90")
+    assert (old.replicas, old.message) == (new.replicas, new.message)
+    assert new.message.startswith("dynamo:")
+    with pytest.raises(ValueError, match="mode"):
+        SizingConfig(mode="dynamo-1.6.1")

@@ -1,4 +1,8 @@
-"""Dynamo's sizing mode: its seed formulas, verbatim.
+"""Dynamo 1.0.2's sizing mode (sizing.mode "dynamo-1.0.2"): its throughput formulas, verbatim.
+
+Dynamo 1.6.1 sizes differently: a capacity search over a forward-pass time model fitted from the profile
+(dynamo/planner/core/throughput_scaling.py, core/perf_model/engine_query.py); docs/sizing.md says where the two
+part. This mode is the 1.0.2 planner's and is named for it ("dynamo", its old name, is a deprecated alias).
 
 Both pools are sized for 100% of profiled throughput, and prefill ignores the
 TTFT target:

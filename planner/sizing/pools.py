@@ -2,8 +2,8 @@
 
 Two modes (SizingConfig.mode), each in its own module: "sla" (default,
 planner.sizing.sla) sizes each pool so a share of its requests meets the
-latency target; "dynamo" (planner.sizing.dynamo) is Dynamo's seed formulas,
-100% of profiled throughput. Both read the same `SizingLoad`, built here.
+latency target; "dynamo-1.0.2" (planner.sizing.dynamo) is Dynamo 1.0.2's throughput
+formulas, 100% of profiled throughput ("dynamo" is its deprecated alias). Both read the same `SizingLoad`, built here.
 
 Load: the mean forecast or its upper quantile (`size_on`). A count set now serves
 once new replicas are ready, `lead_intervals` intervals ahead, so the upper
@@ -175,7 +175,7 @@ def size_prefill(
     numbers["single_request_ttft_ms"] = ttft.ttft_ms_at(isl_eval)
     numbers["isl_clamped"] = float(clamped)
     numbers["prefill_tokens_per_s"] = rps * isl
-    if cfg.mode == "dynamo":
+    if cfg.mode == "dynamo-1.0.2":
         return dynamo_prefill(load, throughput_per_gpu=thpt, numbers=numbers)
     return sla_prefill(load, forecast, ttft=ttft, slo=slo, cfg=cfg, numbers=numbers)
 
@@ -224,7 +224,7 @@ def size_decode(
     context_eval, clamped = _within(context, *profile.context_range_tokens)
     op = profile.best_throughput_per_gpu(corrected_itl, context_eval)
     numbers.update(corrected_itl_target_ms=corrected_itl, context_clamped=float(clamped))
-    if cfg.mode == "dynamo":
+    if cfg.mode == "dynamo-1.0.2":
         return dynamo_decode(load, op=op, corrected_itl_ms=corrected_itl, numbers=numbers)
     return sla_decode(load, op=op, corrected_itl_ms=corrected_itl, context_eval_tokens=context_eval, profile=profile,
                       slo=slo, cfg=cfg, numbers=numbers)
