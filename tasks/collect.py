@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefect import task
+from prefect import get_run_logger, task
 
 from connectors.base import Connector
 from connectors.config import ConnectorConfig, MetricsConfig
@@ -21,6 +21,7 @@ def collect_metrics(
     from connectors.prometheus import PrometheusCollector
 
     expected = None if fleet is None else {p: getattr(fleet, p).ready_replicas for p in POOLS}
+    get_run_logger().info(metrics.source_note())
     with PrometheusCollector(metrics) as collector:
         return collector.collect(now_s=now_s, interval_s=interval_s, history_intervals=history_intervals,
                                  expected_workers=expected)
