@@ -14,13 +14,13 @@ Three write paths, picked from what the cluster serves (API discovery of
 - **v1alpha1** (operators before 1.3): JSON merge patch of `spec.services.<name>.replicas`.
 
 The prefill and decode workers are found as Dynamo's planner finds them
-(connectors.dgd). Ready replicas and readiness come from the operator's status
+(connectors.kube.dgd). Ready replicas and readiness come from the operator's status
 (`status.components.<name>` in v1beta1, `status.services.<name>` in v1alpha1:
 availableReplicas, else readyReplicas) and `observedGeneration`; GPUs per replica
 from the operator's `gpusPerReplica`, else the component's `nvidia.com/gpu`.
 
 The last decision and the recommendation history live on the DGD as annotations
-(connectors.annotation_ledger; the operator does not revert metadata). A run writes
+(connectors.kube.annotation_ledger; the operator does not revert metadata). A run writes
 only when something changes: one write guarded by `metadata.resourceVersion` (a
 merge patch in v1alpha1, a JSON patch with a `test` of it in v1beta1, carrying the
 replicas of components without an adapter) with the recommendation when it differs
@@ -28,7 +28,7 @@ from the one in effect, plus the decision annotations when the targets change;
 then, with adapters, their /scale. A conflict (409, or 422 from the resourceVersion
 test) makes the connector read afresh and retry.
 
-Credentials and API errors are connectors.kube_session's (in-cluster service
+Credentials and API errors are connectors.kube.session's (in-cluster service
 account or kubeconfig; a 401 reloads them once).
 
 A decision is done when both pools' ready replicas equal its targets and the
@@ -41,7 +41,7 @@ import logging
 
 from kubernetes import client as k8s_client
 
-from connectors import dgd
+from connectors.kube import dgd
 from connectors.base import (
     ConcurrentWriteError,
     ConnectorError,
@@ -52,9 +52,9 @@ from connectors.base import (
     refuse_stale,
     recommendation_of,
 )
-from connectors.annotation_ledger import AnnotationLedger
+from connectors.kube.annotation_ledger import AnnotationLedger
 from connectors.config import KubernetesConnectorConfig
-from connectors.kube_session import KubeSession
+from connectors.kube.session import KubeSession
 from planner.types import POOLS, Decision, DecisionRecord, FleetState, Pool, PoolState
 
 log = logging.getLogger(__name__)

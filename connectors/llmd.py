@@ -1,13 +1,13 @@
 """The llm-d connector: scale the prefill and decode model servers of an InferencePool through their /scale.
 
-The pool's targets are found as llm-d labels them (connectors.llmd_pool): the
+The pool's targets are found as llm-d labels them (connectors.kube.llmd_pool): the
 Deployments, LeaderWorkerSets or DisaggregatedSet role scalers whose pods the
 pool selects, by `llm-d.ai/role`. Reads: the InferencePool, the namespace's
 Deployments and LeaderWorkerSets (lists), a role scaler's /scale, and, to
 check nobody else scales the same object, its HorizontalPodAutoscalers
 (autoscaling/v2) and KEDA ScaledObjects (lists). Writes: the pool's
 annotations (the last decision and the recommendation history,
-connectors.annotation_ledger, guarded by resourceVersion), then each changed
+connectors.kube.annotation_ledger, guarded by resourceVersion), then each changed
 target's /scale (autoscaling/v1 Scale, merge patch of spec.replicas). Nothing
 else is written.
 
@@ -18,7 +18,7 @@ planner's target before writing /scale (KEDA then holds the target there).
 
 With `actuation: keda` the connector writes no /scale: the planner publishes
 its desired replicas per pool and role (connectors.planner_metrics, the gauge
-connectors.keda.GAUGE) and one ScaledObject per role applies it; the connector
+connectors.kube.keda.GAUGE) and one ScaledObject per role applies it; the connector
 checks each target has exactly such a ScaledObject (one on another metric is a
 one-line error naming it) and that its bounds let KEDA apply the decision.
 
@@ -32,8 +32,8 @@ import logging
 
 from kubernetes import client as k8s_client
 
-from connectors import keda, llmd_pool
-from connectors.annotation_ledger import AnnotationLedger
+from connectors.kube import keda, llmd_pool
+from connectors.kube.annotation_ledger import AnnotationLedger
 from connectors.base import (
     ConcurrentWriteError,
     ConnectorError,
@@ -45,8 +45,8 @@ from connectors.base import (
     refuse_stale,
 )
 from connectors.config import LlmdConnectorConfig
-from connectors.kube_session import KubeSession
-from connectors.llmd_pool import DSRS, LWS, ROLES, PoolShapeError, Target
+from connectors.kube.session import KubeSession
+from connectors.kube.llmd_pool import DSRS, LWS, ROLES, PoolShapeError, Target
 from planner.types import Decision, DecisionRecord, FleetState, PoolState
 
 log = logging.getLogger(__name__)

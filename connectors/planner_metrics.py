@@ -26,7 +26,7 @@ Gauges (labels: namespace, model, and pool where it applies):
   to turn the per-interval counts into rates)
 - sla_planner_inference_pool_desired_replicas (labels namespace, model, inference_pool_namespace,
   inference_pool, role): the desired replicas again, per llm-d InferencePool and role, when the
-  run scales one; the gauge a KEDA ScaledObject per role applies (connectors.keda)
+  run scales one; the gauge a KEDA ScaledObject per role applies (connectors.kube.keda)
 
 `publish_run` is what a flow calls after each run: it pushes, and/or exposes
 the run's gauges on a per-process endpoint (one HTTP server per address and
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Gauge, Metric, generate_latest, push_to_gateway, start_http_server
 
 from connectors.config import PlannerMetricsConfig
-from connectors.keda import GAUGE
+from connectors.kube.keda import GAUGE
 from planner.config import SloTarget
 from planner.signals.slo_attainment import share_within
 from planner.types import POOLS, Corrections, Decision, DecisionRecord, FleetState, Forecast, Observation, is_number

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from connectors import keda
+from connectors.kube import keda
 from connectors.base import ConnectorError, ResourceAccessError
 from connectors.config import LlmdConnectorConfig
 from connectors.factory import make_connector

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from connectors import keda
+from connectors.kube import keda
 from connectors.config import LlmdConnectorConfig
 from connectors.llmd import LlmdConnector
 from planner.types import Decision

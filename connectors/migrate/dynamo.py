@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from connectors import dgd
+from connectors.kube import dgd
 from connectors.migrate.dynamo_settings import (
     DYNAMO_DEFAULTS, LEGACY_ONLY_DEFAULTS, PlannerComponent, PlannerSettings, main_container, mounted_from,
     planner_component, planner_settings, split_args, spec_components,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from connectors import dgd
+from connectors.kube import dgd
 from connectors.migrate.result import MigrationError
 from connectors.migrate.dynamo_config import (
     DYNAMO_ENV, ConfigRefused, DynamoPlannerConfig, effective_config, parse_config_text,

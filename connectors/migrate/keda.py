@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from connectors import keda
+from connectors.kube import keda
 from connectors.migrate.result import Migration, MigrationError
 
 KEDA_DEFAULT_POLLING_S = 30
