@@ -130,11 +130,17 @@ class Gateway:
         upstream = self.engines.build_request("POST", f"{choice['url'].rstrip('/')}{path}", content=raw,
                                               headers={"Content-Type": "application/json"})
         try:
-            resp = await self.engines.send(upstream, stream=True)
+            try:
+                resp = await self.engines.send(upstream, stream=True)
+            except (httpx.RemoteProtocolError, httpx.ConnectError, httpx.ReadError):
+                # The engine closed a kept-alive connection as it was reused, before reading the request: the
+                # request never ran there, so it is sent once more on a fresh connection.
+                resp = await self.engines.send(upstream, stream=True)
         except httpx.HTTPError as exc:
             self.counts["failed"] += 1
             await self._completed(rid, timing)
-            return JSONResponse({"error": "engine_unreachable", "message": f"{choice['endpoint_id']}: {exc}"},
+            return JSONResponse({"error": "engine_unreachable",
+                                 "message": f"{choice['endpoint_id']}: {type(exc).__name__}: {exc}"},
                                 status_code=502)
         if not body.get("stream"):
             content = await resp.aread()

@@ -59,13 +59,20 @@ def down(state_dir: str, *, log=print, grace_s: float = 10.0) -> list[int]:
         return []
     groups = [c["pid"] for c in state["components"].values() if c.get("pid")]
     marker = state["marker"]
+    # Marked processes leading a group of their own (an executor's workers, each in its own session) are
+    # stopped with their group: a vLLM engine's child processes retitle themselves (setproctitle overwrites
+    # the environment /proc shows), so the marker finds the engine but not its engine core and worker.
+    leaders = [pid for pid in marked_processes(marker) if pid not in groups and (_proc_stat(pid) or ("", 0))[1] == pid]
     stopped = set()
+    for pgid in leaders:
+        stopped.update(_group_members(pgid))
+        _signal_unmarked_group(pgid, signal.SIGTERM)
     for pgid in groups:
         stopped.update(members(pgid, marker))
         _signal_group(pgid, signal.SIGTERM, marker=marker)
     deadline = time.monotonic() + grace_s
     resent = False
-    while time.monotonic() < deadline and marked_processes(marker):
+    while time.monotonic() < deadline and (marked_processes(marker) or _live_in(leaders)):
         _reap(groups)
         time.sleep(0.1)
         if not resent and time.monotonic() > deadline - grace_s + 1.0:
@@ -76,15 +83,17 @@ def down(state_dir: str, *, log=print, grace_s: float = 10.0) -> list[int]:
     # Flow runs a worker started live in their own session: found by the marker alone.
     for pgid in groups:
         _signal_group(pgid, signal.SIGKILL, marker=marker)
+    for pgid in leaders:
+        _signal_unmarked_group(pgid, signal.SIGKILL)
     for pid in marked_processes(marker):
         stopped.add(pid)
         _signal_pid(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and marked_processes(marker):
+    while time.monotonic() < deadline and (marked_processes(marker) or _live_in(leaders)):
         _reap(groups)
         time.sleep(0.05)
     _reap(groups)
-    left = marked_processes(marker)
+    left = sorted(set(marked_processes(marker)) | set(_live_in(leaders)))
     for comp in state["components"].values():
         comp["pid"] = None
     save_state(state_path, state)
@@ -255,6 +264,22 @@ def _signal_group(pgid: int, sig: int, *, marker: str) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _signal_unmarked_group(pgid: int, sig: int) -> None:
+    """Signal the group of a marked process found leading it; a pgid stays its group's while any member lives,
+    so a group with members left is still that one."""
+    if not _group_members(pgid):
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _live_in(pgids) -> list[int]:
+    """Live members of these process groups."""
+    return [pid for pgid in pgids for pid in _group_members(pgid)]
 
 
 def _environ(pid: int) -> bytes:

@@ -124,11 +124,12 @@ def test_no_request_fails_during_the_scale_down(run):
     assert not failed, f"{len(failed)} of {len(rows)} requests failed: {failed[:5]}"
     drain = next(e for e in run["events"] if e["event"] == "drain" and e["t_s"] > run["rise_s"])
     term = next(e for e in run["events"] if e["event"] == "drained_from_routing" and e["t_s"] >= drain["t_s"])
-    # requests in flight while the engine left routing and was stopped all completed
-    around = [r for r in rows
-              if r["sent_unix_s"] <= term["t_s"] and r["sent_unix_s"] + (r["e2e_s"] or 0) >= drain["t_s"]]
-    assert around, "no request was in flight during the drain"
-    assert all(r["ok"] for r in around)
+    assert term["slot"] == drain["slot"], (drain, term)  # SIGTERM only once the router let it go
+    # the drained engine had served requests, and every request sent in the half minute around its drain completed
+    drained = f"aggregated-{drain['slot']}"
+    assert any(s["endpoint_id"] == drained for s in run["samples"]["samples"]), f"{drained} served nothing"
+    around = [r for r in rows if drain["t_s"] - 30 <= r["sent_unix_s"] <= term["t_s"] + 30]
+    assert around and all(r["ok"] for r in around), around[:5]
 
 
 def test_the_routers_samples_come_from_real_completions(run):
@@ -139,23 +140,25 @@ def test_the_routers_samples_come_from_real_completions(run):
     tpot = [s for s in samples if s["target"] == "tpot"]
     ok = [r for r in run["requests"] if r["ok"]]
     assert len(tpot) >= 0.9 * len(ok) and len(ttft) >= 0.9 * len(ok), (len(ttft), len(tpot), len(ok))
-    # the measured TTFTs are the engine's: a few ms to seconds, never the profile's estimate
-    assert 1.0 < float(np.median([s["observed_ms"] for s in ttft])) < 5000.0
+    # the TTFTs the router learns from are the ones the clients saw (the gateway measures them on the stream)
+    router_ms = float(np.median([s["observed_ms"] for s in ttft]))
+    client_ms = 1000.0 * float(np.median([r["ttft_s"] for r in ok if r["ttft_s"] is not None]))
+    assert 0.5 * client_ms < router_ms < 1.5 * client_ms, (router_ms, client_ms)
     # every request the load generator sent was routed by the router
     assert float(run["router_metrics"][0]["value"][1]) >= len(run["requests"])
 
 
 def test_the_planner_read_the_engines_metrics_and_the_guardrail_their_kv_and_queue(run):
-    tables = [t for t in run["tables"].values() if t]
+    tables = [{r["item"]: r for r in rows} for rows in run["tables"].values() if rows]
     assert len(tables) >= 5
-    for rows in tables:
-        items = {r["item"]: r for r in rows}
-        assert items["metrics source"]["value"] == "vllm-router"
-    loaded = [{r["item"]: r for r in rows} for rows in tables if int({r["item"]: r for r in rows}
-                                                                     ["pods reporting"]["value"]) >= 2]
-    assert loaded, "no run saw an engine in both pools"
-    for items in loaded:
+    assert all(t["metrics source"]["value"] == "vllm-router" for t in tables)
+    # each engine counts in both pools, and the guardrail reads its KV usage and queue there
+    read = [t for t in tables if int(t["pods reporting"]["value"]) >= 2
+            and all(t[f"{pool} guardrail"]["value"] not in ("no_data", "transition") for pool in ("prefill", "decode"))]
+    assert read, "no run's guardrail read an engine in both pools"
+    for t in read:
         for pool in ("prefill", "decode"):
-            guard = items[f"{pool} guardrail"]
-            assert guard["value"] != "no_data", guard
-            assert "kv" in guard["detail"].lower() or "queue" in guard["detail"].lower(), guard
+            detail = t[f"{pool} guardrail"]["detail"]
+            assert "spare KV" in detail and "spare queue" in detail, detail
+    # the scale-up came from the engines' own queue gauge (vllm:num_requests_waiting)
+    assert any("reason saturation_scale_up" in t for t in tables), [sorted(t) for t in tables][:3]
