@@ -342,6 +342,69 @@ def diagnose(result, profile, *, interval_s: float) -> dict:
     )
 
 
+def static_within(trace, tables, scenario, plan, gpu_hours: float, gpu_hours_per_gpu: float, *, max_runs: int = 3):
+    """The static P x D fleet with the highest attainment whose GPU-hours stay within gpu_hours.
+
+    Fleets of the most GPUs the budget allows (gpu_hours / gpu_hours_per_gpu, the hours one GPU runs in a
+    static replay), ranked by the attainment the oracle's capacity sweeps estimate (as sim.oracle.best_static
+    ranks them); the max_runs best replayed. Returns (its replay or None, every (prefill, decode, attainment,
+    GPU-hours) tried); None when the budget buys fewer than two GPUs.
+    """
+    from sim.policies import StaticPolicy
+    from sim.replay import replay
+
+    gpus = int(gpu_hours / gpu_hours_per_gpu + 1e-9)
+    if gpus < 2:
+        return None, []
+    ps, ds = plan.prefill_share_by_k, plan.decode_share_by_k
+    cands = sorted(((-ps[min(p, len(ps)) - 1] * ds[min(gpus - p, len(ds)) - 1], p, gpus - p)
+                    for p in range(1, gpus)))[:max_runs]
+    best, tried = None, []
+    for _, p, d in cands:
+        r = replay(trace, tables, StaticPolicy(p, d), scenario=scenario)
+        tried.append((p, d, float(r.sla_met().mean()), r.gpu_hours))
+        if r.gpu_hours <= gpu_hours + 1e-9 and (best is None or tried[-1][2] > float(best.sla_met().mean())):
+            best = r
+    return best, tried
+
+
+def static_comparison(row: dict, at_attainment: dict | None, at_gpu_hours: dict | None) -> dict:
+    """A planner row against the static fleets (issue 40 item 3): the cheapest reaching its attainment, the best
+    within its GPU-hours, the GPU-hours saved against the first, and which static fleet (if any) is better on
+    both axes (at least as good on each, strictly better on one)."""
+    def fleet(r):
+        return None if r is None else dict(fleet=r["policy"].split("(")[-1].rstrip(")"),
+                                           slo_attainment=r["slo_attainment"], gpu_hours=r["gpu_hours"])
+
+    att, gph = row["slo_attainment"], row["gpu_hours"]
+    dominated = None
+    for r in (at_attainment, at_gpu_hours):
+        if r is not None and r["slo_attainment"] >= att and r["gpu_hours"] <= gph and (
+                r["slo_attainment"] > att or r["gpu_hours"] < gph):
+            dominated = fleet(r)["fleet"]
+            break
+    return dict(static_at_attainment=fleet(at_attainment), static_at_gpu_hours=fleet(at_gpu_hours),
+                gpu_hours_saved_vs_static_frac=None if at_attainment is None
+                else 1.0 - gph / at_attainment["gpu_hours"],
+                dominated_by_static=dominated)
+
+
+def trace_load_model(label: str, jitter_s: float) -> str:
+    """The load model of a control trace, in words: K copies for the Azure and Mooncake traces (label "... xK"),
+    the ServeGen day as synthesized (its clients' rates scaled, no copies)."""
+    from sim.whatif.scenario import load_model
+
+    if label.startswith("servegen"):
+        return "the synthesized day (every client's rate x0.02), no copies"
+    return load_model(float(label.rsplit(" x", 1)[1]), jitter_s)
+
+
+def start_of(policy: str) -> str:
+    """How a planner row started: running (a lead-in through the fleet), warm (a warm-up trace) or cold."""
+    parts = policy.split("+")
+    return "running" if "running" in parts else "warm" if "warm" in parts else "cold"
+
+
 def bench_control(
     quick: bool, policies: list[str], only: list[str] | None = None, *, oracle_rounds: int = 3, static_runs: int = 8,
     with_oracle: bool = True, jitter_s: float = 30.0, seed: int = 0, warmup: str = "draw",
@@ -450,6 +513,34 @@ def bench_control(
                 rows.append(dict(policy="hindsight-reactive", note=f"no hold of {ref_tried[0][0]}-{ref_tried[-1][0]} "
                                  f"intervals reached {100 * planner_att:.2f}% (best: {best[0]}, {100 * best[1]:.2f}% @ "
                                  f"{best[2]:.2f})"))
+        # Every planner row against the static fleets: the cheapest reaching its attainment (found above for the
+        # planner and its variants) and the best within its GPU-hours.
+        by_policy = {r["policy"]: r for r in rows}
+        static_rows = [r for r in rows if r["policy"].startswith(("best static (", "best static for "))
+                       and "gpu_hours" in r]
+        per_gpu = None
+        if static_rows:
+            fleet_size = static_rows[0]["policy"].split("(")[-1].rstrip(")").split("x")
+            per_gpu = static_rows[0]["gpu_hours"] / (int(fleet_size[0]) + int(fleet_size[1]))
+        budgets: dict[float, tuple] = {}
+        for name in [r["policy"] for r in rows if r["policy"] == "planner" or r["policy"] in VARIANTS_WITH_STATIC]:
+            row = by_policy[name]
+            prefix = "best static (" if name == "planner" else f"best static for {name} ("
+            at_att = next((r for r in static_rows if r["policy"].startswith(prefix)), None)
+            at_gph = None
+            if per_gpu is not None:
+                if row["gpu_hours"] not in budgets:
+                    budgets[row["gpu_hours"]] = static_within(trace, tables, scenario, plan, row["gpu_hours"],
+                                                              per_gpu)
+                r, tried = budgets[row["gpu_hours"]]
+                if r is not None:
+                    at_gph = _row(f"best static within {name}'s GPU-hours ({r.policy.split(':')[1]})", r,
+                                  extra={"tried": tried})
+            row.update(static_comparison(row, at_att, at_gph), start=start_of(name),
+                       load_model=trace_load_model(label, jitter_s))
+            print(f"  {name:22s} vs static: {row['static_at_attainment'] and row['static_at_attainment']['fleet']} "
+                  f"at its attainment, {row['static_at_gpu_hours'] and row['static_at_gpu_hours']['fleet']} within "
+                  f"its GPU-hours, dominated by {row['dominated_by_static']}", flush=True)
         oracle_gph = plan.result.gpu_hours
         oracle_att = float(plan.result.sla_met().mean())
         for row in rows:
@@ -487,6 +578,7 @@ def bench_control(
                            f"{', '.join(map(str, HINDSIGHT_WINDOWS))}) reaching the planner's attainment",
         traces=out,
         markdown=_control_table(out),
+        static_markdown=static_table(out),
     )
 
 
@@ -506,6 +598,26 @@ def _control_table(traces: list[dict]) -> str:
                 f"{100 * r['ttft_attainment']:.2f}% / {100 * r['itl_attainment']:.2f}% | {r['ttft_p99_ms']:.0f} | "
                 f"{r['itl_p99_ms']:.1f} | {r['gpu_hours']:.2f} | {r['gpu_hours_vs_oracle']:.2f}x | {r['scale_events']} |"
             )
+    return "\n".join(lines)
+
+
+def static_table(traces: list[dict]) -> str:
+    """Each planner row against the static fleets: the cheapest reaching its attainment, the best within its
+    GPU-hours, the GPU-hours saved against the first, and whether a static fleet beats it on both axes."""
+    lines = ["| trace | load model | start | policy | SLA attainment | GPU-hours | cheapest static reaching it "
+             "| best static within its GPU-hours | GPU-hours saved vs that static | a static fleet better on both |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    planner_rows = [(t["trace"], r) for t in traces for r in t["rows"] if "start" in r]
+    for label, r in planner_rows:
+        a, g = r["static_at_attainment"], r["static_at_gpu_hours"]
+        saved = r["gpu_hours_saved_vs_static_frac"]
+        cells = [label, r["load_model"], r["start"], r["policy"], f"{100 * r['slo_attainment']:.2f}%",
+                 f"{r['gpu_hours']:.2f}",
+                 f"{a['fleet']}: {a['gpu_hours']:.2f} GPU-h ({100 * a['slo_attainment']:.2f}%)" if a else "none found",
+                 f"{g['fleet']}: {100 * g['slo_attainment']:.2f}% ({g['gpu_hours']:.2f} GPU-h)" if g else "none",
+                 "" if saved is None else f"{100 * saved:.1f}%",
+                 f"yes: {r['dominated_by_static']}" if r["dominated_by_static"] else "no"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -704,6 +816,8 @@ def main() -> int:
         name = args.out or ("sim_control_quick.json" if args.quick else "sim_control.json")
         (RESULTS / name).write_text(json.dumps(control, indent=2) + "\n")
         print(control.get("summary") or control["markdown"])
+        if "static_markdown" in control:
+            print(control["static_markdown"])
     return 0
 
 

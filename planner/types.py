@@ -275,7 +275,9 @@ class FleetState:
     changed the targets), oldest first; used for the scale-down stabilization
     window.
     applied_targets: (t_s, prefill, decode) of the recorded applied decisions,
-    oldest first; only shown (the run's chart), never decided on.
+    oldest first; shown (the run's chart), and with correction.replicas "served"
+    the replicas that served the last interval are rebuilt from them
+    (planner.latency.served).
     """
 
     prefill: PoolState
