@@ -20,7 +20,7 @@ import uvicorn
 from connectors.profiles import load_profile_dir
 from routing.config import PickerConfig
 from routing.features import FEATURES
-from routing.fleet.lifecycle import InFlight
+from routing.fleet.requests import InFlight
 from routing.training.export import model_document
 from routing.models.store import ModelStore
 from routing.picking.picker import Picker

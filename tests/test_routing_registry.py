@@ -9,7 +9,7 @@ import pytest
 
 from routing.features import RAW_FIELDS, feature_matrix, features_from_samples
 from routing.picking.picker import RouteRequest, dispatch_record
-from routing.fleet.lifecycle import InFlight
+from routing.fleet.requests import InFlight
 from routing.fleet.registry import Endpoint
 from routing.fleet.errors import (
     DuplicateRequestError,

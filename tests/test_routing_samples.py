@@ -16,7 +16,7 @@ from routing.features import (
     feature_matrix,
     features_from_samples,
 )
-from routing.fleet.lifecycle import Sample
+from routing.fleet.requests import Sample
 from routing.samples.format import SCHEMA_VERSION
 from routing.samples.store import SampleStore, load_bucket
 
@@ -193,7 +193,7 @@ def test_smaller_capacity_at_restart_evicts_by_bucket_and_shrinks_the_file(tmp_p
 def test_unreadable_file_is_moved_aside_and_the_store_starts_empty(tmp_path, caplog, content):
     path = tmp_path / "samples.sqlite3"
     path.write_bytes(content)
-    with caplog.at_level("WARNING", logger="routing.samples.file"):
+    with caplog.at_level("WARNING", logger="routing.samples.store"):
         store = SampleStore(capacity=5, path=path)
     assert len(store) == 0 and store.add(sample("r")) == 1
     aside = list(tmp_path.glob("samples.sqlite3.corrupt-*"))
@@ -209,7 +209,7 @@ def test_file_with_foreign_tables_is_moved_aside(tmp_path, caplog):
     path = tmp_path / "samples.sqlite3"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE something_else (x)")
-    with caplog.at_level("WARNING", logger="routing.samples.file"):
+    with caplog.at_level("WARNING", logger="routing.samples.store"):
         store = SampleStore(capacity=5, path=path)
     assert len(store) == 0 and "tables ['something_else']" in caplog.text
     store.close()
@@ -241,7 +241,7 @@ def test_samples_from_an_older_feature_set_are_dropped_with_a_warning(tmp_path, 
         db.execute("UPDATE meta SET value = ? WHERE key = 'raw_fields'", (json.dumps(old_fields),))
         db.execute("UPDATE samples SET features = ?", (np.zeros(len(old_fields)).tobytes(),))
         _as_schema_1(db)
-    with caplog.at_level("WARNING", logger="routing.samples.file"):
+    with caplog.at_level("WARNING", logger="routing.samples.store"):
         again = SampleStore(capacity=5, path=path)
     assert len(again) == 0 and "2 stored samples lack current feature fields" in caplog.text
     assert again.add(sample("new")) == 3  # sequence numbers still never repeat

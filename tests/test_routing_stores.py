@@ -30,7 +30,7 @@ import pytest
 from routing.http.app import create_app
 from routing.config import RouterConfig
 from routing.features import RAW_FIELDS
-from routing.fleet.lifecycle import Sample
+from routing.fleet.requests import Sample
 from routing.models.store import ModelStore
 from routing.fleet.registry import Endpoint
 from routing.samples.format import SEQ_BLOCK
@@ -228,7 +228,7 @@ def test_a_damaged_page_loses_only_its_rows(tmp_path, caplog):
     with open(path, "r+b") as f:  # a torn or rotten page: its b-tree header is garbage
         f.seek(page * PAGE_SIZE)
         f.write(b"\xff" * 64)
-    with caplog.at_level("WARNING", logger="routing.samples.file"):
+    with caplog.at_level("WARNING", logger="routing.samples.store"):
         again = SampleStore(capacity=10_000, path=path)
     got = stored(again)
     lost = sorted(set(before) - {s["request_id"] for s in got})
@@ -257,7 +257,7 @@ def test_a_flipped_byte_inside_a_row_is_quarantined_not_served(tmp_path, caplog)
     path.write_bytes(data)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA quick_check").fetchone()[0] == "ok"  # SQLite cannot see this
-    with caplog.at_level("WARNING", logger="routing.samples.file"):
+    with caplog.at_level("WARNING", logger="routing.samples.store"):
         again = SampleStore(capacity=100, path=path)
     # Before: r7 came back with the altered latency, silently.
     assert [s["request_id"] for s in stored(again)] == [f"r{k}" for k in range(20) if k != 7]
@@ -413,7 +413,7 @@ def test_a_sample_flush_on_a_full_disk_keeps_the_file_and_retries_until_it_fits(
         store.add(sample(f"early{k}"))
     store.flush()
     filler = fill(small_disk)
-    with caplog.at_level("ERROR", logger="routing.samples.file"):
+    with caplog.at_level("ERROR", logger="routing.samples.store"):
         for k in range(500):  # ~100 KiB of rows: the file system holds them only once the filler goes
             store.add(sample(f"late{k}"))
         store.flush()
