@@ -391,3 +391,12 @@ def test_nan_goes_right_in_every_evaluator(max_leaf_nodes, evaluator):
 def test_empty_input_gives_empty_prediction():
     _, _, model = _forest(31, max_iter=5)
     assert model.predict("ttft", np.empty((0, len(FEATURES["ttft"])))).shape == (0,)
+
+
+def test_a_document_refused_by_a_validator_says_why_without_pydantics_prefix():
+    doc = linear_document("rel-1")
+    doc["targets"]["ttft"]["relative"] = True  # relative to an estimate, but no base named
+    with pytest.raises(ValueError) as info:
+        parse_model_document(doc)
+    assert "base: required, targets ['ttft'] are relative to an estimate" in str(info.value)
+    assert "Value error" not in str(info.value)

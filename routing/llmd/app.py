@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from planner.strict import error_message
 from routing.features import QUANTILE
 from routing.llmd.rows import BulkPrediction, BulkTraining, FlushRequest, PredictionRow, RowError
 from routing.llmd.sidecar import LatencyPredictorSidecar, Served
@@ -68,7 +69,7 @@ def _one_line(errors: list) -> str:
     first = errors[0]
     where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "body"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {first.get('msg', 'invalid')}{more}"
+    return f"{where}: {error_message(first) if 'msg' in first else 'invalid'}{more}"
 
 
 def _errors(app: FastAPI) -> None:

@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 from pydantic import ValidationError
 
+from planner.strict import error_message
 from routing.models.compiled import BitvectorTrees, CompiledLinear, levelwise_trees
 from routing.features import FEATURE_SET_VERSION, FEATURE_SETS, FEATURES, TARGETS, Target, columns_of
 from routing.models.format import ModelDocument, TargetModels, TreesRegressor
@@ -206,7 +207,7 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
         loc = ".".join(str(p) for p in err["loc"]) or "(document)"
-        parts.append(f"{loc}: {err['msg']}")
+        parts.append(f"{loc}: {error_message(err)}")
     more = len(exc.errors()) - 5
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
