@@ -20,6 +20,11 @@ import pytest
 from tests.conftest import PROJECT_ROOT
 
 MAX_MODULES_SIDE_BY_SIDE = 20
+# The commands that run the simulator (plan, what-if, the stack's simulated fleet) or its load generator
+# (the stack's Dynamo and vLLM fleets, and the executor command that stops them); every other command is
+# production code and reaches nothing in sim/.
+SIMULATOR_COMMANDS = {"planner_cli.plan", "planner_cli.whatif", "planner_cli.stack", "planner_cli.stack_components",
+                      "planner_cli.stack_dynamo", "planner_cli.stack_vllm", "planner_cli.executor"}
 PACKAGES = ("planner", "connectors", "tasks", "flows", "routing", "sim", "workloads", "planner_cli", "executor")
 # Who may import whom; anything not listed for a package is refused.
 ALLOWED = {
@@ -250,3 +255,11 @@ def test_the_readme_names_every_module_with_its_concept():
     assert sorted(modules - rows.keys()) == [], "modules docs/architecture.md does not name"
     assert sorted(rows.keys() - modules) == [], "rows naming modules that no longer exist"
     assert [m for m, concept in rows.items() if len(concept) < 10] == []
+
+
+def test_only_the_simulator_commands_reach_the_simulator():
+    graph = import_graph()
+    wrong = sorted(f"{m} reaches {t}" for m in graph if m.split(".")[0] == "planner_cli" and m not in SIMULATOR_COMMANDS
+                   for t in reachable(graph, m) if t.split(".")[0] == "sim")
+    assert wrong == []
+
