@@ -50,7 +50,7 @@ def test_tpot_headroom_on_decode(running, running_tpot_slo_ms, new_tpot_slo_ms, 
     result = picker().pick(req(tpot=new_tpot_slo_ms), reg, 1.0)
     if expected is None:
         assert result.outcome == "shed" and result.decode is None
-        assert "d0" in result.reason and "TPOT headroom -1.00 ms" in result.reason
+        assert "d0" in result.reason and "ITL headroom -1.00 ms" in result.reason
     else:
         assert result.routed
         assert result.decode.predicted_tpot_ms == pytest.approx(8.0)
@@ -243,7 +243,7 @@ def test_strategy_max_takes_the_most_headroom(tif_p1, expected):
 def test_decode_choice_follows_tpot_when_the_ttft_budget_is_spent_everywhere():
     # The prefill pick used up the TTFT budget (prefill_ttft_ms 250 > SLO 200), the same on
     # every decode endpoint: a critical request then goes to the decode endpoint with the
-    # most TPOT headroom (d1: 10 - 5 = 5 vs d0: 10 - 8 = 2), never by chance.
+    # most ITL headroom (d1: 10 - 5 = 5 vs d0: 10 - 8 = 2), never by chance.
     reg = fleet(("p0", "prefill"), ("d0", "decode"), ("d1", "decode"))
     for k in range(3):
         occupy(reg, "d0", request_id=f"x{k}")

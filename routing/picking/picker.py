@@ -115,7 +115,7 @@ class _Stage:
     pred_ttft: np.ndarray | None
     pred_tpot: np.ndarray | None
     h_ttft: np.ndarray
-    h_tpot: np.ndarray
+    h_itl: np.ndarray
     valid: np.ndarray  # headroom of at least the safety margin on every SLO
     positive: np.ndarray  # non-negative headroom on every SLO (margin or not)
     blended: np.ndarray
@@ -285,7 +285,7 @@ class Picker:
         if stage in ("decode", "aggregated"):
             pred_tpot = model.predict("tpot", x)
         req_ttft = request.ttft_ms if request.ttft_ms is not None else np.inf
-        req_tpot = request.itl_ms if request.itl_ms is not None else np.inf
+        req_itl = request.itl_ms if request.itl_ms is not None else np.inf
         cost = np.zeros(n)
         depth = None
         if stage == "decode":
@@ -306,15 +306,15 @@ class Picker:
             strict_ttft = np.minimum(req_ttft, view.strictest_ttft_ms)
             h_ttft = strict_ttft - pred_ttft
         if stage == "prefill":
-            strict_tpot, h_tpot = np.inf, np.full(n, np.inf)
+            strict_itl, h_itl = np.inf, np.full(n, np.inf)
         else:
-            strict_tpot = np.minimum(req_tpot, view.strictest_itl_ms)
-            h_tpot = strict_tpot - pred_tpot
+            strict_itl = np.minimum(req_itl, view.strictest_itl_ms)
+            h_itl = strict_itl - pred_tpot
         margin = self.config.slo.headroom_margin_frac
-        valid = (h_ttft >= margin_ms(strict_ttft, margin)) & (h_tpot >= margin_ms(strict_tpot, margin))
-        positive = (h_ttft >= 0) & (h_tpot >= 0)
+        valid = (h_ttft >= margin_ms(strict_ttft, margin)) & (h_itl >= margin_ms(strict_itl, margin))
+        positive = (h_ttft >= 0) & (h_itl >= 0)
         r_ttft = relative_headroom(h_ttft, strict_ttft)
-        r_tpot = relative_headroom(h_tpot, strict_tpot)
+        r_itl = relative_headroom(h_itl, strict_itl)
         a = self.config.slo.ttft_weight_frac
         osl = request.expected_output_tokens or self.config.slo.expected_output_tokens
         if stage == "prefill":
@@ -324,11 +324,11 @@ class Picker:
         else:
             score = pred_ttft + pred_tpot * osl
         return _Stage(
-            reg=reg, idx=idx, view=view, hit=hit, pred_ttft=pred_ttft, pred_tpot=pred_tpot, h_ttft=h_ttft, h_tpot=h_tpot,
+            reg=reg, idx=idx, view=view, hit=hit, pred_ttft=pred_ttft, pred_tpot=pred_tpot, h_ttft=h_ttft, h_itl=h_itl,
             valid=per_endpoint(valid, n).astype(bool, copy=False),
             positive=per_endpoint(positive, n).astype(bool, copy=False),
-            blended=per_endpoint(a * r_ttft + (1 - a) * r_tpot, n),
-            binding=per_endpoint(np.minimum(r_ttft, r_tpot), n), cost=cost, depth=depth,
+            blended=per_endpoint(a * r_ttft + (1 - a) * r_itl, n),
+            binding=per_endpoint(np.minimum(r_ttft, r_itl), n), cost=cost, depth=depth,
             score=score,
         )
 
@@ -406,7 +406,7 @@ class Picker:
             predicted_ttft_ms=_opt(s.pred_ttft, pos),
             predicted_tpot_ms=_opt(s.pred_tpot, pos),
             headroom_ttft_ms=_finite(s.h_ttft[pos]),
-            headroom_tpot_ms=_finite(s.h_tpot[pos]),
+            headroom_tpot_ms=_finite(s.h_itl[pos]),  # the API's name for the ITL SLO's headroom
             transfer_cost_ms=float(s.cost[pos]),
             shared_level=shared,
             features=view_raw_features(v, pos, input_tokens=request.input_tokens, prefix_cache_hit_frac=s.hit[pos]),
@@ -416,8 +416,8 @@ class Picker:
         parts = []
         if np.isfinite(s.h_ttft[pos]) and s.h_ttft[pos] < 0:
             parts.append(f"TTFT headroom {s.h_ttft[pos]:.1f} ms")
-        if np.isfinite(s.h_tpot[pos]) and s.h_tpot[pos] < 0:
-            parts.append(f"TPOT headroom {s.h_tpot[pos]:.2f} ms")
+        if np.isfinite(s.h_itl[pos]) and s.h_itl[pos] < 0:
+            parts.append(f"ITL headroom {s.h_itl[pos]:.2f} ms")
         return f"{s.reg.endpoint_at(int(s.idx[pos])).id}: " + (", ".join(parts) or "no deficit")
 
     def _hits(self, request: RouteRequest, reg: EndpointRegistry, idx: np.ndarray) -> np.ndarray:
