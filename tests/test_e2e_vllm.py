@@ -158,7 +158,7 @@ def test_the_planner_read_the_engines_metrics_and_the_guardrail_their_kv_and_que
     assert read, "no run's guardrail read an engine in both pools"
     for t in read:
         for pool in ("prefill", "decode"):
-            detail = t[f"{pool} guardrail"]["detail"]
+            detail = " ".join(t[f"{pool} guardrail"]["detail"].split())  # the table wraps long cells
             assert "spare KV" in detail and "spare queue" in detail, detail
     # the scale-up came from the engines' own queue gauge (vllm:num_requests_waiting)
     assert any("reason saturation_scale_up" in t for t in tables), [sorted(t) for t in tables][:3]
