@@ -102,8 +102,9 @@ def correct_latency(
         decode_replicas=replicas["decode"],
         cfg=cfg.correction,
         # with these two the prefill factor leaves queueing delay out (planner.latency.correct); the queue
-        # model counts whole servers: the time-weighted replicas to the nearest
-        prefill_replicas=max(1, math.floor(replicas["prefill"] + 0.5)),
+        # model counts whole servers: the time-weighted replicas to the nearest (0: a fleet without prefill
+        # workers, whose TTFT holds no prefill queue to leave out)
+        prefill_replicas=int(math.floor(replicas["prefill"] + 0.5)),
         sizing=cfg.sizing,
         ttft_view=ttft_view,
     )
