@@ -95,32 +95,19 @@ def entry_of(sample: dict) -> dict:
     }
 
 
-def wait_ready(url: str, proc: subprocess.Popen, *, timeout_s: float = 120.0) -> None:
+def wait_answers(url: str, path: str, proc: subprocess.Popen, *, timeout_s: float = 120.0) -> None:
+    """Wait until GET url+path answers 200 (RuntimeError if the server exits or the time runs out)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         if proc.poll() is not None:
             raise RuntimeError(f"{url}: the server exited ({proc.returncode})")
         time.sleep(0.5)
-    raise RuntimeError(f"{url}: not ready within {timeout_s:.0f} s")
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, *, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the server exited ({proc.returncode})")
-        time.sleep(0.5)
-    raise RuntimeError(f"{url}: no health answer within {timeout_s:.0f} s")
+    raise RuntimeError(f"{url}{path}: no 200 within {timeout_s:.0f} s")
 
 
 def start_ours(tmp: Path) -> dict:
@@ -132,7 +119,7 @@ def start_ours(tmp: Path) -> dict:
                              "--config", str(cfg), "--log-level", "warning"],
                             env={**os.environ, "SLA_ROUTER_TOKEN": TOKEN}, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    wait_ready(url, proc)
+    wait_answers(url, "/readyz", proc)
     return {"procs": [proc], "pred": url, "train": url, "admin": f"http://127.0.0.1:{admin}"}
 
 
@@ -156,11 +143,11 @@ def start_theirs(checkout: Path, python: str, tmp: Path) -> dict:
     train = subprocess.Popen([python, "-m", "uvicorn", "training.training_server:app", "--port", str(t_port),
                               "--host", "127.0.0.1", "--log-level", "warning"], cwd=checkout, env=train_env,
                              stdout=subprocess.DEVNULL, stderr=(tmp / "train.log").open("w"))
-    wait_ready(f"http://127.0.0.1:{t_port}", train)
+    wait_answers(f"http://127.0.0.1:{t_port}", "/readyz", train)
     pred = subprocess.Popen([python, "-m", "uvicorn", "prediction.prediction_server:app", "--port", str(p_port),
                              "--host", "127.0.0.1", "--workers", "1", "--log-level", "warning"], cwd=checkout,
                             env=pred_env, stdout=subprocess.DEVNULL, stderr=(tmp / "pred.log").open("w"))
-    wait_healthy(f"http://127.0.0.1:{p_port}", pred)  # its /readyz says 503 until a model is loaded
+    wait_answers(f"http://127.0.0.1:{p_port}", "/healthz", pred)  # its /readyz says 503 until a model is loaded
     return {"procs": [train, pred], "pred": f"http://127.0.0.1:{p_port}", "train": f"http://127.0.0.1:{t_port}"}
 
 
