@@ -471,6 +471,12 @@ class PlannerConfig(StrictModel):
 
     namespace: str = Field("default", description="Kubernetes namespace / virtual etcd prefix")
     model_id: str = Field("default", description="served model id (saturation overrides key)")
+    mode: Literal["apply", "advisory"] = Field(
+        "apply",
+        description="apply: every scheduled run writes its decision; advisory: recommend only, next to the "
+        "autoscaler already running (each run decides and publishes under the live keys, writes nothing to the "
+        "cluster, and compares itself with what that autoscaler set; docs/advisory.md)",
+    )
     adjustment_interval_s: float = Field(60.0, gt=0, description="seconds between planner runs")
     slo: SloTarget = Field(default_factory=SloTarget)
     profile: ProfileConfig
