@@ -213,22 +213,23 @@ class PrometheusCollector:
         )
 
     def _run(self, name: str, query: str, call):
+        """call() with Prometheus' failures named: name is the query's config field below metrics.queries,
+        or a whole field path when it holds a dot (advisory.prefill_query)."""
         where = f"Prometheus at {self.cfg.prometheus_url}"
+        field, running = (name, name) if "." in name else (f"metrics.queries.{name}", f"queries.{name}")
         try:
             return call()
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
             raise PrometheusUnavailableError(
-                f"{where} unreachable while running queries.{name}: {unreachable_cause(exc)}"
+                f"{where} unreachable while running {running}: {unreachable_cause(exc)}"
             ) from exc
         except PrometheusApiClientException as exc:
             match = re.search(r"HTTP Status Code (\d+)", str(exc))
             code = int(match.group(1)) if match else 0
             detail = _error_detail(str(exc))
             if code >= 500 or code in (0, 429):
-                raise PrometheusUnavailableError(f"{where} failed queries.{name} (HTTP {code}): {detail}") from exc
-            raise ValueError(
-                f"metrics.queries.{name}: {where} rejected the query (HTTP {code}): {detail}; query: {query}"
-            ) from None
+                raise PrometheusUnavailableError(f"{where} failed {running} (HTTP {code}): {detail}") from exc
+            raise ValueError(f"{field}: {where} rejected the query (HTTP {code}): {detail}; query: {query}") from None
 
     def _instant(self, name: str, *, now_s: float, interval_s: float) -> list[_Sample]:
         query = self.render(name, interval_s=interval_s)
@@ -413,7 +414,15 @@ class PrometheusCollector:
         return None
 
     def _range(self, name: str, *, end_s: float, interval_s: float, n: int) -> dict[float, float | None]:
-        query = self.render(name, interval_s=interval_s)
+        return self.range_points(name, self.render(name, interval_s=interval_s), end_s=end_s, interval_s=interval_s,
+                                 n=n)
+
+    def range_points(self, name: str, query: str, *, end_s: float, interval_s: float,
+                     n: int) -> dict[float, float | None]:
+        """{t_s: value} of a one-series PromQL query at n steps of interval_s (seconds) ending at end_s.
+
+        name: the query's config field, for errors (as _run takes it). No series: {}; more than one: ValueError.
+        """
         points: dict[float, float | None] = {}
         # Oldest chunk first; each chunk holds at most MAX_POINTS_PER_RANGE_QUERY steps.
         for chunk_end_index in range(0, n, MAX_POINTS_PER_RANGE_QUERY):
@@ -431,7 +440,8 @@ class PrometheusCollector:
             ))
             if len(result) > 1:
                 raise ValueError(
-                    f"metrics.queries.{name}: expected at most one series in the history range query, "
+                    f"{name if '.' in name else 'metrics.queries.' + name}: expected at most one series in the "
+                    f"history range query, "
                     f"got {len(result)}; aggregate it, e.g. sum(...)"
                 )
             for item in result:
