@@ -335,6 +335,7 @@ class ReasonCode(str, enum.Enum):
     CLAMPED_MIN = "clamped_min"
     CLAMPED_MAX = "clamped_max"
     GPU_BUDGET = "gpu_budget"
+    FLEET_BUDGET = "fleet_budget"  # the fleet's shared GPU budget (planner.fleet.arbitrate)
     MAX_STEP = "max_step"
     STABILIZATION_WINDOW = "stabilization_window"
     SCALE_DOWN_FLOOR = "scale_down_floor"
@@ -419,12 +420,14 @@ class StartFloor:
     intervals: how many warm-up intervals counted (the longest window's, less those the planner has collected).
     window_s: the longest window they stand in for, s.
     floor_frac: the scale-down floor's share (decision.scale_down_floor_frac) when its window counted; None: not.
+    source: what stood in for the planner's runs: the warm-up trace, or the collected (Prometheus) history.
     """
 
     targets: Targets
     intervals: int
     window_s: float
     floor_frac: float | None = None
+    source: str = "the warm-up trace"
 
 
 @dataclass(frozen=True)
