@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from typing import Annotated, Literal, TypeVar, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from connectors.queries import SOURCE_SUMMARY, SOURCES, QueryTemplates  # re-exported: configs and tests import it
+from connectors.queries import (  # QueryTemplates re-exported: configs and tests import it
+    AUTOSCALER_PLACEHOLDERS,
+    AUTOSCALER_QUERIES,
+    SOURCE_SUMMARY,
+    SOURCES,
+    QueryTemplates,
+)
 from planner.signals.length_shape import DEFAULT_LENGTH_WINDOW_S
 from planner.signals.slo_attainment import DEFAULT_SLO_WINDOW_S
 from planner.strict import StrictModel
@@ -438,3 +445,75 @@ class LatencyModelConfig(StrictModel):
         if self.router_url is not None and not self.router_url.startswith(("http://", "https://")):
             raise ValueError(f"router_url must start with http:// or https://, got {self.router_url!r}")
         return self
+
+
+class AdvisoryConfig(StrictModel):
+    """Advisory mode (planner.mode advisory): which autoscaler runs the fleet now and how its replicas are read back.
+
+    Each advisory run reads, over window_s, the replicas that autoscaler set (one PromQL query per pool,
+    connectors.queries.AUTOSCALER_QUERIES by `autoscaler`, or prefill_query / decode_query) and the advisory's own
+    published targets, and compares them; the replicas the connector reads now are the last point.
+    """
+
+    autoscaler: Literal["dynamo-planner", "hpa", "deployment", "leaderworkerset", "custom"] = Field(
+        "dynamo-planner",
+        description="what sets the replicas now: dynamo-planner (Dynamo's planner gauges "
+        "dynamo_planner_num_{prefill,decode}_replicas), hpa (an HPA's or KEDA's desired replicas, "
+        "kube-state-metrics), deployment (a Deployment's spec.replicas), leaderworkerset (its leader StatefulSet's "
+        "replicas); custom: prefill_query and decode_query",
+    )
+    label: str | None = Field(None, min_length=1, max_length=60,
+                              description="the autoscaler's name on the chart and in the summary; None: `autoscaler`")
+    namespace: str | None = Field(None, description="fills ${namespace} in the queries; None: the planner's namespace")
+    prefill_object: str | None = Field(None, min_length=1, description="fills ${prefill_object}: the prefill pool's "
+                                       "HPA, Deployment or LeaderWorkerSet (hpa, deployment, leaderworkerset)")
+    decode_object: str | None = Field(None, min_length=1, description="fills ${decode_object}: the decode pool's "
+                                      "HPA, Deployment or LeaderWorkerSet (hpa, deployment, leaderworkerset)")
+    selector: str = Field("", description='more PromQL label matchers, no braces, fills ${selector}, e.g. '
+                          'dynamo_namespace="dyn" for dynamo-planner')
+    prefill_query: str | None = Field(None, min_length=1, description="PromQL of the prefill replicas the autoscaler "
+                                      "set, one series; None: the autoscaler's preset")
+    decode_query: str | None = Field(None, min_length=1, description="PromQL of the decode replicas the autoscaler "
+                                     "set, one series; None: the autoscaler's preset")
+    window_s: float = Field(3 * 3600.0, ge=600, le=7 * 86_400,
+                            description="the chart's and the comparison's window, ending at the run, s (up to a week)")
+
+    @field_validator("selector")
+    @classmethod
+    def _matchers(cls, value: str) -> str:
+        if not _MATCHERS_RE.match(value):
+            raise ValueError(f"give label matchers without braces, e.g. dynamo_namespace=\"dyn\", got {value!r}")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _queries(self) -> "AdvisoryConfig":
+        for pool in ("prefill", "decode"):
+            text = self.query_template(pool)
+            if text is None:
+                raise ValueError(f"{pool}_query: the custom autoscaler needs both prefill_query and "
+                                 f"decode_query")
+            template = string.Template(text)
+            unknown = set(template.get_identifiers()) - AUTOSCALER_PLACEHOLDERS if template.is_valid() else {"?"}
+            if unknown:
+                raise ValueError(f"{pool}_query: unknown or invalid placeholder(s) in {text!r}; known: "
+                                 f"{sorted(AUTOSCALER_PLACEHOLDERS)}")
+            if f"${{{pool}_object}}" in text and getattr(self, f"{pool}_object") is None:
+                raise ValueError(f"{pool}_object: the {self.autoscaler} autoscaler's query names the "
+                                 f"{pool} pool's object; set it (e.g. the HPA's or the Deployment's name)")
+        return self
+
+    def query_template(self, pool: str) -> str | None:
+        """The pool's PromQL template: the query set here, else the autoscaler's preset (None for custom)."""
+        own = getattr(self, f"{pool}_query")
+        return own if own is not None else AUTOSCALER_QUERIES.get(self.autoscaler, {}).get(pool)
+
+    def query(self, pool: str, *, namespace: str) -> str:
+        """The pool's PromQL with its placeholders filled (namespace: the planner's, unless advisory.namespace)."""
+        return string.Template(self.query_template(pool)).substitute(
+            namespace=self.namespace or namespace, selector=self.selector,
+            prefill_object=self.prefill_object or "", decode_object=self.decode_object or "")
+
+    @property
+    def name(self) -> str:
+        """The autoscaler as the chart and the summary name it."""
+        return self.label or self.autoscaler

@@ -264,3 +264,47 @@ class QueryTemplates(StrictModel):
                     f"known: {sorted(PLACEHOLDERS)}"
                 )
         return self
+
+
+# Advisory mode (planner.mode advisory): the replicas the running autoscaler set, per pool, read back over the
+# comparison window (connectors.autoscaler_history). One series per query (aggregate it); placeholders:
+# ${namespace} (advisory.namespace, else the planner's), ${prefill_object} / ${decode_object} (the objects the
+# autoscaler scales or is), ${selector} (advisory.selector: label matchers, no braces).
+AUTOSCALER_PLACEHOLDERS = frozenset({"namespace", "prefill_object", "decode_object", "selector"})
+AUTOSCALER_QUERIES: dict[str, dict[str, str]] = {
+    # Dynamo's own planner publishes the replicas it runs (dynamo_planner_num_{prefill,decode}_replicas).
+    "dynamo-planner": {
+        "prefill": "max(dynamo_planner_num_prefill_replicas{${selector}})",
+        "decode": "max(dynamo_planner_num_decode_replicas{${selector}})",
+    },
+    # An HPA, or KEDA's (a ScaledObject's HPA is keda-hpa-<name>), on a DGD scaling adapter, Deployment or
+    # LeaderWorkerSet: the replicas it decided, as kube-state-metrics exports them.
+    "hpa": {
+        "prefill": 'max(kube_horizontalpodautoscaler_status_desired_replicas{namespace="${namespace}",'
+                   'horizontalpodautoscaler="${prefill_object}",${selector}})',
+        "decode": 'max(kube_horizontalpodautoscaler_status_desired_replicas{namespace="${namespace}",'
+                  'horizontalpodautoscaler="${decode_object}",${selector}})',
+    },
+    # Whatever scales a Deployment (llm-d's model servers): its spec.replicas from kube-state-metrics.
+    "deployment": {
+        "prefill": 'max(kube_deployment_spec_replicas{namespace="${namespace}",deployment="${prefill_object}",'
+                   '${selector}})',
+        "decode": 'max(kube_deployment_spec_replicas{namespace="${namespace}",deployment="${decode_object}",'
+                  '${selector}})',
+    },
+    # A LeaderWorkerSet's groups are its leader StatefulSet's replicas (named as the LeaderWorkerSet).
+    "leaderworkerset": {
+        "prefill": 'max(kube_statefulset_replicas{namespace="${namespace}",statefulset="${prefill_object}",'
+                   '${selector}})',
+        "decode": 'max(kube_statefulset_replicas{namespace="${namespace}",statefulset="${decode_object}",'
+                  '${selector}})',
+    },
+}
+# The advisory's own history, from the gauges each advisory run publishes (connectors.planner_metrics):
+# its targets (the chart's line and the comparison) and its recommendations (the stabilization window's).
+ADVISORY_OWN_QUERIES = {
+    "advisory_replicas": 'max(sla_planner_advisory_replicas{namespace="${namespace}",model="${model}",'
+                         'pool="${pool}"})',
+    "recommended_replicas": 'max(sla_planner_recommended_replicas{namespace="${namespace}",model="${model}",'
+                            'pool="${pool}"})',
+}

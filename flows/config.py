@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from connectors.config import (
+    AdvisoryConfig,
     ConnectorConfig,
     LatencyModelConfig,
     LocalConnectorConfig,
@@ -39,6 +40,11 @@ class PlannerRunConfig(StrictModel):
     latency_model: LatencyModelConfig = Field(
         default_factory=LatencyModelConfig,
         description="prefill TTFT from the profile or from the routing service's published latency model",
+    )
+    advisory: AdvisoryConfig = Field(
+        default_factory=AdvisoryConfig,
+        description="planner.mode advisory: the autoscaler running the fleet now, whose replicas each run reads back "
+        "and compares with its own",
     )
 
     @model_validator(mode="after")
