@@ -44,7 +44,7 @@ from tasks.steps import (
     size_warmup_floor,
 )
 
-# The pipeline's steps, each as its Prefect task of the same name (tests/test_flow_planner.py checks it).
+# The pipeline's steps, each as its Prefect task of the same name (tests/flows/test_flow_planner.py checks it).
 STEP_TASKS = Steps(
     correct=correct_latency,
     predict=predict_load,

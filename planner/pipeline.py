@@ -56,7 +56,7 @@ class PlanResult:
 @dataclass(frozen=True)
 class Steps:
     """How each step runs: the plain functions of planner.steps by default; the flow gives each as its Prefect
-    task of the same name (tests/test_flow_planner.py checks that it does).
+    task of the same name (tests/flows/test_flow_planner.py checks that it does).
 
     Each takes the arguments of the function it defaults to; the caller binds what only it has (the flow:
     the predictor's cache; the simulator: that cache and the warm-up's sizing store).

@@ -34,7 +34,7 @@ export UV_COMPILE_BYTECODE=1   # otherwise every import recompiles when PYTHONDO
 uv sync --frozen --extra dev --python 3.11
 # Dynamo 1.6.1 in its own environment (.venv-dynamo): the tests run its connectors, client, frontend and mocker.
 bash scripts/install_dynamo.sh >/dev/null
-# vLLM 0.32.0's CPU build in its own environment (.venv-vllm): tests/test_e2e_vllm.py and `stack up --fleet vllm`
+# vLLM 0.32.0's CPU build in its own environment (.venv-vllm): tests/e2e/test_e2e_vllm.py and `stack up --fleet vllm`
 # start real engines from it.
 bash scripts/install_vllm.sh >/dev/null
 echo "setup: done (.venv ready)"

@@ -1,6 +1,6 @@
 """Session-wide test settings shared by every area.
 
-Area-specific fixtures for real components live in tests/fixtures_*.py; the fixtures of shared
+Area-specific fixtures for real components live in tests/support/fixtures_*.py; the fixtures of shared
 components (etcd, Prefect, Prometheus, the fake Kubernetes API) are registered below, their helpers
 are imported by the tests that need them.
 """
@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.fixtures_etcd", "tests.fixtures_prefect", "tests.fixtures_prometheus", "tests.k8s_fake_server"]
+pytest_plugins = [
+    "tests.support.fixtures_etcd",
+    "tests.support.fixtures_prefect",
+    "tests.support.fixtures_prometheus",
+    "tests.support.k8s_fake_server",
+]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"

@@ -119,7 +119,7 @@ DYNAMO_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 # Where the importer deliberately writes something other than what Dynamo runs with (each one is a stderr line
-# when it applies; tests/test_import_dynamo.py allows a difference from Dynamo's own parser only for these).
+# when it applies; tests/connectors/test_import_dynamo.py allows a difference from Dynamo's own parser only for these).
 DIFFERENCES: dict[str, str] = {
     "metric_pulling_prometheus_ssl_verify": "unset, Dynamo 1.6.1 does not verify Prometheus' TLS certificate; we do "
                                             "(metrics.verify_tls true), so an https Prometheus is not read "

@@ -7,7 +7,7 @@ unknown keys are ignored, the first alias present wins (`ttft_ms` over `ttft`, w
 their order), values are coerced as pydantic's lax mode does ("5" is 5, 5.5 is not an
 int), enums and bounds are enforced, and a few settings absent from the mapping come
 from the container's environment, parsed Dynamo's way (PROMETHEUS_SSL_VERIFY is true
-only for 1/true/yes). `effective_config` reproduces that; `tests/test_import_dynamo.py`
+only for 1/true/yes). `effective_config` reproduces that; `tests/connectors/test_import_dynamo.py`
 checks it against Dynamo's own parser on every test input.
 """
 
