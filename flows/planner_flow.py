@@ -117,7 +117,7 @@ def planner_flow(
     result, record = _apply(result, connector, cfg, profile, steps=steps, now_s=now, applying=applying,
                             fast_path=fast_path, ttft_view=ttft.view)
     what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
-    return _publish(run_cfg, result, record, now_s=now, applying=applying, what_if=what_if_text, ttft=ttft)
+    return publish_run(run_cfg, result, record, now_s=now, applying=applying, what_if=what_if_text, ttft=ttft)
 
 
 def _apply(
@@ -139,17 +139,22 @@ def _apply(
         return result, apply_decision(connector, result.decision, now_s=now_s)
 
 
-def _publish(
+def publish_run(
     run_cfg: PlannerRunConfig, result: PlanResult, record: DecisionRecord | None, *,
-    now_s: float, applying: bool, what_if: str, ttft: TtftChoice,
+    now_s: float, applying: bool, what_if: str, ttft: TtftChoice, named: str | None = None, chart: bool = True,
 ) -> State:
-    """Rename the run, publish its artifacts, gauges and log line; the Completed state saying why."""
+    """Rename the run, publish its artifacts, gauges and log line; the Completed state saying why.
+
+    named: the name the run was created with (a fleet run's deployment runs are named when they start),
+        so it is not renamed; None: renamed after the decision. chart: publish the chart image too.
+    """
     namespace, fleet, decision, forecast = run_cfg.planner.namespace, result.fleet, result.decision, result.forecast
     summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if,
                                ttft_source=(ttft.source, ttft.reason))
-    name = run_name(result, now_s=now_s, applying=applying, what_if=bool(what_if))
+    name = named or run_name(result, now_s=now_s, applying=applying, what_if=bool(what_if))
     message = run_message(result, record=record, applying=applying, what_if=bool(what_if))
-    _rename_run(name)
+    if named is None:
+        _rename_run(name)
     # Runs that apply nothing keep their own keys: a live key's history is the applied decisions only.
     create_table_artifact(
         key=artifact_key("decision", namespace, what_if=not applying),
@@ -161,11 +166,12 @@ def _publish(
         key=artifact_key("summary", namespace, what_if=not applying), markdown=summary,
         description="planner decision summary",
     )
-    create_image_artifact(
-        image_url=png_data_url(planner_chart_png(result, now_s=now_s, record=record, title=f"{namespace}: {name}")),
-        key=artifact_key("chart", namespace, what_if=not applying),
-        description=f"{namespace}: observed and forecast load, recommended and applied replicas ({message})",
-    )
+    if chart:
+        create_image_artifact(
+            image_url=png_data_url(planner_chart_png(result, now_s=now_s, record=record, title=f"{namespace}: {name}")),
+            key=artifact_key("chart", namespace, what_if=not applying),
+            description=f"{namespace}: observed and forecast load, recommended and applied replicas ({message})",
+        )
     if run_cfg.planner_metrics.enabled:
         _publish_planner_metrics(run_cfg, result, record)
     get_run_logger().info(
