@@ -9,6 +9,9 @@ tests) in one process don't collide.
 Gauges (labels: namespace, model, and pool where it applies):
 
 - sla_planner_desired_replicas, sla_planner_current_replicas, sla_planner_ready_replicas
+- sla_planner_advisory_replicas: what an advisory (recommend-only, planner.mode advisory) run would set;
+  such a run sets it instead of sla_planner_desired_replicas (which a KEDA ScaledObject may apply), so
+  Grafana compares it with sla_planner_current_replicas, the replicas the running autoscaler set
 - sla_planner_recommended_replicas (before stabilization, step limit and GPU budget)
 - sla_planner_last_decision_id, sla_planner_last_decision_done (1/0)
 - sla_planner_last_decision_applied (1 if the last run wrote targets)
@@ -84,6 +87,8 @@ class PlannerMetrics:
             return Gauge(name, doc, labels, registry=self.registry)
 
         self.desired_replicas = gauge("sla_planner_desired_replicas", "replicas the last decision asked for", _POOL)
+        self.advisory_replicas = gauge(
+            "sla_planner_advisory_replicas", "replicas the last advisory run would set (nothing applies them)", _POOL)
         self.recommended_replicas = gauge(
             "sla_planner_recommended_replicas", "replicas the last run recommended before stabilization and limits",
             _POOL)
@@ -127,22 +132,28 @@ class PlannerMetrics:
         observation: Observation | None = None,
         slo: SloTarget | None = None,
         inference_pool: tuple[str, str] | None = None,
+        advisory: bool = False,
     ) -> None:
         """Set the gauges from one run's values; arguments left None keep their last value.
 
         now_s: the run's time, Unix seconds. applied: what `Connector.apply`
         returned (None when nothing was written). slo: the run's targets, for the
         target-met shares of the observation's latency histograms. inference_pool:
-        (namespace, name) of the llm-d InferencePool the run scales, for its per-role gauge.
+        (namespace, name) of the llm-d InferencePool the run scales, for its per-role gauge. advisory: the run
+        recommends only: its targets go to sla_planner_advisory_replicas, the desired gauges keep what they had.
         """
         base = (self.namespace, self.model_id)
         self.last_run_timestamp_seconds.labels(*base).set(now_s)
-        if decision is not None:
+        if decision is not None and advisory:
+            self.advisory_replicas.labels(*base, "prefill").set(decision.prefill_replicas)
+            self.advisory_replicas.labels(*base, "decode").set(decision.decode_replicas)
+        if decision is not None and not advisory:
             self.desired_replicas.labels(*base, "prefill").set(decision.prefill_replicas)
             self.desired_replicas.labels(*base, "decode").set(decision.decode_replicas)
             if inference_pool is not None:
                 for role, n in (("prefill", decision.prefill_replicas), ("decode", decision.decode_replicas)):
                     self.inference_pool_desired_replicas.labels(*base, *inference_pool, role).set(n)
+        if decision is not None:
             for pool, rec, target in (("prefill", decision.recommended_prefill_replicas, decision.prefill_replicas),
                                       ("decode", decision.recommended_decode_replicas, decision.decode_replicas)):
                 self.recommended_replicas.labels(*base, pool).set(target if rec is None else rec)
@@ -211,12 +222,14 @@ def publish_run(
     now_s: float | None = None,
     slo: SloTarget | None = None,
     inference_pool: tuple[str, str] | None = None,
+    advisory: bool = False,
 ) -> PlannerMetrics | None:
     """Publish one run's gauges as `cfg` says (serve on cfg.port and/or push).
 
     record: what the apply step returned (None: nothing written). slo: the run's
     targets (the target-met gauges stay unset without them). inference_pool:
-    (namespace, name) of the llm-d InferencePool the run scales, if any.
+    (namespace, name) of the llm-d InferencePool the run scales, if any. advisory: a recommend-only run
+    (its targets on sla_planner_advisory_replicas, never on the desired gauges).
     now_s: the run's time, seconds; None uses the observation's taken_at_s.
     Returns the run's PlannerMetrics, or None when cfg.enabled is False.
     """
@@ -233,6 +246,7 @@ def publish_run(
         observation=result.observation,
         slo=slo,
         inference_pool=inference_pool,
+        advisory=advisory,
     )
     if cfg.port is not None:
         expose(metrics, port=cfg.port, addr=cfg.addr)

@@ -1,4 +1,6 @@
-"""Advisory mode's comparison: what a recommend-only planner would have set against what the running autoscaler set.
+"""Advisory mode's core: what a recommend-only planner would have set against what the running autoscaler set.
+
+A recommend-only run decides from the fleet the running autoscaler keeps (`advisory_fleet`), then compares.
 
 Both sides are replica histories, rows (t_s, prefill, decode) oldest first, a pool's value None where
 it is unknown. A row holds from its t_s until the next row, for at most `step_s` (a gap in a history
@@ -11,10 +13,11 @@ more GPUs, fewer, or as many.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.types import POOLS, Pool
+from planner.types import POOLS, FleetState, Pool
 
 ReplicaRow = tuple[float, "int | None", "int | None"]
 # Prometheus stamps range-query points to the millisecond; a row this close after a grid point counts at it.
@@ -129,3 +132,17 @@ def changes(rows: Sequence[ReplicaRow]) -> tuple[tuple[float, int, int], ...]:
 
 def _time(row: ReplicaRow) -> float:
     return row[0]
+
+
+def advisory_fleet(fleet: FleetState, *, autoscaler: Sequence[ReplicaRow],
+                   recommended: Sequence[ReplicaRow]) -> FleetState:
+    """The fleet a recommend-only run decides from: the replicas as the running autoscaler set them, the
+    advisory's own recommendations as the stabilization history, the autoscaler's changes as the applied
+    targets (the replicas that served; the chart's actual line) and no last decision of ours to wait for.
+
+    recommended: the advisory's recommendations, rows with a pool unknown are left out.
+    """
+    return dataclasses.replace(
+        fleet, last_decision=None, applied_targets=changes(autoscaler),
+        recent_targets=tuple((t, p, d) for t, p, d in sorted(recommended, key=_time) if p is not None and d is not None),
+    )
