@@ -42,17 +42,19 @@ def _change(before: int, after: int) -> str:
     return f"{before}→{after}" if before != after else str(after)
 
 
-def run_name(result: PlanResult, *, now_s: float, applying: bool, what_if: bool = False) -> str:
+def run_name(result: PlanResult, *, now_s: float, applying: bool, what_if: bool = False,
+             advisory: bool = False) -> str:
     """The flow run's name: the interval's end (UTC, HH:MM) and the targets, e.g. `12:05 prefill 2→3 decode 4`.
 
-    now_s: the run's clock, Unix seconds. A run that applies nothing says so at the end.
+    now_s: the run's clock, Unix seconds. A run that applies nothing says so at the end (advisory: a
+    recommend-only run, planner.mode advisory).
     """
     fleet, d = result.fleet, result.decision
     name = (f"{time.strftime('%H:%M', time.gmtime(now_s))} "
             f"prefill {_change(fleet.prefill.current_replicas, d.prefill_replicas)} "
             f"decode {_change(fleet.decode.current_replicas, d.decode_replicas)}")
     if not applying:
-        name += " (what-if)" if what_if else " (dry run)"
+        name += " (what-if)" if what_if else " (advisory)" if advisory else " (dry run)"
     return name
 
 
@@ -101,7 +103,8 @@ def _holds(reasons) -> list[str]:
     return out
 
 
-def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: bool, what_if: bool = False) -> str:
+def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: bool, what_if: bool = False,
+                advisory: bool = False) -> str:
     """The run's final state message: what it did and why, in a few words.
 
     e.g. "scaled up: TTFT forecast", "held: stale data", "dry run, would scale down: ITL forecast".
@@ -128,7 +131,7 @@ def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: 
         limits = [why for code, why in _CAUSES.items() if code in codes]
         text = "unchanged: " + (", ".join(limits) if limits else "sizing matches what is set")
     if not applying:
-        mode = "what-if" if what_if else "dry run"
+        mode = "what-if" if what_if else "advisory" if advisory else "dry run"
         return f"{mode}, would have {text}" if changed else f"{mode}, {text}"
     if changed and record is None:
         return text + " (not written)"
@@ -243,12 +246,14 @@ def _forecast_rows(fc) -> list[tuple[str, str, str]]:
 
 def decision_table(
     result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, ttft_source: tuple[str, str] | None = None,
-    slo: SloTarget | None = None,
+    slo: SloTarget | None = None, advisory: list[tuple[str, str, str]] | None = None,
 ) -> list[dict]:
     """One row per input, forecast, factor and pool, each with its value and detail.
 
     ttft_source: (what prefill's TTFT came from, why), when the run chose it (tasks.latency_model).
     slo: the run's targets: with them, the shares of the interval's requests (token gaps) within the TTFT (ITL) target.
+    advisory: a recommend-only run's comparison rows (item, value, detail) with the running autoscaler
+    (flows.advisory), in place of the apply step's.
     """
     obs, fc, corr, d = result.observation, result.forecast, result.corrections, result.decision
     rows: list[dict] = []
@@ -300,7 +305,10 @@ def decision_table(
     for reason in d.reasons:
         numbers = ", ".join(f"{k}={_fmt(v)}" for k, v in reason.numbers.items())
         row("decide", f"reason {reason.code.value}", reason.pool or "both", reason.message + (f" [{numbers}]" if numbers else ""))
-    if dry_run:
+    if advisory is not None:
+        for item, value, detail in advisory:
+            row("advisory", item, value, detail)
+    elif dry_run:
         row("apply", "result", "dry run", "nothing applied")
     elif record is None:
         row("apply", "result", "not written", "targets unchanged or held")
@@ -312,21 +320,24 @@ def decision_table(
 
 def decision_summary(
     result: PlanResult, *, record: DecisionRecord | None, dry_run: bool, what_if: str = "",
-    ttft_source: tuple[str, str] | None = None,
+    ttft_source: tuple[str, str] | None = None, advisory: str | None = None,
 ) -> str:
-    """A short markdown paragraph: what changed and why (ttft_source: as decision_table's)."""
+    """A short markdown paragraph: what changed and why (ttft_source: as decision_table's; advisory: a
+    recommend-only run's comparison with the running autoscaler, flows.advisory, as its outcome)."""
     d, fleet = result.decision, result.fleet
     head = (
         f"**prefill {fleet.prefill.current_replicas} → {d.prefill_replicas}, "
         f"decode {fleet.decode.current_replicas} → {d.decode_replicas}**"
     )
-    if dry_run:
+    if advisory is not None:
+        outcome = "advisory: nothing applied"
+    elif dry_run:
         outcome = "dry run: nothing applied" + (f" ({what_if})" if what_if else "")
     elif record is None:
         outcome = "nothing written"
     else:
         outcome = f"applied as decision {record.decision_id}"
-    lines = [f"### Planner decision\n\n{head} — {outcome}.\n"]
+    lines = [f"### Planner decision\n\n{head} — {outcome}.\n"] + ([advisory, ""] if advisory else [])
     fc = result.forecast
     if fc is None:
         lines.append("No load data to forecast from: the decision holds.")
