@@ -12,8 +12,11 @@ import base64
 import importlib
 import io
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from planner.advisory import ReplicaRow
 from planner.pipeline import PlanResult
 from planner.types import DecisionRecord
 
@@ -24,6 +27,15 @@ _DPI = 96
 # loaded, so it overlaps the run's network reads instead of adding to the run's end. Nothing else is kept.
 threading.Thread(target=importlib.import_module, args=("matplotlib.backends.backend_agg",),
                  name="import-matplotlib", daemon=True).start()
+
+
+@dataclass(frozen=True)
+class AdvisoryLines:
+    """A recommend-only run's lines: the running autoscaler's name, and the advisory's targets as rows
+    (t_s, prefill, decode), this run's last."""
+
+    autoscaler: str
+    targets: Sequence[ReplicaRow]
 
 
 def png_data_url(png: bytes | str | Path) -> str:
@@ -46,7 +58,7 @@ def _steps(points: list[tuple[float, int]], *, start_s: float, end_s: float) -> 
 
 def planner_chart_png(
     result: PlanResult, *, now_s: float, record: DecisionRecord | None, window_s: float = 3 * 3600.0,
-    title: str = "",
+    title: str = "", advisory: AdvisoryLines | None = None,
 ) -> bytes:
     """PNG (CHART_SIZE_PX) of the last window_s seconds up to one interval past now_s.
 
@@ -56,6 +68,8 @@ def planner_chart_png(
     connector's decision history, this run's decision when it applied one),
     the recommendations of recent runs (stabilization history plus this run's)
     and the replicas the fleet reported now. Times are minutes relative to now.
+    advisory: a recommend-only run's two lines per pool instead of the applied one: the running
+    autoscaler's replicas (the fleet's applied targets) and the advisory's targets.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -94,7 +108,7 @@ def planner_chart_png(
     load_ax.grid(alpha=0.3)
 
     applied, recommended = _draw_replicas(rep_ax, result, now_s=now_s, record=record, start_s=start_s, end_s=end_s,
-                                          minutes=minutes)
+                                          minutes=minutes, advisory=advisory)
     # The window shrinks to the data there is (a new deployment has minutes of it, not hours).
     seen = [t for t in (*(hist.t_s if hist is not None else ()), *(a[0] for a in applied),
                         *(r[0] for r in recommended)) if start_s <= t <= now_s]
@@ -113,9 +127,10 @@ def planner_chart_png(
 
 
 def _draw_replicas(ax, result: PlanResult, *, now_s: float, record: DecisionRecord | None, start_s: float,
-                   end_s: float, minutes) -> tuple[list, list]:
-    """Per pool: applied targets as steps, recent recommendations as dots, the replicas set now;
-    returns (applied, recommended) as (t_s, prefill, decode) rows."""
+                   end_s: float, minutes, advisory: AdvisoryLines | None = None) -> tuple[list, list]:
+    """Per pool: applied targets as steps (advisory: the running autoscaler's, and the advisory's targets
+    beside them), recent recommendations as dots, the replicas set now; returns (applied, recommended) as
+    (t_s, prefill, decode) rows."""
     fleet, d = result.fleet, result.decision
     applied = list(fleet.applied_targets)
     if record is not None:
@@ -126,7 +141,14 @@ def _draw_replicas(ax, result: PlanResult, *, now_s: float, record: DecisionReco
     for i, (pool, color) in enumerate((("prefill", "tab:blue"), ("decode", "tab:orange"))):
         ts, vs = _steps([(t, v[i]) for t, *v in applied], start_s=start_s, end_s=end_s)
         if ts:
-            ax.step(minutes(ts), vs, where="post", color=color, lw=1.6, label=f"{pool} applied")
+            ax.step(minutes(ts), vs, where="post", color=color, lw=1.6,
+                    label=f"{pool} {advisory.autoscaler} (actual)" if advisory else f"{pool} applied")
+        if advisory is not None:
+            ours = [(t, v[i]) for t, *v in advisory.targets if v[i] is not None]
+            ts, vs = _steps(ours, start_s=start_s, end_s=end_s)
+            if ts:
+                ax.step(minutes(ts), vs, where="post", color=color, lw=1.6, ls="--", alpha=0.85,
+                        label=f"{pool} ours (advisory)")
         rec = [(t, v[i]) for t, *v in recommended if start_s <= t <= end_s]
         ax.plot(minutes([t for t, _ in rec]), [v for _, v in rec], ".", color=color, ms=5,
                 label=f"{pool} recommended")
