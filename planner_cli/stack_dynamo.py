@@ -34,13 +34,33 @@ MODEL_NAME = "tok"  # the served name of the stack's tokenizer model (stack/dyna
 COMPONENTS = ("frontend", "executor", "loadgen")
 
 
-def dynamo_python(*, timeout_s: float = 900.0) -> str:
-    """The Dynamo environment's python, installing it first when missing or stale."""
-    done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=timeout_s,
+def installed_python(install_script: Path, *, timeout_s: float) -> str:
+    """The python of the environment install_script builds (idempotent: it prints the path last)."""
+    done = subprocess.run(["bash", str(install_script)], capture_output=True, text=True, timeout=timeout_s,
                           stdin=subprocess.DEVNULL)
     if done.returncode != 0:
-        raise RuntimeError(f"{INSTALL_SCRIPT} failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
+        raise RuntimeError(f"{install_script} failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
     return done.stdout.strip().splitlines()[-1]
+
+
+def dynamo_python(*, timeout_s: float = 900.0) -> str:
+    """The Dynamo environment's python, installing it first when missing or stale."""
+    return installed_python(INSTALL_SCRIPT, timeout_s=timeout_s)
+
+
+def clamp_pool_limits(planner: dict, *, max_workers: int) -> None:
+    """Both pools' max_replicas at most max_workers (the local fleet's bound), min_replicas at most max."""
+    decision = planner.setdefault("decision", {})
+    for pool in ("prefill", "decode"):
+        limits = decision.setdefault(pool, {})
+        limits["max_replicas"] = min(limits.get("max_replicas", max_workers), max_workers)
+        limits["min_replicas"] = min(limits.get("min_replicas", 1), limits["max_replicas"])
+
+
+def fresh_worker_targets(state_dir: Path) -> None:
+    """An empty file_sd target list for the executor to keep current (Prometheus reads it from the start)."""
+    (state_dir / "executor").mkdir(exist_ok=True)
+    (state_dir / "executor" / "targets.json").write_text("[]")
 
 
 def planner_overrides(data: dict, *, namespace: str, max_workers: int) -> None:
@@ -57,11 +77,7 @@ def planner_overrides(data: dict, *, namespace: str, max_workers: int) -> None:
     metrics["pools"] = {"by": "label", "pool_label": "role", "pod_label": "instance",
                         "prefill_label_values": ["prefill"], "decode_label_values": ["decode"]}
     data["connector"]["namespace"] = namespace
-    decision = data["planner"].setdefault("decision", {})
-    for pool in ("prefill", "decode"):
-        limits = decision.setdefault(pool, {})
-        limits["max_replicas"] = min(limits.get("max_replicas", max_workers), max_workers)
-        limits["min_replicas"] = min(limits.get("min_replicas", 1), limits["max_replicas"])
+    clamp_pool_limits(data["planner"], max_workers=max_workers)
 
 
 def write_executor_config(opts, state_dir: Path, *, namespace: str, profile_dir: str) -> Path:
@@ -124,8 +140,7 @@ def components(opts, state_dir: Path, *, namespace: str, profile_dir: str, compo
     python = dynamo_python()
     executor_cfg = write_executor_config(opts, state_dir, namespace=namespace, profile_dir=profile_dir)
     loadgen_cfg = write_loadgen_config(opts, state_dir)
-    (state_dir / "executor").mkdir(exist_ok=True)
-    (state_dir / "executor" / "targets.json").write_text("[]")
+    fresh_worker_targets(state_dir)
     dynamo_env = {"ETCD_ENDPOINTS": opts.urls()["etcd"], "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(PROJECT_ROOT)}
     from executor.fleets import frontend_command
 

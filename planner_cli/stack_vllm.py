@@ -29,11 +29,18 @@ two minutes to start on two cores: `--max-workers` (default 2) bounds the pool.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from planner_cli.stack_dynamo import (
+    clamp_pool_limits,
+    dynamo_python,
+    fresh_worker_targets,
+    installed_python,
+    write_loadgen_config,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 INSTALL_SCRIPT = PROJECT_ROOT / "scripts" / "install_vllm.sh"
@@ -55,11 +62,7 @@ ENGINE_JOB = "vllm-engines"
 
 def vllm_python(*, timeout_s: float = 1800.0) -> str:
     """The vLLM environment's python, installing it first when missing or stale."""
-    done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=timeout_s,
-                          stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        raise RuntimeError(f"{INSTALL_SCRIPT} failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
-    return done.stdout.strip().splitlines()[-1]
+    return installed_python(INSTALL_SCRIPT, timeout_s=timeout_s)
 
 
 def planner_overrides(data: dict, *, namespace: str, max_workers: int) -> None:
@@ -83,11 +86,7 @@ def planner_overrides(data: dict, *, namespace: str, max_workers: int) -> None:
     planner["profile"] = {"dir": str(PROFILE_DIR)}
     planner["slo"] = dict(SLO)
     planner.setdefault("sizing", {})["replica_startup_s"] = STARTUP_S
-    decision = planner.setdefault("decision", {})
-    for pool in ("prefill", "decode"):
-        limits = decision.setdefault(pool, {})
-        limits["max_replicas"] = min(limits.get("max_replicas", max_workers), max_workers)
-        limits["min_replicas"] = min(limits.get("min_replicas", 1), limits["max_replicas"])
+    clamp_pool_limits(planner, max_workers=max_workers)
 
 
 def write_executor_config(opts, state_dir: Path, *, namespace: str, python: str) -> Path:
@@ -123,12 +122,9 @@ def prometheus_jobs(opts, state_dir: Path) -> str:
 
 def components(opts, state_dir: Path, *, namespace: str, slo, component_cls) -> list:
     """The executor, gateway and load generator as stack Components."""
-    from planner_cli.stack_dynamo import dynamo_python, write_loadgen_config
-
     executor_cfg = write_executor_config(opts, state_dir, namespace=namespace, python=vllm_python())
     loadgen_cfg = write_loadgen_config(opts, state_dir, model=MODEL_NAME, context_tokens=4096)
-    (state_dir / "executor").mkdir(exist_ok=True)
-    (state_dir / "executor" / "targets.json").write_text("[]")
+    fresh_worker_targets(state_dir)
     env = {"ETCD_ENDPOINTS": opts.urls()["etcd"], "PYTHONPATH": str(PROJECT_ROOT)}
     return [
         component_cls("executor", [dynamo_python(), "-m", "executor", "--config", str(executor_cfg)], None, env=env,
