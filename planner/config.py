@@ -394,6 +394,12 @@ class DecisionConfig(StrictModel):
     )
     scale_down_floor_frac: float = Field(0.5, gt=0, le=1, description="with scale_down_floor_s: the share of the "
                                          "window's highest target kept")
+    scale_down_floor_quiet_share: float | None = Field(
+        None, gt=0, le=1,
+        description="with scale_down_floor_s: the floor holds only while the window's arrivals had quiet spells, its "
+        "10th-percentile interval at or below this share of its busiest (planner.signals.quiet_spells: bursty "
+        "tenants come back, a steady stream has nothing to come back from); None: always",
+    )
     wait_for_previous_s: float = Field(1800.0, ge=0, description="make no new decision while the previous one is "
                                        "not done, for at most this long, s")
     scale_up_past_pending_s: float = Field(
