@@ -10,7 +10,8 @@ them, so every rule is table-testable on its own:
     apply_guardrail  saturation floor: may raise a target, vetoes an unsafe scale-down
     clamp_to_bounds  per-pool min/max                    -> the run's recommendation
     stabilize_scale_down  HPA-style: down only to the highest recent recommendation
-    floor_scale_down  never below a share of a longer window's highest recommendation
+    floor_scale_down  never below a share of a longer window's highest recommendation (optionally only after
+                     quiet spells in its arrivals)
     hold_scale_down_in_warmup  no scale-down on too short a load history
     start_from_warmup  no pool below what the warm-up trace's last window needed
     limit_step       at most max_step_replicas per interval
@@ -43,6 +44,7 @@ from planner.decision.gates import (
 from planner.decision.rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
 from planner.decision.gpu_budget import fit_gpu_budget
 from planner.saturation.guardrail import PoolSaturation
+from planner.signals.quiet_spells import had_quiet_spell
 from planner.decision.stabilization import (
     floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup,
 )
@@ -270,7 +272,7 @@ def _sized_targets(
                                       **_hold(sizing, cfg))
     reasons += r
     targets, r = floor_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
-                                  window_s=cfg.scale_down_floor_s, frac=cfg.scale_down_floor_frac)
+                                  window_s=_floor_window_s(obs, cfg, now_s=now_s), frac=cfg.scale_down_floor_frac)
     reasons += r
     targets, r = hold_scale_down_in_warmup(
         targets, current=current, history_intervals=None if obs.history is None else len(obs.history),
@@ -288,6 +290,16 @@ def _sized_targets(
     targets, r = fit_gpu_budget(targets, gpus_per_replica=_gpus(fleet), cfg=cfg)
     reasons += r
     return targets, reasons, recommended
+
+
+def _floor_window_s(obs: Observation, cfg: DecisionConfig, *, now_s: float) -> float | None:
+    """The scale-down floor's window, or None (off) when it asks for quiet spells and the window's arrivals had
+    none (decision.scale_down_floor_quiet_share; planner.signals.quiet_spells)."""
+    window_s = cfg.scale_down_floor_s
+    if not window_s or cfg.scale_down_floor_quiet_share is None:
+        return window_s
+    quiet, _ = had_quiet_spell(obs.history, since_s=now_s - window_s, max_share=cfg.scale_down_floor_quiet_share)
+    return window_s if quiet else None
 
 
 def _hold(sizing: Mapping[Pool, PoolSizing], cfg: DecisionConfig) -> dict:
