@@ -278,6 +278,9 @@ class FleetState:
     oldest first; shown (the run's chart), and with correction.replicas "served"
     the replicas that served the last interval are rebuilt from them
     (planner.latency.served).
+    ready_history: (t_s, prefill_ready, decode_ready) samples, oldest first, when
+    the connector has them; with applied_targets they measure each pool's
+    startup time (planner.signals.startup_time). Empty: not known.
     """
 
     prefill: PoolState
@@ -285,6 +288,7 @@ class FleetState:
     last_decision: DecisionRecord | None = None
     recent_targets: tuple[tuple[float, int, int], ...] = ()
     applied_targets: tuple[tuple[float, int, int], ...] = ()
+    ready_history: tuple[tuple[float, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,9 @@ class ReasonCode(str, enum.Enum):
     FAST_PATH_SCALE_UP = "fast_path_scale_up"
     FAST_PATH_COOLDOWN = "fast_path_cooldown"
     FAST_PATH_NOTHING_TO_ADD = "fast_path_nothing_to_add"
+    SCALE_TO_ZERO = "scale_to_zero"  # planner.decision.scale_to_zero
+    KEPT_ABOVE_ZERO = "kept_above_zero"
+    WAKE_FROM_ZERO = "wake_from_zero"  # planner.saturation.wake
     UNCHANGED = "unchanged"
     SCALE_UP = "scale_up"
     SCALE_DOWN = "scale_down"
