@@ -362,6 +362,27 @@ class PoolBounds(StrictModel):
         return self
 
 
+class ScaleToZeroConfig(StrictModel):
+    """When a pool with min_replicas 0 may idle to zero, and what wakes it (docs/scale-to-zero.md)."""
+
+    quiet_s: float = Field(
+        600.0, ge=0, le=86_400,
+        description="no pool goes to zero before this long without a request, s (whole intervals of the history)",
+    )
+    late_request_cost_gpu_h: float = Field(
+        0.1, ge=0,
+        description="GPU-hours one request that misses its TTFT target behind a cold start is worth: a pool goes to "
+        "zero only when the upper forecast's late requests times this is below the GPU-hours saved until the "
+        "next decision",
+    )
+    wake_min_requests: float = Field(
+        1.0, gt=0,
+        description="at zero, wake (a scale-up at once) when the frontend counted at least this many requests "
+        "(started, or answered with an error for want of workers) or queued at least this many",
+    )
+    wake_replicas: int = Field(1, ge=1, description="replicas each pool at zero wakes to")
+
+
 class DecisionConfig(StrictModel):
     """How SLA sizing and the saturation guardrail become replica targets."""
 
@@ -411,6 +432,11 @@ class DecisionConfig(StrictModel):
         None, gt=0, description="hold when the observation is older than this, s; None: two adjustment intervals"
     )
     allow_scale_to_zero: bool = Field(False, description="permit 0 replicas (needs min_replicas 0 too)")
+    scale_to_zero: ScaleToZeroConfig = Field(
+        default_factory=ScaleToZeroConfig,
+        description="with allow_scale_to_zero: the quiet period and cold-start cost before a pool goes to zero, "
+        "and the wake signal",
+    )
     partial_metrics_max_missing_frac: float = Field(
         0.0, ge=0, lt=1,
         description="no scale-down when more than this share of a kind of metric source (frontend scrape targets, "
