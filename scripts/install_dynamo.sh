@@ -8,21 +8,13 @@
 # Prints the environment's python on the last line. SLA_DYNAMO_VENV overrides the location.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv_stamp.sh
 VENV="${SLA_DYNAMO_VENV:-$PWD/.venv-dynamo}"
 LOCK=stack/dynamo/requirements.lock
 STANDIN=stack/dynamo/standin/aisimulate_core
 stamp="$( (cat "$LOCK"; cat "$STANDIN"/*.py) | sha256sum | cut -c1-16)"
-if [ -f "$VENV/.sla-planner-stamp" ] && [ "$(cat "$VENV/.sla-planner-stamp")" = "$stamp" ] \
-   && "$VENV/bin/python" -c "import dynamo._core" >/dev/null 2>&1; then
-  echo "install_dynamo: $VENV is up to date" >&2
-  echo "$VENV/bin/python"
-  exit 0
-fi
-command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
-export UV_COMPILE_BYTECODE=1
-echo "install_dynamo: installing Dynamo 1.6.1 into $VENV" >&2
-rm -f "$VENV/.sla-planner-stamp"
-[ -x "$VENV/bin/python" ] || uv venv -q "$VENV" --python 3.11
+venv_up_to_date install_dynamo "$VENV" "$stamp" dynamo._core && exit 0
+venv_begin install_dynamo "$VENV" "Dynamo 1.6.1"
 uv pip install -q --python "$VENV/bin/python" --no-deps -r "$LOCK"
 site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 rm -rf "$site/aisimulate_core"
@@ -31,6 +23,4 @@ cp -r "$STANDIN" "$site/aisimulate_core"
 from dynamo._core import DistributedRuntime, VirtualConnectorClient, VirtualConnectorCoordinator  # noqa: F401
 from dynamo.planner.connectors.kubernetes import KubernetesConnector  # noqa: F401
 PY
-echo "$stamp" > "$VENV/.sla-planner-stamp"
-echo "install_dynamo: done" >&2
-echo "$VENV/bin/python"
+venv_done install_dynamo "$VENV" "$stamp"

