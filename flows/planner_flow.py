@@ -18,10 +18,12 @@ from prefect.artifacts import create_image_artifact, create_markdown_artifact, c
 from prefect.states import Completed, State
 
 from connectors.base import Connector, FleetChangedError
+from flows.advisory import AdvisoryView, advisory_view
 from flows.charts import planner_chart_png, png_data_url
 from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
 from flows.report import artifact_key, decision_summary, decision_table, run_message, run_name
 from planner.config import PlannerConfig
+from planner.advisory import advisory_fleet
 from planner.pipeline import PlanResult, Steps, plan_steps
 from planner.latency.profile import EngineProfile
 from planner.steps import needs_warmup
@@ -29,6 +31,7 @@ from planner.latency.ttft_view import TtftView
 from planner.types import DecisionRecord
 from routing.models.planner_view import TtftChoice
 from planner.whatif import WhatIf, apply_what_if, effective_config
+from tasks.advisory import compare_with_autoscaler, fetch_advisory_history
 from tasks.apply import apply_decision
 from tasks.collect import collect_metrics, open_connector, read_fleet
 from tasks.latency_model import fetch_ttft_view
@@ -83,7 +86,9 @@ def planner_flow(
     observation = None if replay is None else replay.observation
     now = time.time() if replay is None or replay.now_s is None else replay.now_s
     cfg = effective_config(run_cfg.planner, what_if)
-    applying = not dry_run and what_if is None
+    # planner.mode advisory: a scheduled run decides and publishes as one that applies, and writes nothing.
+    advisory = not dry_run and what_if is None and cfg.mode == "advisory"
+    applying = not dry_run and what_if is None and not advisory
 
     profile = load_profiling_data(cfg.profile)
     ttft = fetch_ttft_view(run_cfg.latency_model, profile, now_s=now)
@@ -91,6 +96,9 @@ def planner_flow(
     # Fleet first, then metrics: load that arrives in between is counted against
     # the older replica numbers, so any error leans toward more replicas.
     fleet = read_fleet(connector, now_s=now)
+    history = fetch_advisory_history(run_cfg.metrics, run_cfg.advisory, cfg, now_s=now) if advisory else None
+    if history is not None:
+        fleet = advisory_fleet(fleet, autoscaler=history.autoscaler, recommended=history.recommended)
     # Fitted predictor state is reused only for the live series of this model;
     # a what-if's scaled load or a given observation never touches it.
     cache_namespace = f"{cfg.namespace}/{cfg.model_id}" if observation is None and what_if is None else None
@@ -116,8 +124,12 @@ def planner_flow(
                         warmup=warmup)
     result, record = _apply(result, connector, cfg, profile, steps=steps, now_s=now, applying=applying,
                             fast_path=fast_path, ttft_view=ttft.view)
+    view = None if history is None else advisory_view(
+        compare_with_autoscaler(result, history, run_cfg.advisory, now_s=now, interval_s=cfg.adjustment_interval_s),
+        history, result.decision, autoscaler=run_cfg.advisory.name, now_s=now)
     what_if_text = "" if what_if is None else f"what-if {what_if.model_dump(exclude_none=True)}"
-    return publish_run(run_cfg, result, record, now_s=now, applying=applying, what_if=what_if_text, ttft=ttft)
+    return publish_run(run_cfg, result, record, now_s=now, applying=applying, what_if=what_if_text, ttft=ttft,
+                       advisory=view)
 
 
 def _apply(
@@ -142,45 +154,51 @@ def _apply(
 def publish_run(
     run_cfg: PlannerRunConfig, result: PlanResult, record: DecisionRecord | None, *,
     now_s: float, applying: bool, what_if: str, ttft: TtftChoice, named: str | None = None, chart: bool = True,
+    advisory: AdvisoryView | None = None,
 ) -> State:
     """Rename the run, publish its artifacts, gauges and log line; the Completed state saying why.
 
     named: the name the run was created with (a fleet run's deployment runs are named when they start),
         so it is not renamed; None: renamed after the decision. chart: publish the chart image too.
+    advisory: a recommend-only run's comparison with the running autoscaler (planner.mode advisory): published
+        under the live keys, beside the decision.
     """
     namespace, fleet, decision, forecast = run_cfg.planner.namespace, result.fleet, result.decision, result.forecast
+    live, view = applying or advisory is not None, advisory
     summary = decision_summary(result, record=record, dry_run=not applying, what_if=what_if,
-                               ttft_source=(ttft.source, ttft.reason))
-    name = named or run_name(result, now_s=now_s, applying=applying, what_if=bool(what_if))
-    message = run_message(result, record=record, applying=applying, what_if=bool(what_if))
+                               ttft_source=(ttft.source, ttft.reason), advisory=view and view.summary)
+    name = named or run_name(result, now_s=now_s, applying=applying, what_if=bool(what_if), advisory=bool(view))
+    message = run_message(result, record=record, applying=applying, what_if=bool(what_if), advisory=bool(view))
     if named is None:
         _rename_run(name)
-    # Runs that apply nothing keep their own keys: a live key's history is the applied decisions only.
+    # Dry runs and what-ifs keep their own keys: a live key's history is the scheduled runs' (applied or advisory).
     create_table_artifact(
-        key=artifact_key("decision", namespace, what_if=not applying),
+        key=artifact_key("decision", namespace, what_if=not live),
         table=decision_table(result, record=record, dry_run=not applying, ttft_source=(ttft.source, ttft.reason),
-                             slo=run_cfg.planner.slo),
+                             slo=run_cfg.planner.slo, advisory=view and view.rows),
         description=f"planner decision for {namespace}: inputs, forecast, factors, targets, reasons",
     )
     create_markdown_artifact(
-        key=artifact_key("summary", namespace, what_if=not applying), markdown=summary,
+        key=artifact_key("summary", namespace, what_if=not live), markdown=summary,
         description="planner decision summary",
     )
     if chart:
         create_image_artifact(
-            image_url=png_data_url(planner_chart_png(result, now_s=now_s, record=record, title=f"{namespace}: {name}")),
-            key=artifact_key("chart", namespace, what_if=not applying),
+            image_url=png_data_url(planner_chart_png(
+                result, now_s=now_s, record=record, title=f"{namespace}: {name}", advisory=view and view.lines,
+                **({"window_s": run_cfg.advisory.window_s} if view else {}))),
+            key=artifact_key("chart", namespace, what_if=not live),
             description=f"{namespace}: observed and forecast load, recommended and applied replicas ({message})",
         )
     if run_cfg.planner_metrics.enabled:
-        _publish_planner_metrics(run_cfg, result, record)
+        _publish_planner_metrics(run_cfg, result, record, advisory=bool(view))
     get_run_logger().info(
         "prefill %d -> %d, decode %d -> %d (%s); reasons: %s",
         fleet.prefill.current_replicas,
         decision.prefill_replicas,
         fleet.decode.current_replicas,
         decision.decode_replicas,
-        "dry run" if not applying else ("applied" if record else "not written"),
+        "advisory" if view else "dry run" if not applying else ("applied" if record else "not written"),
         ", ".join(decision.codes()),
     )
     return Completed(message=message, data={
@@ -202,6 +220,7 @@ def publish_run(
         "corrections": {"prefill": result.corrections.prefill, "decode": result.corrections.decode},
         "ttft_source": {"source": ttft.source, "reason": ttft.reason},
         "current": {"prefill": fleet.prefill.current_replicas, "decode": fleet.decode.current_replicas},
+        "advisory": view and view.as_dict(),
     })
 
 
@@ -226,7 +245,7 @@ def _resolve_config(config: PlannerRunConfig | None, config_path: str | None) ->
     raise ValueError("planner flow: no configuration: pass `config` or `config_path`")
 
 
-def _publish_planner_metrics(run_cfg: PlannerRunConfig, result: PlanResult, record) -> None:
+def _publish_planner_metrics(run_cfg: PlannerRunConfig, result: PlanResult, record, *, advisory: bool = False) -> None:
     from connectors.planner_metrics import publish_run
 
     publish_run(
@@ -237,4 +256,5 @@ def _publish_planner_metrics(run_cfg: PlannerRunConfig, result: PlanResult, reco
         model_id=run_cfg.planner.model_id,
         slo=run_cfg.planner.slo,
         inference_pool=run_cfg.llmd_inference_pool,
+        advisory=advisory,
     )
