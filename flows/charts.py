@@ -60,7 +60,18 @@ def planner_chart_png(
     result: PlanResult, *, now_s: float, record: DecisionRecord | None, window_s: float = 3 * 3600.0,
     title: str = "", advisory: AdvisoryLines | None = None,
 ) -> bytes:
-    """PNG (CHART_SIZE_PX) of the last window_s seconds up to one interval past now_s.
+    """PNG (CHART_SIZE_PX) of planner_chart_figure (the same arguments)."""
+    fig = planner_chart_figure(result, now_s=now_s, record=record, window_s=window_s, title=title, advisory=advisory)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def planner_chart_figure(
+    result: PlanResult, *, now_s: float, record: DecisionRecord | None, window_s: float = 3 * 3600.0,
+    title: str = "", advisory: AdvisoryLines | None = None,
+):
+    """The chart as a matplotlib Figure (Agg canvas) of the last window_s seconds up to one interval past now_s.
 
     Top: observed requests/s per interval and this run's forecast for the next
     interval (mean, p90 as a bar), the observed mean TTFT against its target in
@@ -121,9 +132,7 @@ def planner_chart_png(
         load_ax.set_title(title, fontsize=9)
     # Fixed margins: tight_layout would measure every label first, a third of the drawing time.
     fig.subplots_adjust(left=0.06, right=0.99, bottom=0.09, top=0.94 if title else 0.98, hspace=0.08)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
 
 
 def _draw_replicas(ax, result: PlanResult, *, now_s: float, record: DecisionRecord | None, start_s: float,
