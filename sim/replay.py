@@ -219,7 +219,7 @@ def replay(
         also `fast_path_signal(pods)` and `decide_fast_path(PolicyInput)`.
     progress: called as progress(requests_arrived, total) after every interval.
     """
-    run = _ReplayRun(trace, tables, policy, scenario=scenario, router=router)
+    run = ReplayRun(trace, tables, policy, scenario=scenario, router=router)
     k = 0
     while True:
         t = (k + 1) * scenario.interval_s
@@ -237,14 +237,33 @@ def replay(
     return run.result(end_s=t)
 
 
-class _ReplayRun:
-    """One replay's state: the simulated fleet, its decision log, the load history and the timeline."""
+@dataclass(frozen=True)
+class IntervalStep:
+    """One interval's scheduled run, decided but not yet applied: what `ReplayRun.settle` applies.
+
+    fleet and out are None once every request has finished (finished: True).
+    """
+
+    k: int
+    t_s: float
+    observation: Observation
+    fleet: FleetState | None
+    out: PolicyOutput | None
+    finished: bool
+
+
+class ReplayRun:
+    """One replay's state: the simulated fleet, its decision log, the load history and the timeline.
+
+    `interval` runs an interval whole; a fleet of replays under one budget (sim.fleet_replay) runs each
+    one's `decide`, arbitrates, then `settle`s each with its grant.
+    """
 
     def __init__(self, trace: Trace, tables: ProfileTables, policy, *, scenario: ReplaySettings,
                  router: Router | None):
         self.wall0 = time.perf_counter()
         self.trace, self.policy, self.scenario = trace, policy, scenario
-        p0, d0 = policy.initial_fleet(_first_interval_observation(trace, scenario))
+        p0, d0 = policy.initial_fleet(first_interval_observation(trace, scenario))
         self.sim = FleetSim(trace, tables, config=scenario.sim, router=router or make_router(scenario.router),
                             initial_prefill=p0, initial_decode=d0)
         self.log = _DecisionLog(getattr(policy, "stabilization_window_s", 0.0), (p0, d0))
@@ -269,24 +288,33 @@ class _ReplayRun:
 
     def interval(self, k: int, t: float) -> bool:
         """Interval k, ending at t: fast-path runs inside it, then the scheduled run; True once all finished."""
+        step = self.decide(k, t)
+        self.settle(step)
+        return step.finished
+
+    def decide(self, k: int, t: float) -> IntervalStep:
+        """Interval k up to its scheduled run's decision, not yet applied (`settle` applies it)."""
         if self.trigger is not None:
             self.fast_path_until(t, k)
         self.sim.run_until(t)
         if self.scenario.lead_in_s and abs(t - self.scenario.lead_in_s) < 1e-6:
             self.gpu_s_at_lead_in = self.sim.gpu_seconds(t)  # billing is scored from here
         obs = self.observe(t)
-        finished = self.sim.done
-        reason = ""
-        if not finished:
-            fleet = self.log.fleet_state(self.sim, t)
-            w0 = time.perf_counter()
-            out = self.policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
-            self.policy_wall += time.perf_counter() - w0
-            reason = out.reason
-            self.act(out, fleet, t)
-        self.last_obs = obs
-        _record(self.tl, t, obs, self.sim, reason)
-        return finished
+        if self.sim.done:
+            return IntervalStep(k, t, obs, None, None, finished=True)
+        fleet = self.log.fleet_state(self.sim, t)
+        w0 = time.perf_counter()
+        out = self.policy.decide(PolicyInput(now_s=t, observation=obs, fleet=fleet, interval_index=k))
+        self.policy_wall += time.perf_counter() - w0
+        return IntervalStep(k, t, obs, fleet, out, finished=False)
+
+    def settle(self, step: IntervalStep, out: PolicyOutput | None = None) -> None:
+        """Apply the step's decision (or `out` in its place: the fleet's grant) and record the interval."""
+        out = step.out if out is None else out
+        if out is not None:
+            self.act(out, step.fleet, step.t_s)
+        self.last_obs = step.observation
+        _record(self.tl, step.t_s, step.observation, self.sim, "" if out is None else out.reason)
 
     def observe(self, t: float) -> Observation:
         """The interval's observation as the collect step would build it, with the load history."""
@@ -432,7 +460,7 @@ def _record(tl: Timeline, t: float, obs: Observation, sim: FleetSim, reason: str
     tl.reasons.append(reason)
 
 
-def _first_interval_observation(trace: Trace, scenario: ReplaySettings) -> Observation:
+def first_interval_observation(trace: Trace, scenario: ReplaySettings) -> Observation:
     """The load a policy's initial fleet must carry, for warm-starting it.
 
     No decision can add a serving worker before interval 1 + ceil(startup/interval),
