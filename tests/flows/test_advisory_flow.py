@@ -1,0 +1,199 @@
+"""Advisory mode end to end: a scheduled planner run beside Dynamo's planner on a DGD writes nothing and compares.
+
+A real Prometheus holds what the running autoscaler (Dynamo's planner, its gauges) set over three hours
+and what earlier advisory runs published over the last hour; the DGD lives in the fake Dynamo cluster
+(tests/support/k8s_dynamo_fake.py), which records every request. The run goes through the Kubernetes
+connector with a kubeconfig, under Prefect's test harness.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from connectors.config import KubernetesConnectorConfig, MetricsConfig, PlannerMetricsConfig
+from flows.config import PlannerRunConfig, ReplayInputs, load_run_config
+from flows.report import artifact_key
+from planner.config import PlannerConfig, ProfileConfig
+from planner.types import LoadHistory, Observation, PodMetrics
+from tests.connectors.test_k8s_dynamo import NAME, example_dgd, kubeconfig
+from tests.support.fixtures_net import free_port
+from tests.support.fixtures_prometheus import ANCHOR_S, OpenMetricsWriter, write_gauge
+from tests.support.k8s_dynamo_fake import DGD, DGDSA, DynamoCluster
+from tests.support.k8s_fake_server import TEST_TOKEN
+
+NS = "advisory-test"
+INTERVAL_S = 60.0
+NOW_S = ANCHOR_S + 8 * 3600.0
+SCRAPE_S = 15.0
+# Dynamo's planner ran prefill 1 / decode 2 until half an hour ago, 3 / 4 since (what the DGD holds now).
+SWITCH_S = NOW_S - 1800.0
+
+
+def _observation(*, requests: float) -> Observation:
+    n = 30
+    hist = LoadHistory(t_s=tuple(NOW_S - INTERVAL_S * (n - i) for i in range(n)), num_requests=(requests,) * n,
+                       avg_isl_tokens=(1000.0,) * n, avg_osl_tokens=(150.0,) * n, interval_s=INTERVAL_S)
+    return Observation(taken_at_s=NOW_S, interval_s=INTERVAL_S, num_requests=requests, avg_isl_tokens=1000.0,
+                       avg_osl_tokens=150.0, avg_ttft_ms=60.0, avg_itl_ms=6.0, history=hist,
+                       pods=(PodMetrics("prefill-0", "prefill", 0.2, 0.0), PodMetrics("decode-0", "decode", 0.3, 0.0)))
+
+
+@pytest.fixture(scope="module")
+def history(prometheus_server):
+    """The autoscaler's three hours and the advisory's own last hour, backfilled."""
+    writer = OpenMetricsWriter()
+    times = [NOW_S - 3 * 3600.0 + SCRAPE_S * i for i in range(int(3 * 3600 / SCRAPE_S))]  # up to NOW_S - 15 s
+    for pool, before, after in (("prefill", 1, 3), ("decode", 2, 4)):
+        write_gauge(writer, name=f"dynamo_planner_num_{pool}_replicas", labels={"dynamo_namespace": NS},
+                    points=[(t, before if t < SWITCH_S else after) for t in times])
+        for gauge in ("sla_planner_advisory_replicas", "sla_planner_recommended_replicas"):
+            write_gauge(writer, name=gauge, labels={"namespace": NS, "model": "default", "pool": pool},
+                        points=[(t, 2) for t in times if t >= NOW_S - 3600.0])
+    prometheus_server.backfill(writer.render())
+    return prometheus_server
+
+
+@pytest.fixture
+def cluster():
+    server = DynamoCluster(token=TEST_TOKEN).start()
+    dgd = example_dgd(adapters=True)
+    for comp in dgd["spec"]["components"]:
+        comp["replicas"] = {"prefill": 3, "decode": 4}.get(comp["name"], comp["replicas"])
+    server.create_dgd(dgd, namespace=NS)
+    server.reconcile(NS, NAME)
+    server.clear_requests()
+    yield server
+    server.stop()
+
+
+def _latest_artifact(key: str):
+    import anyio
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                                               sort=ArtifactSort.CREATED_DESC, limit=1)
+
+    return anyio.run(read)[0]
+
+
+def _flow_run_name(flow_run_id) -> str:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(flow_run_id).name
+
+
+@pytest.mark.integration
+def test_advisory_run_writes_nothing_and_compares_with_dynamos_planner(prefect_harness, history, cluster, tmp_path,
+                                                                      h200_profile_dir, monkeypatch):
+    import flows.planner_flow as planner_flow_module
+    from connectors.planner_metrics import stop_endpoints
+    from flows.charts import planner_chart_figure
+
+    drawn = []
+    real_png = planner_flow_module.planner_chart_png
+
+    def recording_png(result, **kwargs):
+        drawn.append((result, kwargs))
+        return real_png(result, **kwargs)
+
+    monkeypatch.setattr(planner_flow_module, "planner_chart_png", recording_png)
+    port = free_port()
+    config = PlannerRunConfig.model_validate({
+        "planner": PlannerConfig(namespace=NS, mode="advisory", profile=ProfileConfig(dir=str(h200_profile_dir))),
+        "metrics": MetricsConfig(prometheus_url=history.url),
+        "connector": KubernetesConnectorConfig(dgd_name=NAME, namespace=NS,
+                                               kubeconfig_path=str(kubeconfig(tmp_path, cluster))),
+        "planner_metrics": PlannerMetricsConfig(port=port, addr="127.0.0.1"),
+        "advisory": {"autoscaler": "dynamo-planner", "selector": f'dynamo_namespace="{NS}"', "label": "Dynamo planner"},
+    })
+    before = cluster.stored(DGD, NS, NAME)
+    try:
+        state = planner_flow_module.planner_flow(
+            config=config, replay=ReplayInputs(observation=_observation(requests=600.0), now_s=NOW_S),
+            return_state=True)
+        gauges = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    finally:
+        stop_endpoints()
+    out = state.result()
+
+    # Nothing written: only reads reached the API server, and the DGD and its adapters are as they were.
+    assert [r for r in cluster.requests if r.method not in ("GET",)] == []
+    assert cluster.stored(DGD, NS, NAME)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert {n: cluster.stored(DGDSA, NS, f"{NAME}-{n}")["spec"]["replicas"] for n in ("prefill", "decode")} == \
+        {"prefill": 3, "decode": 4}
+    assert out["applied"] is False and out["decision_id"] is None
+
+    # The comparison: ours now (this decision) against the DGD's 3 / 4; over the 3 h window, the intervals where
+    # both are known are the advisory's last hour, 61 grid points (now - 3600 s .. now). There the advisory held
+    # 2 + 2 = 4 GPUs (now: this decision), the autoscaler 3 + 4 = 7 at now - 1800 s .. now (31 points) and
+    # 1 + 2 = 3 before (30 points): ours fewer in 30, more in 30, and the run's own point either way.
+    p, d = out["decision"]["prefill_replicas"], out["decision"]["decode_replicas"]
+    adv = out["advisory"]
+    assert adv["autoscaler"] == "Dynamo planner"
+    assert adv["now"] == {"prefill": {"advisory": p, "autoscaler": 3}, "decode": {"advisory": d, "autoscaler": 4}}
+    assert adv["intervals"] == 61
+    assert adv["more_intervals"] == 30 + (p + d > 7)
+    assert adv["fewer_intervals"] == 30 + (p + d < 7)
+    assert adv["advisory_gpu_hours"] == pytest.approx((60 * 4 + p + d) / 60)
+    assert adv["autoscaler_gpu_hours"] == pytest.approx((31 * 7 + 30 * 3) / 60)
+
+    # Named and explained as advisory, under the live keys.
+    assert _flow_run_name(state.state_details.flow_run_id).endswith("(advisory)")
+    assert state.message.startswith("advisory, ")
+    rows = json.loads(_latest_artifact(artifact_key("decision", NS)).data)
+    items = {r["item"]: r for r in rows if r["step"] == "advisory"}
+    assert items["result"]["value"] == "advisory"
+    assert items["prefill: ours vs Dynamo planner now"]["value"].startswith(f"{p} vs 3")
+    assert items["GPU-hours over 3 h: ours vs Dynamo planner"]["value"] == \
+        f"{(60 * 4 + p + d) / 60:.2f} vs {(31 * 7 + 30 * 3) / 60:.2f}"
+    assert not any(r["step"] == "apply" for r in rows)
+    summary = _latest_artifact(artifact_key("summary", NS)).data
+    assert "advisory: nothing applied" in summary and "**Advisory vs Dynamo planner**" in summary
+    assert _latest_artifact(artifact_key("chart", NS)).type == "image"
+
+    # The chart draws both lines per pool: the autoscaler's actual replicas and ours.
+    (result, kwargs), = drawn
+    ax = planner_chart_figure(result, **kwargs).axes[1]
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert set(lines["prefill Dynamo planner (actual)"]) == {1, 3}
+    assert set(lines["decode Dynamo planner (actual)"]) == {2, 4}
+    assert set(lines["prefill ours (advisory)"]) == {2, p} and set(lines["decode ours (advisory)"]) == {2, d}
+
+    # The gauges: ours on sla_planner_advisory_replicas, no desired replicas a KEDA ScaledObject could apply.
+    assert f'sla_planner_advisory_replicas{{model="default",namespace="{NS}",pool="prefill"}} {float(p)}' in gauges
+    assert "sla_planner_desired_replicas{" not in gauges
+    assert f'sla_planner_current_replicas{{model="default",namespace="{NS}",pool="decode"}} 4.0' in gauges
+
+
+def test_an_unknown_mode_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "planner.yaml"
+    bad.write_text("planner:\n  profile: {dir: x}\n  mode: recommend\n")
+    with pytest.raises(ValueError) as err:
+        load_run_config(bad)
+    assert str(err.value) == f"{bad}: planner.mode: Input should be 'apply' or 'advisory' (got 'recommend')"
+
+
+@pytest.mark.parametrize("advisory, message", [
+    ({"autoscaler": "hpa", "decode_object": "dec"},
+     "advisory: prefill_object: the hpa autoscaler's query names the prefill pool's object; set it"),
+    ({"autoscaler": "custom", "prefill_query": "max(x)"},
+     "advisory: decode_query: the custom autoscaler needs both prefill_query and decode_query"),
+    ({"prefill_query": "max(x{${pod}})"}, "advisory: prefill_query: unknown or invalid placeholder(s)"),
+    ({"selector": "{a=\"b\"}"}, "advisory.selector: give label matchers without braces"),
+])
+def test_bad_advisory_settings_are_one_line_each(tmp_path, advisory, message):
+    import yaml
+
+    bad = tmp_path / "planner.yaml"
+    bad.write_text(yaml.safe_dump({"planner": {"profile": {"dir": "x"}, "mode": "advisory"}, "advisory": advisory}))
+    with pytest.raises(ValueError) as err:
+        load_run_config(bad)
+    assert len(str(err.value).splitlines()) == 1 and message in str(err.value)
