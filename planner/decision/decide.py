@@ -14,6 +14,7 @@ them, so every rule is table-testable on its own:
                      quiet spells in its arrivals)
     hold_scale_down_in_warmup  no scale-down on too short a load history
     start_from_warmup  no pool below what the warm-up trace's last window needed
+    scale_to_zero    pools with min 0: to zero after a quiet period when a cold start costs less than it saves
     limit_step       at most max_step_replicas per interval
     clamp_to_bounds  again: the two rules above pull toward current, which may be out of bounds
     fit_gpu_budget   both pools cut together, proportionally, never below min
@@ -43,8 +44,10 @@ from planner.decision.gates import (
 )
 from planner.decision.rules import apply_guardrail, clamp_to_bounds, hold_on_partial_metrics, limit_step, sizing_targets
 from planner.decision.gpu_budget import fit_gpu_budget
+from planner.decision.scale_to_zero import ZeroCase, quiet_for_s, scale_to_zero, zero_pools
 from planner.saturation.guardrail import PoolSaturation
 from planner.signals.quiet_spells import had_quiet_spell
+from planner.signals.startup_time import startup_times
 from planner.decision.stabilization import (
     floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup,
 )
@@ -281,6 +284,13 @@ def _sized_targets(
     reasons += r
     targets, r = start_from_warmup(targets, floor=start_floor)
     reasons += r
+    targets, r = scale_to_zero(
+        targets, current=current,
+        zero_pools=zero_pools(allow=cfg.allow_scale_to_zero, min_replicas={p: getattr(cfg, p).min_replicas
+                                                                          for p in POOLS}),
+        case=None if missing or partial is not None else _zero_case(sizing, fleet=fleet, obs=obs),
+        quiet_needed_s=cfg.scale_to_zero.quiet_s, late_request_cost_gpu_h=cfg.scale_to_zero.late_request_cost_gpu_h)
+    reasons += r
     targets, r = limit_step(targets, current=current, max_step=cfg.max_step_replicas)
     reasons += r
     # Both rules above move toward current, which may itself sit outside bounds
@@ -290,6 +300,23 @@ def _sized_targets(
     targets, r = fit_gpu_budget(targets, gpus_per_replica=_gpus(fleet), cfg=cfg)
     reasons += r
     return targets, reasons, recommended
+
+
+def _zero_case(sizing: Mapping[Pool, PoolSizing], *, fleet: FleetState, obs: Observation) -> ZeroCase | None:
+    """The scale-to-zero rule's numbers from the sizing (upper forecast, TTFT target, configured startup) and the
+    fleet's history (measured startup); None when a pool has no sizing."""
+    if any(p not in sizing for p in POOLS) or "ttft_target_ms" not in sizing["prefill"].numbers:
+        return None
+    numbers = sizing["prefill"].numbers
+    return ZeroCase(
+        quiet_s=quiet_for_s(obs.history, num_requests=obs.num_requests),
+        upper_rps=float(numbers["forecast_upper_rps"]),
+        ttft_target_s=float(numbers["ttft_target_ms"]) / 1000.0,
+        interval_s=obs.interval_s,
+        startup=startup_times(applied=fleet.applied_targets, ready=fleet.ready_history,
+                              configured_s=float(numbers["replica_startup_s"])),
+        gpus_per_replica=_gpus(fleet),
+    )
 
 
 def _floor_window_s(obs: Observation, cfg: DecisionConfig, *, now_s: float) -> float | None:
