@@ -19,6 +19,7 @@ import sys
 SUBCOMMANDS: tuple[str, ...] = (
     "planner_cli.plan",
     "planner_cli.run",
+    "planner_cli.fleet",
     "planner_cli.backtest",
     "planner_cli.whatif",
     "planner_cli.router",
