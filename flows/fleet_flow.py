@@ -1,0 +1,156 @@
+"""The fleet flow: every deployment of a fleet file planned in one run, under one GPU budget.
+
+decide every deployment → arbitrate the budget → apply and explain each deployment in its own run.
+
+Arbitration needs every deployment's wanted targets before anything is applied, so one fleet run
+decides them all (each deployment's decide step is a task run of the fleet run, `decide <name>`,
+run side by side in a thread pool: most of a decide step waits on Prometheus), arbitrates once,
+then gives each deployment its own subflow run, created under its final name
+(`chat 12:05 prefill 2→3 decode 4`), which applies its granted targets and publishes what a planner
+run publishes: its state message, decision table (with the budget's reasons), summary and chart.
+A deployment the budget held says so, with who the GPUs went to, in its own run. One flow run per
+deployment instead would pay a process start and a scheduler slot per deployment, and could not
+arbitrate before applying (docs/control-plane.md measures both shapes).
+
+A deployment whose decide step fails (after its retries) is held where it is: its run fails
+visibly, its GPUs count at the most it may use, so nothing the others are granted can overrun the
+budget, and the fleet run ends Failed (retry it from the UI: it decides every deployment again).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+from prefect.states import Completed, Failed, State
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.config import PlannerRunConfig
+from flows.fleet_config import Fleet, FleetMember, load_fleet
+from flows.planner_flow import publish_run
+from flows.report import artifact_key, run_name
+from tasks.apply import apply_decision
+from tasks.fleet import DeploymentPlan, arbitrate_fleet, decide_deployment, granted_plan, load_fleet_profiles
+
+# Decide steps in flight at once: enough to keep Prometheus busy while one thread plans (the GIL
+# lets one run Python at a time), few enough that a slow Prometheus is not hit by the whole fleet.
+DECIDE_THREADS = 8
+
+
+@flow(name="sla-planner-fleet", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=DECIDE_THREADS))
+def fleet_flow(
+    fleet_path: str = "configs/fleet.yaml",
+    dry_run: bool = False,
+    charts: Literal["changed", "all", "none"] = "changed",
+    now_s: float | None = None,
+) -> State:
+    """Plan every deployment of the fleet file, arbitrate the GPU budget, apply each grant in its own run.
+
+    Args:
+        fleet_path: the fleet file on the worker (flows.fleet_config), e.g. configs/fleet.yaml.
+        dry_run: decide and arbitrate, apply nothing (artifacts under the what-if keys).
+        charts: which deployment runs draw their chart: changed (targets moved or held by the budget), all, none.
+        now_s: advanced, leave empty: the run's clock, Unix seconds (replays, benchmarks, tests).
+    """
+    fleet = load_fleet(fleet_path)
+    now = time.time() if now_s is None else now_s
+    phases_s = {"start": time.perf_counter()}
+    members = fleet.members
+    profiles = load_fleet_profiles([m.run.planner.profile for m in members])
+    futures = [
+        decide_deployment.with_options(task_run_name=f"decide {m.name}").submit(
+            m.name, m.run.planner, profile, metrics=m.run.metrics, connector=m.run.connector,
+            latency_model=m.run.latency_model, now_s=now)
+        for m, profile in zip(members, profiles)
+    ]
+    plans: dict[str, DeploymentPlan | None] = {}
+    for m, future in zip(members, futures):
+        future.wait()
+        plans[m.name] = future.result() if future.state.is_completed() else None
+        if plans[m.name] is None:
+            get_run_logger().error("%s: decide failed, held: %s", m.name, future.state.message)
+    phases_s["decide"] = time.perf_counter()
+    arbitration = arbitrate_fleet(fleet, plans, profiles)
+    phases_s["arbitrate"] = time.perf_counter()
+    rows, latencies, failed = [], {}, [n for n, p in plans.items() if p is None]
+    for m in members:
+        plan = plans[m.name]
+        if plan is None:
+            rows.append(_row(m, None, None, applied=False, outcome="decide failed: held, counted at its most"))
+            continue
+        granted = granted_plan(plan, arbitration.grants[m.name])
+        name = f"{m.name} " + run_name(granted.result, now_s=now, applying=not dry_run)
+        state = deployment_flow.with_options(flow_run_name=name)(
+            deployment=m.name, run_cfg=m.run, plan=granted, now_s=now, applying=not dry_run,
+            chart=charts == "all" or (charts == "changed" and _moved_or_held(granted)), return_state=True,
+        )
+        latencies[m.name] = time.perf_counter() - plan.started_s
+        if state.is_completed():
+            rows.append(_row(m, plan, granted, applied=state.result()["applied"], outcome=state.message))
+        else:
+            failed.append(m.name)
+            rows.append(_row(m, plan, granted, applied=False, outcome=f"failed: {state.message}"))
+    phases_s["apply and explain"] = time.perf_counter()
+    message = _fleet_message(fleet, arbitration, rows, failed=failed, dry_run=dry_run)
+    create_table_artifact(key=artifact_key("fleet", fleet.path.stem, what_if=dry_run), table=rows,
+                          description=f"fleet {fleet.path}: per deployment current, wanted, granted targets; {message}")
+    data = {"deployments": [{**r, "latency_s": latencies.get(r["deployment"])} for r in rows],
+            "budget_gpus": fleet.budget_gpus, "wanted_gpus": arbitration.wanted_gpus,
+            "granted_gpus": arbitration.granted_gpus, "phases_s": _durations(phases_s)}
+    if failed:
+        return Failed(message=message)
+    return Completed(message=message, data=data)
+
+
+@flow(name="sla-planner-deployment", log_prints=False, validate_parameters=False)
+def deployment_flow(deployment: str, run_cfg: PlannerRunConfig, plan: Any, *, now_s: float,
+                    applying: bool, chart: bool) -> State:
+    """Apply one deployment's granted targets (unless applying is False) and publish its decision.
+
+    plan: its tasks.fleet.DeploymentPlan with the granted decision (typed Any: Prefect builds a parameter
+        schema from the annotations, and a plan holds objects no schema describes).
+    The run was created under its final name; its message, table, summary and chart are a planner run's.
+    Another writer moving the replicas since the decide step fails this run (the connector refuses the
+    stale write): deciding again here could overrun the grant, and the next fleet run decides from them.
+    """
+    from prefect.runtime import flow_run
+
+    record = apply_decision(plan.connector, plan.result.decision, now_s=now_s) if applying else None
+    return publish_run(run_cfg, plan.result, record, now_s=now_s, applying=applying, what_if="", ttft=plan.ttft,
+                       named=flow_run.name or deployment, chart=chart)
+
+
+def _durations(marks: dict[str, float]) -> dict[str, float]:
+    """Seconds between consecutive marks, named by the later one (the phase that ended there)."""
+    names, times = list(marks), list(marks.values())
+    return {names[i]: round(times[i] - times[i - 1], 3) for i in range(1, len(times))}
+
+
+def _moved_or_held(plan: DeploymentPlan) -> bool:
+    """The targets differ from what is set, or the budget held the deployment below what it wanted."""
+    d = plan.result.decision
+    return (plan.current != {"prefill": d.prefill_replicas, "decode": d.decode_replicas}
+            or any(r.pool is not None and r.code.value == "fleet_budget" for r in d.reasons))
+
+
+def _row(m: FleetMember, plan: DeploymentPlan | None, granted: DeploymentPlan | None, *, applied: bool,
+         outcome: str) -> dict:
+    """The fleet table's row of one deployment: current, wanted and granted targets, and what happened."""
+    def targets(t: dict | None) -> str:
+        return "-" if t is None else f"prefill {t['prefill']}, decode {t['decode']}"
+
+    return {"deployment": m.name, "priority": m.priority, "current": targets(plan and plan.current),
+            "wanted": targets(plan and plan.wanted), "granted": targets(granted and granted.wanted),
+            "applied": applied, "outcome": outcome}
+
+
+def _fleet_message(fleet: Fleet, arbitration, rows: list[dict], *, failed: list[str], dry_run: bool) -> str:
+    """The fleet run's state message: deployments, GPUs wanted and granted against the budget, who was held."""
+    held = [n for n, g in arbitration.grants.items() if g.held]
+    text = (f"{len(rows)} deployments, {arbitration.wanted_gpus} GPUs wanted, {arbitration.granted_gpus} granted "
+            f"of {fleet.budget_gpus}")
+    text += f"; held by the budget: {', '.join(held)}" if held else "; every deployment granted what it wanted"
+    text += f"; failed: {', '.join(failed)}" if failed else ""
+    return ("dry run, " if dry_run else "") + text
