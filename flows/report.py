@@ -130,6 +130,9 @@ def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: 
     else:
         limits = [why for code, why in _CAUSES.items() if code in codes]
         text = "unchanged: " + (", ".join(limits) if limits else "sizing matches what is set")
+    if result.start_note:
+        # A first run says how it started: warm from the collected history (or the warm-up trace), or cold.
+        text += f" ({result.start_note.split(':')[0]})"
     if not applying:
         mode = "what-if" if what_if else "advisory" if advisory else "dry run"
         return f"{mode}, would have {text}" if changed else f"{mode}, {text}"
@@ -348,6 +351,8 @@ def decision_summary(
         )
     if ttft_source is not None:
         lines.append(f"Prefill TTFT from {ttft_source[0]} ({ttft_source[1]}).")
+    if result.start_note:
+        lines.append(result.start_note[0].upper() + result.start_note[1:] + ".")
     lines.append("")
     for reason in d.reasons:
         lines.append(f"- `{reason.code.value}`{' (' + reason.pool + ')' if reason.pool else ''}: {reason.message}")

@@ -8,7 +8,9 @@ which runs the plain functions, so all three share one decision path.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
@@ -20,8 +22,10 @@ from planner.steps import (
     analyze_fleet_saturation,
     correct_latency,
     decide_targets,
+    history_warm_start,
     interpolate_replicas,
     predict_load,
+    scale_down_windows,
     size_warmup_floor,
 )
 from planner.types import (
@@ -51,6 +55,9 @@ class PlanResult:
     saturation: Mapping[Pool, PoolSaturation] | None
     decision: Decision
     start_floor: StartFloor | None = None
+    # How a first run started (planner.steps.history_warm_start): "warm start: ..." or "cold start: ..."; "" for
+    # a planner that has run before.
+    start_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,16 +103,22 @@ def plan_steps(
     corrections = steps.correct(obs, fleet=fleet, profile=profile, cfg=cfg, ttft_view=ttft_view)
     if previous is None:
         forecast = steps.predict(obs, cfg=cfg.predictor, warmup=warmup)
-        start_floor = (None if fast_path or warmup is None
-                       else steps.warmup_floor(obs, warmup, cfg, profile, ttft_view=ttft_view))
+        start_floor, start_note = (None, "") if fast_path else _start_floor(
+            obs, fleet, cfg, profile, now_s=now_s, steps=steps, warmup=warmup, ttft_view=ttft_view)
     else:
-        forecast, start_floor = previous.forecast, previous.start_floor
+        forecast, start_floor, start_note = previous.forecast, previous.start_floor, previous.start_note
     sizing = steps.interpolate(forecast, corrections=corrections, profile=profile, cfg=cfg, ttft_view=ttft_view)
     saturation = steps.analyze_saturation(obs, fleet=fleet, cfg=cfg, now_s=now_s)
     decision = steps.decide(
         sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, fast_path=fast_path,
         start_floor=start_floor,
     )
+    if start_floor is not None and start_floor.source == HISTORY_WARM_START:
+        # The first run's window is the history's: recorded as its recommendation, later runs hold it as a
+        # running planner holds its own.
+        decision = dataclasses.replace(decision, **{
+            f"recommended_{p}_replicas": max(start_floor.targets[p], getattr(decision, f"recommended_{p}_replicas")
+                                             or 0) for p in ("prefill", "decode")})
     return PlanResult(
         observation=obs,
         fleet=fleet,
@@ -115,7 +128,34 @@ def plan_steps(
         saturation=saturation,
         decision=decision,
         start_floor=start_floor,
+        start_note=start_note,
     )
+
+
+# StartFloor.source of the warm start from the collected history (history_warm_start).
+HISTORY_WARM_START = "the collected history"
+
+
+def _start_floor(
+    obs: Observation, fleet: FleetState, cfg: PlannerConfig, profile: EngineProfile, *, now_s: float, steps: Steps,
+    warmup: LoadHistory | None, ttft_view: TtftView | None,
+) -> tuple[StartFloor | None, str]:
+    """A first run's floor from the collected history (the normal start), else from the warm-up trace while the
+    planner's history is short; (None, note) for a cold start or a planner that has run before.
+
+    The warm-up trace (a brand-new deployment's option) wins over a collected history shorter than the longest
+    scale-down window."""
+    history, note = history_warm_start(obs, fleet, cfg, now_s=now_s)
+    window_n = max(math.ceil(w / cfg.adjustment_interval_s - 1e-9) for w, _ in scale_down_windows(cfg))
+    if history is not None and (warmup is None or len(history) >= window_n - 1):
+        # sized=None: the simulator's store of sizings is the warm-up trace's, by its intervals.
+        return steps.warmup_floor(obs, history, cfg, profile, ttft_view=ttft_view, sized=None, own_intervals=1,
+                                  source=HISTORY_WARM_START), note
+    if warmup is None:
+        return None, note
+    floor = steps.warmup_floor(obs, warmup, cfg, profile, ttft_view=ttft_view)
+    return floor, (note and f"warm start from the warm-up trace: the collected history holds fewer than {window_n - 1} "
+                            f"intervals before this first run")
 
 
 def plan_interval(

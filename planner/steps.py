@@ -173,6 +173,8 @@ def size_warmup_floor(
     *,
     ttft_view: TtftView | None = None,
     sized: MutableMapping[int, Targets | None] | None = None,
+    own_intervals: int | None = None,
+    source: str = "the warm-up trace",
 ) -> StartFloor | None:
     """The warm-up floor step: the most replicas the warm-up's intervals in the stabilization window needed, per pool.
 
@@ -190,7 +192,10 @@ def size_warmup_floor(
     scale_down_floor_frac of its highest; of each, the warm-up's last (its intervals less those obs's history
     holds) count. None once the collected history fills them, or when it holds no load data (a warm-up never
     stands in for absent metrics). sized: each warm-up interval's sizing by its index, one store per warm-up
-    history and configuration (speed only: they size the same each run).
+    history and configuration (speed only: they size the same each run). own_intervals: how many of each
+    window's intervals the planner's own runs fill, this one included (history_warm_start); None: those the
+    collected history holds (a warm-up trace before a history that began with the planner). source: what the
+    warm-up is, for the decision's reason.
     """
     if warmup is None or len(warmup) == 0:
         return None
@@ -204,7 +209,8 @@ def size_warmup_floor(
         # replicas where the running planner's reached 7-8).
         cfg = cfg.model_copy(update={"sizing": cfg.sizing.model_copy(update={"independent_burst_basis": None})})
     # Each window's share of the warm-up: its intervals less those collected, the newest last.
-    windows = [(window_s, share, math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - len(live))
+    own = len(live) if own_intervals is None else own_intervals
+    windows = [(window_s, share, math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - own)
                for window_s, share in scale_down_windows(cfg)]
     longest_n = max(n for _, _, n in windows)
     # The longest window's intervals, each sized once: the shorter windows are their newest.
@@ -223,7 +229,34 @@ def size_warmup_floor(
             frac = share
     if counted == 0:
         return None
-    return StartFloor(targets=floor, intervals=counted, window_s=longest, floor_frac=frac)
+    return StartFloor(targets=floor, intervals=counted, window_s=longest, floor_frac=frac, source=source)
+
+
+def history_warm_start(
+    obs: Observation, fleet: FleetState, cfg: PlannerConfig, *, now_s: float,
+) -> tuple[LoadHistory | None, str]:
+    """The warm start from the collected history: a planner's first run reads the hour before from Prometheus.
+
+    A planner that has been running holds, through its scale-down windows, what its recent runs recommended; one
+    just started has no runs, but Prometheus holds the deployment's load over those minutes. Their intervals
+    stand in for the runs it has not made, as a warm-up trace's do (size_warmup_floor, with this run as its only
+    own), so the first run decides as a running planner would; the first run records the floored targets as its
+    recommendation (plan_steps), which the scale-down windows then hold as they hold any run's.
+
+    Returns (the collected intervals before this run's, or None; a note for the run). None when the fleet has a
+    recorded recommendation or decision (not a first run; the note is empty) or the history holds no load before
+    this run (a cold start, said in the note). now_s: this run's time, s.
+    """
+    if fleet.recent_targets or fleet.last_decision is not None:
+        return None, ""
+    history = history_for_prediction(obs)
+    # The interval ending at this run is its own; those before stand in for runs it has not made.
+    before = history.upto(sum(1 for t in history.t_s if t < now_s - cfg.adjustment_interval_s / 2))
+    if not has_load_data(before):
+        return None, ("cold start: the collected history holds no load before this first run (nothing stands in "
+                      "for the scale-down window of a planner that had been running)")
+    return before, (f"warm start: first run; the collected history's {len(before)} intervals before it stand in "
+                    f"for the runs of a planner that had been running")
 
 
 def interpolate_replicas(

@@ -147,7 +147,7 @@ def start_from_warmup(targets: Targets, *, floor: StartFloor | None) -> Step:
             out[pool] = f
             reasons.append(
                 Reason(ReasonCode.WARMUP_START_FLOOR, pool,
-                       f"{pool}: {t} raised to {f}: the warm-up trace's last {floor.intervals} intervals, standing in "
+                       f"{pool}: {t} raised to {f}: {floor.source}'s last {floor.intervals} intervals, standing in "
                        f"for the {floor.window_s:.0f} s window the planner has not yet filled, needed up to {f}"
                        + ("" if floor.floor_frac is None else
                           f" (the scale-down floor's {floor.floor_frac:.0%} of their highest counted)"),
