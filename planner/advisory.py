@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.types import POOLS, FleetState, Pool
+from planner.types import POOLS, Decision, FleetState, Pool
 
 ReplicaRow = tuple[float, "int | None", "int | None"]
 # Prometheus stamps range-query points to the millisecond; a row this close after a grid point counts at it.
@@ -146,3 +146,22 @@ def advisory_fleet(fleet: FleetState, *, autoscaler: Sequence[ReplicaRow],
         fleet, last_decision=None, applied_targets=changes(autoscaler),
         recent_targets=tuple((t, p, d) for t, p, d in sorted(recommended, key=_time) if p is not None and d is not None),
     )
+
+
+def compare_run(
+    decision: Decision, fleet: FleetState, *, advisory: Sequence[ReplicaRow], autoscaler: Sequence[ReplicaRow],
+    now_s: float, window_s: float, step_s: float,
+) -> AdvisoryComparison:
+    """`compare` for one run: the advisory's history ending with this decision's targets, the autoscaler's
+    ending with the replicas the fleet has now (both at now_s, seconds); GPUs per replica from the fleet."""
+    return compare(
+        (*advisory, advisory_targets(decision, now_s=now_s)),
+        (*autoscaler, (now_s, fleet.prefill.current_replicas, fleet.decode.current_replicas)),
+        now_s=now_s, window_s=window_s, step_s=step_s,
+        gpus_per_replica={p: getattr(fleet, p).gpus_per_replica for p in POOLS},
+    )
+
+
+def advisory_targets(decision: Decision, *, now_s: float) -> ReplicaRow:
+    """This run's row of the advisory's history: its targets at now_s (seconds)."""
+    return now_s, decision.prefill_replicas, decision.decode_replicas
