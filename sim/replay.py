@@ -36,6 +36,7 @@ from planner.types import DecisionRecord, FleetState, LoadHistory, Observation, 
 from sim.config import SimConfig
 from sim.engine import FleetSim
 from sim.fast_path import ArrivalWindows, FastPathEvent, Trigger
+from sim.wake import WakeEvent, ready_after, wake_until
 from sim.lookup import ProfileTables
 from sim.observation import LengthWindow, SloWindow, interval_observation
 from sim.results import RequestResults
@@ -53,6 +54,10 @@ class ReplaySettings:
         results, GPU-hours, the timeline and the scale log count from there, on a clock that starts
         there (a policy started against a running fleet, with its history; workloads.traces.lead_in builds
         such a trace). A whole number of intervals; 0: none.
+    lead_in_restart: the planner starts at lead_in_s: its first run there finds no recommendation or decision
+        recorded (the simulated connector forgets the lead-in's) against the fleet the lead-in left, with the
+        lead-in as its collected history (the warm start from Prometheus history, planner.steps.history_warm_start);
+        False: the policy that ran the lead-in goes on (a running planner).
     """
 
     slo: SloTarget = field(default_factory=SloTarget)
@@ -75,6 +80,7 @@ class ReplaySettings:
     # run, a process worker picks it up (it asks every 10 s by default), starts it and collects.
     fast_path_dispatch_s: float = 10.0
     lead_in_s: float = 0.0
+    lead_in_restart: bool = False
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
@@ -154,6 +160,7 @@ class ReplayResult:
     wall_s: float
     policy_wall_s: float = 0.0  # of wall_s, time spent in the policy (the planner core)
     fast_path_events: tuple[FastPathEvent, ...] = ()  # empty when the policy has no fast path
+    wake_events: tuple[WakeEvent, ...] = ()  # empty unless the policy allows scale to zero
 
     @property
     def gpu_hours(self) -> float:
@@ -180,6 +187,11 @@ class _DecisionLog:
         """A decision that changed the targets."""
         self.records.append(DecisionRecord(len(self.records) + 1, t_s, prefill, decode, done=False))
 
+    def restart(self, sim: FleetSim) -> None:
+        """A planner started now: nothing recorded, the fleet as it is (its allocated workers) the initial one."""
+        self.initial = (len(sim.live_workers("prefill")), len(sim.live_workers("decode")))
+        self.records, self.recommended = [], []
+
     def recommend(self, t_s: float, prefill: int, decode: int) -> None:
         """Every run's recommendation (applied or not), for the stabilization window."""
         self.recommended.append((t_s, prefill, decode))
@@ -200,6 +212,8 @@ class _DecisionLog:
             recent_targets=recent,
             applied_targets=((0.0, *self.initial),
                              *((r.decided_at_s, r.prefill_replicas, r.decode_replicas) for r in self.records)),
+            # The ready counts' recent changes, as a connector's readiness history would show them.
+            ready_history=tuple(sim.ready_log[-512:]),
         )
 
 
@@ -283,6 +297,7 @@ class ReplayRun:
                                    dispatch_s=scenario.fast_path_dispatch_s)
             self.windows = ArrivalWindows(self.arrivals_s, trace.isl_tokens, trace.osl_tokens)
         self.events: list[tuple[FastPathEvent, list]] = []
+        self.wake_events: list[WakeEvent] = []  # a policy that allows scale to zero: its wakes (sim.wake)
         self.last_obs: Observation | None = None
         self.gpu_s_at_lead_in = {"prefill": 0.0, "decode": 0.0}
 
@@ -296,9 +311,13 @@ class ReplayRun:
         """Interval k up to its scheduled run's decision, not yet applied (`settle` applies it)."""
         if self.trigger is not None:
             self.fast_path_until(t, k)
+        if getattr(self.policy, "allows_zero", False):
+            self.wake_events += wake_until(self, t, k, dispatch_s=self.scenario.fast_path_dispatch_s)
         self.sim.run_until(t)
         if self.scenario.lead_in_s and abs(t - self.scenario.lead_in_s) < 1e-6:
             self.gpu_s_at_lead_in = self.sim.gpu_seconds(t)  # billing is scored from here
+            if self.scenario.lead_in_restart:
+                self.log.restart(self.sim)
         obs = self.observe(t)
         if self.sim.done:
             return IntervalStep(k, t, obs, None, None, finished=True)
@@ -355,8 +374,9 @@ class ReplayRun:
             return []
         p = out.prefill_replicas if out.prefill_replicas is not None else fleet.prefill.current_replicas
         d = out.decode_replicas if out.decode_replicas is not None else fleet.decode.current_replicas
-        if p < 1 or d < 1:
-            raise ValueError(f"policy {self.policy.name}: targets must keep >= 1 worker per pool, got {p}x{d}")
+        lowest = 0 if getattr(self.policy, "allows_zero", False) else 1
+        if p < lowest or d < lowest:
+            raise ValueError(f"policy {self.policy.name}: targets must keep >= {lowest} worker per pool, got {p}x{d}")
         if (p, d) == (fleet.prefill.current_replicas, fleet.decode.current_replicas):
             return []
         before = len(sim.prefill_workers), len(sim.decode_workers)
@@ -425,6 +445,11 @@ class ReplayRun:
                                     decided_s=e.decided_s - lead,
                                     ready_s=None if e.ready_s is None else e.ready_s - lead)
                 for e in events if e.decided_s >= lead),
+            wake_events=tuple(
+                dataclasses.replace(e, held_s=e.held_s - lead, decided_s=e.decided_s - lead,
+                                    ready_s=None if ready is None else ready - lead)
+                for e in self.wake_events if e.decided_s >= lead
+                for ready in [ready_after(sim.ready_log, e.decided_s, e.to_replicas)]),
         )
 
 
