@@ -30,6 +30,12 @@ other minutes); its arrivals give each warm interval its peak rate too, so arriv
 the first run. `planner+running` replays that stand-in through the fleet and the planner first, unscored
 (ReplaySettings.lead_in_s), then the trace: a planner started against a running fleet, with its history,
 its stabilization window and the capacity it holds.
+Every dynamic policy starts warm by default (issue 40): the stand-in hour (for the ServeGen day, the hour
+before it) replayed through the fleet and the policy, unscored, then the planner restarted where the trace
+begins (ReplaySettings.lead_in_restart): its first run finds no recorded recommendation and reads the hour as
+its Prometheus history (planner.steps.history_warm_start). `+cold` starts on the trace with nothing before
+it (the start every row had before), `+running` does not restart, `+warm` is the warm-up trace on a fresh
+fleet; each row's `start` names it.
 `planner+recurrence`, `planner+warm+recurrence` and `planner+running+recurrence` turn on the recurrence hold
 (decision.independent_stabilization_s 360 s, rank 2: while sizing takes the mean forecast, a scale-down
 holds at the largest target two of the window's recommendations reached, not at the highest).
@@ -217,7 +223,7 @@ SERVED_REPLICAS_SETTINGS = {"correction.replicas": "served"}
 NAMED_SETTINGS = {"flat-hold": FLAT_HOLD_SETTINGS, "hpa": HPA_WINDOW_SETTINGS,
                   "served": SERVED_REPLICAS_SETTINGS}
 # Planner variants whose row gets its own cheapest static fleet (reaching the variant's attainment).
-VARIANTS_WITH_STATIC = ("planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
+VARIANTS_WITH_STATIC = ("planner+cold", "planner+warm", "planner+recurrence", "planner+warm+recurrence", "planner+running",
                         "planner+running+recurrence", "planner+flat-hold", "planner+warm+flat-hold",
                         "planner+running+flat-hold", "planner+hpa", "planner+warm+hpa", "planner+running+hpa",
                         "planner+served", "planner+running+served")
@@ -253,6 +259,15 @@ def running_start(label: str, trace, scenario):
     return after_lead_in(WARMUP_DRAWS[label](), trace, scenario)
 
 
+def warm_start(label: str, trace, scenario):
+    """The default start: the stand-in hour through the fleet and the policy (not scored), then the planner
+    restarted where the trace begins, its first run reading that hour as its Prometheus history."""
+    import dataclasses
+
+    run_trace, run_scenario = running_start(label, trace, scenario)
+    return run_trace, dataclasses.replace(run_scenario, lead_in_restart=True)
+
+
 def _traces(quick: bool, jitter_s: float = 30.0, *, seed: int = 0, warmup: str = "draw"):
     from workloads.servegen import load_servegen, synthesize_servegen
     from workloads.traces import load_trace, multiply_load, rotate_time
@@ -272,11 +287,15 @@ def _traces(quick: bool, jitter_s: float = 30.0, *, seed: int = 0, warmup: str =
         WARMUP_DRAWS[label] = copies(name, k, WARMUP_SEED + seed, rotated=warmup == "rotated")
         yield label, copies(name, k, seed)
     if not quick:
-        def servegen_day():
-            data = load_servegen(TRACES / "servegen_language_m-mid.tar.gz")
-            return synthesize_servegen(data, start_s=86_400, duration_s=86_400, seed=0, rate_scale=0.02)
+        def servegen(start_s, duration_s):
+            def make():
+                data = load_servegen(TRACES / "servegen_language_m-mid.tar.gz")
+                return synthesize_servegen(data, start_s=start_s, duration_s=duration_s, seed=0, rate_scale=0.02)
+            return make
 
-        yield "servegen m-mid day 1 x0.02", servegen_day
+        # The hour before the day, from the same archive: a real one, not a stand-in.
+        WARMUP_DRAWS["servegen m-mid day 1 x0.02"] = servegen(86_400 - 3_600, 3_600)
+        yield "servegen m-mid day 1 x0.02", servegen(86_400, 86_400)
 
 
 def _row(label: str, result, *, extra: dict | None = None) -> dict:
@@ -297,6 +316,7 @@ def _row(label: str, result, *, extra: dict | None = None) -> dict:
         wall_s=s["wall_s"],
     )
     row.update(extra or {})
+    row.setdefault("start", start_of(label))  # every row names its start
     return row
 
 
@@ -405,9 +425,15 @@ def trace_load_model(label: str, jitter_s: float) -> str:
 
 
 def start_of(policy: str) -> str:
-    """How a planner row started: running (a lead-in through the fleet), warm (a warm-up trace) or cold."""
+    """How a policy's row started: running (a lead-in through the fleet and the planner, which goes on),
+    warm-up trace (a fresh fleet, the predictor warmed), cold (nothing before the trace), n/a for fleets fixed
+    in advance (static, oracle), else warm (the default: the lead-in, then the planner restarted, reading it as
+    its Prometheus history)."""
     parts = policy.split("+")
-    return "running" if "running" in parts else "warm" if "warm" in parts else "cold"
+    if policy.startswith(("static", "oracle", "best static", "hindsight")):
+        return "n/a"
+    return ("running" if "running" in parts else "warm-up trace" if "warm" in parts else "cold" if "cold" in parts
+            else "warm")
 
 
 def bench_control(
@@ -461,14 +487,19 @@ def bench_control(
                 extra["sizing"] = shape
             else:
                 policy = make_policy(name, cfg=cfg, profile=profile)
-            if "running" in name.split("+"):
-                if label not in WARMUP_DRAWS:
-                    continue
-                run_trace, run_scenario = running_start(label, trace, scenario)
-                extra["lead_in"] = WARMUP_SOURCES[warmup].format(seed=WARMUP_SEED + seed) + (
-                    f", replayed through the fleet and the planner for {run_scenario.lead_in_s:g} s, not scored")
+            start = extra["start"] = start_of(name)
+            if start in ("running", "warm") and label in WARMUP_DRAWS:
+                run_trace, run_scenario = (running_start if start == "running" else warm_start)(label, trace, scenario)
+                source = ("the hour before the day" if label.startswith("servegen")
+                          else WARMUP_SOURCES[warmup].format(seed=WARMUP_SEED + seed))
+                extra["lead_in"] = source + (
+                    f", replayed through the fleet and the planner for {run_scenario.lead_in_s:g} s, not scored"
+                    + (", then the planner restarted" if start == "warm" else ""))
                 r = replay(run_trace, tables, policy, scenario=run_scenario)
+            elif start == "running":
+                continue
             else:
+                extra["start"] = "cold" if start == "warm" else start  # no hour before this trace
                 r = replay(trace, tables, policy, scenario=scenario)
             if name.startswith("planner"):
                 extra["diagnostics"] = diagnose(r, profile, interval_s=scenario.interval_s)
@@ -545,8 +576,7 @@ def bench_control(
                 if r is not None:
                     at_gph = _row(f"best static within {name}'s GPU-hours ({r.policy.split(':')[1]})", r,
                                   extra={"tried": tried})
-            row.update(static_comparison(row, at_att, at_gph), start=start_of(name),
-                       load_model=trace_load_model(label, jitter_s))
+            row.update(static_comparison(row, at_att, at_gph), load_model=trace_load_model(label, jitter_s))
             print(f"  {name:22s} vs static: {row['static_at_attainment'] and row['static_at_attainment']['fleet']} "
                   f"at its attainment, {row['static_at_gpu_hours'] and row['static_at_gpu_hours']['fleet']} within "
                   f"its GPU-hours, dominated by {row['dominated_by_static']}", flush=True)
@@ -617,7 +647,7 @@ def static_table(traces: list[dict]) -> str:
     lines = ["| trace | load model | start | policy | SLA attainment | GPU-hours | cheapest static reaching it "
              "| best static within its GPU-hours | GPU-hours saved vs that static | a static fleet better on both |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    planner_rows = [(t["trace"], r) for t in traces for r in t["rows"] if "start" in r]
+    planner_rows = [(t["trace"], r) for t in traces for r in t["rows"] if "static_at_attainment" in r]
     for label, r in planner_rows:
         a, g = r["static_at_attainment"], r["static_at_gpu_hours"]
         saved = r["gpu_hours_saved_vs_static_frac"]
@@ -725,7 +755,7 @@ def bench_ablation(quick: bool, only: list[str] | None, variants: list[str] | No
                 section: getattr(base, section).model_copy(update=fields) for section, fields in change.items()
             })
             r = replay(trace, tables, PlannerPolicy(cfg, profile, name=name), scenario=ReplaySettings(slo=slo))
-            row = _row(name, r, extra={"trace": label, "change": change,
+            row = _row(name, r, extra={"trace": label, "change": change, "start": "cold",
                                        "gpu_hours_prefill": r.gpu_seconds["prefill"] / 3600,
                                        "gpu_hours_decode": r.gpu_seconds["decode"] / 3600})
             rows.append(row)

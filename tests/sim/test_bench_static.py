@@ -35,8 +35,9 @@ def test_static_comparison(at_att, at_gph, dominated, saved):
         assert out["static_at_attainment"]["fleet"] == at_att["policy"].split("(")[-1].rstrip(")")
 
 
-@pytest.mark.parametrize("policy, start", [("planner", "cold"), ("planner+served", "cold"),
-                                           ("planner+warm+hpa", "warm"), ("planner+running+served", "running")])
+@pytest.mark.parametrize("policy, start", [("planner", "warm"), ("planner+served", "warm"), ("planner+cold", "cold"),
+                                           ("planner+warm+hpa", "warm-up trace"), ("planner+running+served", "running"),
+                                           ("static:4x2", "n/a"), ("best static (5x1)", "n/a"), ("oracle", "n/a")])
 def test_start_of(policy, start):
     assert bench_sim.start_of(policy) == start
 
