@@ -9,6 +9,7 @@ connector with a kubeconfig, under Prefect's test harness.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import requests
@@ -197,3 +198,25 @@ def test_bad_advisory_settings_are_one_line_each(tmp_path, advisory, message):
     with pytest.raises(ValueError) as err:
         load_run_config(bad)
     assert len(str(err.value).splitlines()) == 1 and message in str(err.value)
+
+
+def test_the_recording_rule_compares_the_advisory_with_the_running_autoscaler(tmp_path):
+    import subprocess
+
+    import yaml
+
+    rules = Path(__file__).resolve().parents[2] / "stack" / "prometheus-rules.yml"
+    labels = 'namespace="dynamo", model="m", job="planner", instance="pg", pool="decode"'
+    tests = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": f"sla_planner_advisory_replicas{{{labels}}}", "values": "2 3 5"},
+                         {"series": f"sla_planner_current_replicas{{{labels}}}", "values": "4 4 4"}],
+        # At 2m: ours 5, theirs 4.
+        "promql_expr_test": [{"expr": "sla_planner:advisory_minus_current_replicas", "eval_time": "2m",
+                              "exp_samples": [{"labels": f"sla_planner:advisory_minus_current_replicas{{{labels}}}",
+                                               "value": 1}]}],
+    }]}
+    test_file = tmp_path / "rules_test.yml"
+    test_file.write_text(yaml.safe_dump(tests))
+    run = subprocess.run(["promtool", "test", "rules", str(test_file)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
