@@ -142,6 +142,9 @@ class KalmanPredictor(PredictorBase):
             self.ratios_, self.r_ = prev_tuned, r
             return self
         w = v[-int(self.tune_window):]
+        if not np.isfinite(w).any():
+            # Idle for longer than the window (an idle model's lengths are unknown, NaN): from the last value seen.
+            w = v[int(np.flatnonzero(np.isfinite(v))[-1]):]
         d = np.diff(w[np.isfinite(w)])
         r = float(np.var(d) / 2.0) if d.size else 0.0
         r = max(r, 1e-6 * max(1.0, float(np.nanmean(w)) ** 2), 1e-9)

@@ -234,6 +234,14 @@ def test_kalman_follows_a_ramp():
     assert f == pytest.approx(310.0, rel=0.03)
 
 
+def test_kalman_fits_after_an_idle_stretch_longer_than_its_tune_window():
+    # mean lengths of a model idle for 150 minutes (> tune_window 120): NaN, as the collect step reads no requests;
+    # the fit starts from the last length seen (1200 tokens) instead of failing on a window without one
+    y = np.concatenate([np.full(20, 1200.0), np.full(150, np.nan)])
+    f = KalmanPredictor().fit(minutes(170), y).predict(1)[0]
+    assert f == pytest.approx(1200.0, rel=1e-6)
+
+
 @pytest.mark.parametrize("name", ["kalman", "ets"])
 def test_flat_series_predicts_the_level(name):
     f = make_predictor(name).fit(minutes(40), np.full(40, 42.0)).predict(2)
