@@ -156,9 +156,12 @@ def _draw_replicas(ax, result: PlanResult, *, now_s: float, record: DecisionReco
             ours = [(t, v[i]) for t, *v in advisory.targets if v[i] is not None]
             ts, vs = _steps(ours, start_s=start_s, end_s=end_s)
             if ts:
-                ax.step(minutes(ts), vs, where="post", color=color, lw=1.6, ls="--", alpha=0.85,
+                # Dashed on top of the actual lines, the pools' dashes out of phase: where the advisory's
+                # pools hold the same count, both colours still show.
+                ax.step(minutes(ts), vs, where="post", color=color, lw=2.2, ls=(4 * i, (4, 4)), zorder=3,
                         label=f"{pool} ours (advisory)")
-        rec = [(t, v[i]) for t, *v in recommended if start_s <= t <= end_s]
+        # An advisory run's window may hold a week of recommendations: only this run's is drawn.
+        rec = [(t, v[i]) for t, *v in (recommended[-1:] if advisory else recommended) if start_s <= t <= end_s]
         ax.plot(minutes([t for t, _ in rec]), [v for _, v in rec], ".", color=color, ms=5,
                 label=f"{pool} recommended")
         state = getattr(fleet, pool)

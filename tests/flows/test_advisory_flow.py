@@ -39,7 +39,9 @@ def _observation(*, requests: float) -> Observation:
                        avg_isl_tokens=(1000.0,) * n, avg_osl_tokens=(150.0,) * n, interval_s=INTERVAL_S)
     return Observation(taken_at_s=NOW_S, interval_s=INTERVAL_S, num_requests=requests, avg_isl_tokens=1000.0,
                        avg_osl_tokens=150.0, avg_ttft_ms=60.0, avg_itl_ms=6.0, history=hist,
-                       pods=(PodMetrics("prefill-0", "prefill", 0.2, 0.0), PodMetrics("decode-0", "decode", 0.3, 0.0)))
+                       # Every replica of the DGD's 3 / 4 reports its saturation gauges (none missing, no hold).
+                       pods=tuple(PodMetrics(f"prefill-{i}", "prefill", 0.2, 0.0) for i in range(3))
+                       + tuple(PodMetrics(f"decode-{i}", "decode", 0.3, 0.0) for i in range(4)))
 
 
 @pytest.fixture(scope="module")
