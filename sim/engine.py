@@ -113,6 +113,9 @@ class FleetSim:
         self._gpu_s = {"prefill": 0.0, "decode": 0.0}
         self._alloc_t = 0.0
         self.scale_log: list[tuple[float, Pool, int, int]] = []  # (t, pool, from, to)
+        # (t, prefill ready, decode ready) after every change of the serving sets: what a connector's ready
+        # counts would show, for the planner's measured startup time (planner.signals.startup_time).
+        self.ready_log: list[tuple[float, int, int]] = []
         for _ in range(initial_prefill):
             self._add_worker("prefill", 0.0, ready_at_s=0.0)
         for _ in range(initial_decode):
@@ -165,15 +168,24 @@ class FleetSim:
         w.ready = True
         if isinstance(w, PrefillWorker):
             self.prefill_serving.append(w)
+            self._log_ready(t)
             while self._frontend_prefill:
                 self._route_prefill(self._frontend_prefill.popleft(), t)
         else:
             w.seg_t = t
             self.decode_serving.append(w)
+            self._log_ready(t)
             held = list(self._frontend_decode)
             self._frontend_decode.clear()
             for rid, src in held:
                 self._route_decode(rid, src, t)
+
+    def _log_ready(self, t: float) -> None:
+        self.ready_log.append((t, len(self.prefill_serving), len(self.decode_serving)))
+
+    def frontend_waiting(self) -> int:
+        """Requests the frontend holds for want of a serving worker (a pool at zero, or all starting)."""
+        return len(self._frontend_prefill) + len(self._frontend_decode)
 
     def live_workers(self, pool: Pool) -> list:
         """Starting and ready workers that are not draining (what the target counts)."""
@@ -217,6 +229,7 @@ class FleetSim:
             w.draining = True
             serving = self.prefill_serving if pool == "prefill" else self.decode_serving
             serving.remove(w)
+            self._log_ready(t)
             if w.idle:
                 self._retire(w, t)
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from connectors.base import recommendation_of
 from planner.config import PlannerConfig, ProfileConfig
+from planner.decision.wake import at_zero, decide_wake, wake_signal
 from planner.saturation.fast_path import SaturationSignal, saturation_signal
 from planner.pipeline import plan_interval
 from planner.predictors.registry import predictor_names
@@ -30,7 +31,7 @@ from planner.latency.profile import EngineProfile
 from planner.latency.profile_checks import ProfileRangeWarning
 from planner.saturation.guardrail import analyze_fleet
 from planner.latency.ttft_view import TtftView
-from planner.types import Observation, PodMetrics, ReasonCode
+from planner.types import Decision, FleetState, Observation, PodMetrics, Pool, ReasonCode
 from sim.replay import PolicyInput, PolicyOutput
 from workloads.traces import bin_trace, load_warmup_trace
 from sim.warm_start import clamp, warm_start_fleet
@@ -99,6 +100,20 @@ class PlannerPolicy:
         """The scale-up-only run the trigger starts between intervals."""
         return self._plan(step, fast_path=True)
 
+    @property
+    def allows_zero(self) -> bool:
+        """Scale to zero is on: the replay accepts 0 targets and wakes the fleet on a held request."""
+        return self.cfg.decision.allow_scale_to_zero
+
+    def at_zero(self, fleet: FleetState) -> tuple[Pool, ...]:
+        return at_zero(fleet, self.cfg.decision)
+
+    def decide_wake(self, step: PolicyInput, *, waiting_requests: float) -> PolicyOutput:
+        """The wake run a held request starts (planner.decision.wake), as the watcher's run decides live."""
+        signal = wake_signal(pools_at_zero=self.at_zero(step.fleet), waiting_requests=waiting_requests,
+                             min_requests=self.cfg.decision.scale_to_zero.wake_min_requests)
+        return _output(decide_wake(fleet=step.fleet, cfg=self.cfg.decision, signal=signal))
+
     def _plan(self, step: PolicyInput, *, fast_path: bool) -> PolicyOutput:
         warmup, sized = self._warmup_entry(step.observation)
         with warnings.catch_warnings():
@@ -116,17 +131,22 @@ class PlannerPolicy:
             self.floor_raised["runs"] += 1
             for pool in raised:
                 self.floor_raised[pool] = max(self.floor_raised[pool], plan.start_floor.targets[pool])
-        reason = "; ".join(f"{r.code.value}: {r.message}" for r in d.reasons)
-        details = {"code": d.reasons[0].code.value if d.reasons else ""}
-        # Every run's recommendation is stored, applied or not, as the connectors do.
-        rec_p, rec_d = recommendation_of(d)
-        if not d.apply:
-            return PolicyOutput(None, None, reason, recommended_prefill=rec_p, recommended_decode=rec_d,
-                                details=details)
-        return PolicyOutput(
-            d.prefill_replicas, d.decode_replicas, reason, recommended_prefill=rec_p, recommended_decode=rec_d,
-            details=details,
-        )
+        return _output(d)
+
+
+def _output(d: Decision) -> PolicyOutput:
+    """A planner decision as the replay applies it."""
+    reason = "; ".join(f"{r.code.value}: {r.message}" for r in d.reasons)
+    details = {"code": d.reasons[0].code.value if d.reasons else ""}
+    # Every run's recommendation is stored, applied or not, as the connectors do.
+    rec_p, rec_d = recommendation_of(d)
+    if not d.apply:
+        return PolicyOutput(None, None, reason, recommended_prefill=rec_p, recommended_decode=rec_d,
+                            details=details)
+    return PolicyOutput(
+        d.prefill_replicas, d.decode_replicas, reason, recommended_prefill=rec_p, recommended_decode=rec_d,
+        details=details,
+    )
 
 
 class SaturationPolicy:

@@ -412,6 +412,25 @@ def time_window(trace: Trace, start_s: float, end_s: float) -> Trace:
     )
 
 
+def with_idle_gaps(trace: Trace, *, busy_s: float, gap_s: float, bursts: int) -> Trace:
+    """The trace's first `bursts` windows of busy_s seconds, each followed by gap_s seconds without a request.
+
+    Window j ([j busy_s, (j+1) busy_s) of the source, as recorded) starts at j (busy_s + gap_s): a workload that
+    idles between bursts (scale to zero's case). The source must be at least bursts x busy_s long.
+    """
+    if not (busy_s > 0 and gap_s >= 0 and bursts >= 1):
+        raise ValueError(f"with_idle_gaps: need busy_s > 0, gap_s >= 0, bursts >= 1, got {busy_s}, {gap_s}, {bursts}")
+    if trace.duration_s < bursts * busy_s:
+        raise ValueError(f"with_idle_gaps: {trace.name} lasts {trace.duration_s:.0f} s, {bursts} bursts of "
+                         f"{busy_s:g} s need {bursts * busy_s:g} s")
+    parts = [time_window(trace, j * busy_s, (j + 1) * busy_s) for j in range(bursts)]
+    hashes = None if trace.hash_ids is None else [h for p in parts for h in p.hash_ids]
+    return make_trace(
+        f"{trace.name} {bursts}x{busy_s:g}s+{gap_s:g}s idle",
+        np.concatenate([p.arrival_s + j * (busy_s + gap_s) for j, p in enumerate(parts)]),
+        np.concatenate([p.isl_tokens for p in parts]), np.concatenate([p.osl_tokens for p in parts]), hashes)
+
+
 def detect_tick_s(trace: Trace, *, min_tick_s: float = 0.5) -> float | None:
     """Timestamp rounding tick of a trace, seconds, or None when arrivals are not on a grid.
 
