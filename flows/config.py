@@ -61,6 +61,14 @@ class PlannerRunConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _advisory_window_holds_a_run(self) -> "PlannerRunConfig":
+        if self.planner.mode == "advisory" and self.advisory.window_s < self.planner.adjustment_interval_s:
+            raise ValueError(f"advisory.window_s ({self.advisory.window_s:g} s) is shorter than "
+                             f"planner.adjustment_interval_s ({self.planner.adjustment_interval_s:g} s): the comparison "
+                             f"window must hold at least one run")
+        return self
+
+    @model_validator(mode="after")
     def _keda_reads_the_gauge(self) -> "PlannerRunConfig":
         if getattr(self.connector, "actuation", None) == "keda" and not (
                 self.planner_metrics.enabled and (self.planner_metrics.pushgateway_url or self.planner_metrics.port)):

@@ -191,12 +191,14 @@ def test_an_unknown_mode_is_one_line_naming_it(tmp_path):
      "advisory: decode_query: the custom autoscaler needs both prefill_query and decode_query"),
     ({"prefill_query": "max(x{${pod}})"}, "advisory: prefill_query: unknown or invalid placeholder(s)"),
     ({"selector": "{a=\"b\"}"}, "advisory.selector: give label matchers without braces"),
+    ({"window_s": 600}, "advisory.window_s (600 s) is shorter than planner.adjustment_interval_s (900 s)"),
 ])
 def test_bad_advisory_settings_are_one_line_each(tmp_path, advisory, message):
     import yaml
 
     bad = tmp_path / "planner.yaml"
-    bad.write_text(yaml.safe_dump({"planner": {"profile": {"dir": "x"}, "mode": "advisory"}, "advisory": advisory}))
+    bad.write_text(yaml.safe_dump({"planner": {"profile": {"dir": "x"}, "mode": "advisory", "adjustment_interval_s": 900},
+                                   "advisory": advisory}))
     with pytest.raises(ValueError) as err:
         load_run_config(bad)
     assert len(str(err.value).splitlines()) == 1 and message in str(err.value)
