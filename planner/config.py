@@ -417,9 +417,15 @@ class DecisionConfig(StrictModel):
                                          "window's highest target kept")
     scale_down_floor_quiet_share: float | None = Field(
         None, gt=0, le=1,
-        description="with scale_down_floor_s: the floor holds only while the window's arrivals had quiet spells, its "
-        "10th-percentile interval at or below this share of its busiest (planner.signals.quiet_spells: bursty "
-        "tenants come back, a steady stream has nothing to come back from); None: always",
+        description="with scale_down_floor_burst_frac: a floor window's arrivals had quiet spells when its "
+        "10th-percentile interval is at or below this share of its busiest (planner.signals.quiet_spells)",
+    )
+    scale_down_floor_burst_frac: float | None = Field(
+        None, gt=0, le=1,
+        description="with scale_down_floor_quiet_share: the share of the window's highest target kept instead of "
+        "scale_down_floor_frac while arrivals come in synchronised bursts: the window had quiet spells and sizing "
+        "took the upper forecast (predictor.size_on auto: arrivals clump), the bursts that come back largest after "
+        "quiet minutes; None: scale_down_floor_frac always",
     )
     wait_for_previous_s: float = Field(1800.0, ge=0, description="make no new decision while the previous one is "
                                        "not done, for at most this long, s")
@@ -458,6 +464,9 @@ class DecisionConfig(StrictModel):
 
     @model_validator(mode="after")
     def _zero(self) -> "DecisionConfig":
+        if (self.scale_down_floor_burst_frac is None) != (self.scale_down_floor_quiet_share is None):
+            raise ValueError("decision.scale_down_floor_burst_frac and scale_down_floor_quiet_share go together: "
+                             f"got {self.scale_down_floor_burst_frac!r} and {self.scale_down_floor_quiet_share!r}")
         for name in ("prefill", "decode"):
             b: PoolBounds = getattr(self, name)
             if b.min_replicas == 0 and not self.allow_scale_to_zero:
