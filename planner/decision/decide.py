@@ -10,8 +10,8 @@ them, so every rule is table-testable on its own:
     apply_guardrail  saturation floor: may raise a target, vetoes an unsafe scale-down
     clamp_to_bounds  per-pool min/max                    -> the run's recommendation
     stabilize_scale_down  HPA-style: down only to the highest recent recommendation
-    floor_scale_down  never below a share of a longer window's highest recommendation (optionally only after
-                     quiet spells in its arrivals)
+    floor_scale_down  never below a share of a longer window's highest recommendation (optionally a larger
+                     share for synchronised bursts: quiet spells and clumping arrivals)
     hold_scale_down_in_warmup  no scale-down on too short a load history
     start_from_warmup  no pool below what the warm-up trace's last window needed
     scale_to_zero    pools with min 0: to zero after a quiet period when a cold start costs less than it saves
@@ -274,8 +274,9 @@ def _sized_targets(
     targets, r = stabilize_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
                                       **_hold(sizing, cfg))
     reasons += r
+    floor_s, floor_frac = _floor(sizing, obs, cfg, now_s=now_s)
     targets, r = floor_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
-                                  window_s=_floor_window_s(obs, cfg, now_s=now_s), frac=cfg.scale_down_floor_frac)
+                                  window_s=floor_s, frac=floor_frac)
     reasons += r
     targets, r = hold_scale_down_in_warmup(
         targets, current=current, history_intervals=None if obs.history is None else len(obs.history),
@@ -319,14 +320,19 @@ def _zero_case(sizing: Mapping[Pool, PoolSizing], *, fleet: FleetState, obs: Obs
     )
 
 
-def _floor_window_s(obs: Observation, cfg: DecisionConfig, *, now_s: float) -> float | None:
-    """The scale-down floor's window, or None (off) when it asks for quiet spells and the window's arrivals had
-    none (decision.scale_down_floor_quiet_share; planner.signals.quiet_spells)."""
-    window_s = cfg.scale_down_floor_s
-    if not window_s or cfg.scale_down_floor_quiet_share is None:
-        return window_s
+def _floor(sizing: Mapping[Pool, PoolSizing], obs: Observation, cfg: DecisionConfig, *,
+           now_s: float) -> tuple[float | None, float]:
+    """The scale-down floor's (window s or None: off, share kept): scale_down_floor_burst_frac while arrivals
+    come in synchronised bursts (the window's arrivals had quiet spells, planner.signals.quiet_spells, and sizing
+    took the upper forecast: they clump), else scale_down_floor_frac."""
+    window_s, frac = cfg.scale_down_floor_s, cfg.scale_down_floor_frac
+    if not window_s or cfg.scale_down_floor_burst_frac is None or cfg.scale_down_floor_quiet_share is None:
+        return window_s, frac
+    clumping = bool(sizing) and any(s.numbers.get("sized_on_mean") == 0.0 for s in sizing.values())
+    if not clumping:
+        return window_s, frac
     quiet, _ = had_quiet_spell(obs.history, since_s=now_s - window_s, max_share=cfg.scale_down_floor_quiet_share)
-    return window_s if quiet else None
+    return window_s, cfg.scale_down_floor_burst_frac if quiet else frac
 
 
 def _hold(sizing: Mapping[Pool, PoolSizing], cfg: DecisionConfig) -> dict:

@@ -1,4 +1,4 @@
-"""Quiet spells in the arrivals (planner.signals.quiet_spells) and the scale-down floor that asks for them."""
+"""Quiet spells in the arrivals (planner.signals.quiet_spells) and the scale-down floor's share for synchronised bursts."""
 
 from __future__ import annotations
 
@@ -55,30 +55,44 @@ def test_had_quiet_spell(counts, quiet):
     assert had_quiet_spell(None, since_s=0.0, max_share=0.25) == (True, None)
 
 
-def _decide(counts, **config):
+def _decide(counts, *, clumping, **config):
     """Prefill 6 running, sized 2 now, 8 recommended 50 minutes ago: the 300 s window has let go; the floor
-    (an hour, half) keeps ceil(0.5 x 8) = 4 unless it asks for quiet spells the arrivals did not have."""
+    (an hour) keeps ceil(0.5 x 8) = 4, or ceil(0.625 x 8) = 5 with the burst share while arrivals come in
+    synchronised bursts (quiet spells, and sizing took the upper forecast: sized_on_mean 0)."""
     fleet = FleetState(prefill=PoolState(current_replicas=6, ready_replicas=6),
                        decode=PoolState(current_replicas=1, ready_replicas=1),
                        recent_targets=((NOW - 3000, 8, 1), (NOW - 200, 2, 1), (NOW - 100, 2, 1)))
     obs = Observation(taken_at_s=NOW, interval_s=60.0, num_requests=float(counts[-1]), avg_isl_tokens=1000.0,
                       avg_osl_tokens=200.0, avg_ttft_ms=120.0, avg_itl_ms=9.0)
     obs = dataclasses.replace(obs, history=history(counts))
-    sizing = {p: PoolSizing(p, n, {"load_rps": 10.0}, f"{p} sized") for p, n in (("prefill", 2), ("decode", 1))}
+    sizing = {p: PoolSizing(p, n, {"load_rps": 10.0, "sized_on_mean": 0.0 if clumping else 1.0}, f"{p} sized")
+              for p, n in (("prefill", 2), ("decode", 1))}
     return decide(sizing=sizing, saturation=None, fleet=fleet, obs=obs, cfg=DecisionConfig(**config), now_s=NOW)
 
 
-@pytest.mark.parametrize("counts, quiet_share_max, expected", [
-    pytest.param([3000, 20, 0, 4000, 2000, 300], None, 4, id="not asked: the floor holds 4"),
-    pytest.param([3000, 20, 0, 4000, 2000, 300], 0.25, 4, id="asked, quiet minutes: the floor holds 4"),
-    pytest.param([400, 450, 460, 440, 500, 480], 0.25, 2, id="asked, a steady stream: no floor, down to 2"),
+BURSTS = [3000, 20, 0, 4000, 2000, 300]  # the 10th percentile 10 of 4000: quiet spells
+STEADY = [400, 450, 460, 440, 500, 480]  # 420 of 500: none
+ASKED = {"scale_down_floor_quiet_share": 0.25, "scale_down_floor_burst_frac": 0.625}
+
+
+@pytest.mark.parametrize("counts, clumping, config, expected", [
+    pytest.param(BURSTS, True, {}, 4, id="not asked: half of 8"),
+    pytest.param(BURSTS, True, ASKED, 5, id="quiet spells, clumping: the burst share, ceil(0.625 x 8) = 5"),
+    pytest.param(BURSTS, False, ASKED, 4, id="quiet spells, independent arrivals (sized on the mean): half"),
+    pytest.param(STEADY, True, ASKED, 4, id="clumping but a steady stream: half"),
 ])
-def test_floor_holds_only_after_quiet_spells_when_asked(counts, quiet_share_max, expected):
-    d = _decide(counts, scale_down_floor_quiet_share=quiet_share_max)
+def test_floor_keeps_the_burst_share_for_synchronised_bursts(counts, clumping, config, expected):
+    d = _decide(counts, clumping=clumping, **config)
     assert d.prefill_replicas == expected
-    assert ((ReasonCode.SCALE_DOWN_FLOOR, "prefill") in [(r.code, r.pool) for r in d.reasons]) is (expected == 4)
+    floor = [r for r in d.reasons if r.code == ReasonCode.SCALE_DOWN_FLOOR and r.pool == "prefill"]
+    assert len(floor) == 1 and floor[0].numbers["floor_frac"] == (0.625 if expected == 5 else 0.5)
 
 
-def test_config_refuses_a_share_outside_0_1():
-    with pytest.raises(ValueError, match="scale_down_floor_quiet_share"):
-        DecisionConfig(scale_down_floor_quiet_share=0.0)
+@pytest.mark.parametrize("config, match", [
+    pytest.param({"scale_down_floor_quiet_share": 0.0, "scale_down_floor_burst_frac": 0.75},
+                 "scale_down_floor_quiet_share", id="share 0"),
+    pytest.param({"scale_down_floor_burst_frac": 0.75}, "go together: got 0.75 and None", id="burst share alone"),
+])
+def test_config_refuses(config, match):
+    with pytest.raises(ValueError, match=match):
+        DecisionConfig(**config)
