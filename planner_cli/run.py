@@ -65,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
     d, cur = out["decision"], out["current"]
     how = "dry run" if out["dry_run"] else ("applied, decision " + str(out["decision_id"]) if out["applied"]
                                             else "nothing to write")
+    if out.get("advisory"):
+        adv = out["advisory"]
+        how = (f"advisory, nothing written; {adv['autoscaler']} has prefill {adv['now']['prefill']['autoscaler']}, "
+               f"decode {adv['now']['decode']['autoscaler']}")
     print(f"prefill {cur['prefill']} -> {d['prefill_replicas']}, decode {cur['decode']} -> {d['decode_replicas']} "
           f"({how}); reasons: {', '.join(dict.fromkeys(r['code'] for r in d['reasons']))}")
     return 0
