@@ -2,8 +2,9 @@
 
 Each deployment's own planner decides what it wants (planner.fleet.demand.DeploymentDemand). While the
 wants fit the budget every deployment gets them. When they do not, the grants minimise the fleet's
-weighted expected loss, sum over deployments of priority x requests missing the SLA at the granted
-replicas (planner.fleet.loss), within each deployment's floor (min_replicas) and wants, exactly: a
+weighted expected loss, sum over deployments of priority x the share of its requests expected to miss
+the SLA at the granted replicas (planner.fleet.loss: SLA attainment points, so each deployment's SLA
+counts by its priority, not by its traffic), within each deployment's floor (min_replicas) and wants, exactly: a
 multiple-choice knapsack over every (prefill, decode) pair a deployment could get, by dynamic
 programming over the budget's GPUs (deployments x pairs x budget steps, vectorised over the budget).
 Equal losses go to the grant using more of the budget, then to the higher priority, so GPUs the loss
@@ -20,6 +21,7 @@ planner.fleet.fixed; they return the same `Arbitration`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -62,7 +64,7 @@ class Arbitration:
     """The budget's outcome: grants by deployment name, and the totals.
 
     rule: "loss" (this module), "split" or "priority" (planner.fleet.fixed).
-    weighted_loss: sum of priority x expected requests missing the SLA at the grants.
+    weighted_loss: sum of priority x expected share of requests missing the SLA at the grants.
     """
 
     budget_gpus: int
@@ -84,12 +86,19 @@ class Arbitration:
                 "grants": {n: g.as_dict() for n, g in self.grants.items()}, "notes": list(self.notes)}
 
 
-def arbitrate(demands: Sequence[DeploymentDemand], budget_gpus: int) -> Arbitration:
+def arbitrate(demands: Sequence[DeploymentDemand], budget_gpus: int, *,
+              guaranteed_share_frac: float = 0.0) -> Arbitration:
     """Grants for every deployment within budget_gpus, by weighted expected SLA loss (see the module docstring).
 
     demands: one per deployment, names unique. budget_gpus: GPUs all of them may use together (>= 1).
+    guaranteed_share_frac: each deployment keeps its wants up to this share of its priority-weighted share
+        of the budget (budget x priority / sum of priorities; equal shares when every priority is 0), cut as
+        the single-deployment budget cuts; only the rest goes by expected loss. 0: all of it by expected
+        loss; 1: a fixed split whose unused GPUs go by expected loss.
     Floors above the budget: every deployment gets its floor and the reasons say the budget cannot be met.
     """
+    if not 0.0 <= guaranteed_share_frac <= 1.0:
+        raise ValueError(f"fleet: guaranteed_share_frac must be in 0..1, got {guaranteed_share_frac!r}")
     check_demands(demands, budget_gpus)
     wanted_gpus = sum(d.gpus(d.wanted) for d in demands)
     if wanted_gpus <= budget_gpus:
@@ -102,7 +111,31 @@ def arbitrate(demands: Sequence[DeploymentDemand], budget_gpus: int) -> Arbitrat
     if len(demands) == 1:
         d = demands[0]
         return finish(demands, {d.name: proportional_cut(d, budget_gpus)}, budget_gpus=budget_gpus, rule="loss")
+    if guaranteed_share_frac > 0:
+        demands = _with_guarantees(demands, budget_gpus, guaranteed_share_frac)
     return finish(demands, _least_loss(demands, budget_gpus), budget_gpus=budget_gpus, rule="loss")
+
+
+def priority_shares(demands: Sequence[DeploymentDemand], budget_gpus: int) -> dict[str, float]:
+    """Each deployment's share of the budget by priority, GPUs (equal shares when every priority is 0)."""
+    total = sum(d.priority for d in demands)
+    return {d.name: budget_gpus * (d.priority / total if total > 0 else 1.0 / len(demands)) for d in demands}
+
+
+def _with_guarantees(demands: Sequence[DeploymentDemand], budget_gpus: int, frac: float) -> list[DeploymentDemand]:
+    """Demands whose floors are raised to their wants cut to frac of their priority share (never past the wants)."""
+    shares = priority_shares(demands, budget_gpus)
+    out = []
+    for d in demands:
+        kept = int(math.floor(frac * shares[d.name] + 1e-9))
+        if d.gpus(d.wanted) <= kept:
+            floor = dict(d.wanted)
+        elif d.gpus(d.floor) >= kept:
+            floor = d.floor
+        else:
+            floor = proportional_cut(d, kept)
+        out.append(dataclasses.replace(d, min_replicas={p: max(d.floor[p], floor[p]) for p in POOLS}))
+    return out
 
 
 def check_demands(demands: Sequence[DeploymentDemand], budget_gpus: int) -> None:
@@ -134,7 +167,7 @@ def _choices(d: DeploymentDemand) -> list[tuple[int, int, int, float]]:
                                   range(lo["decode"], d.wanted["decode"] + 1)):
         t = {"prefill": p, "decode": q}
         extra = d.gpus(t) - base
-        out.append((p, q, extra, d.priority * d.expected_loss(t) + unused * (d.gpus(d.wanted) - d.gpus(t))))
+        out.append((p, q, extra, d.priority * d.miss_frac(t) + unused * (d.gpus(d.wanted) - d.gpus(t))))
     return out
 
 
@@ -177,7 +210,7 @@ def finish(demands: Sequence[DeploymentDemand], targets: Mapping[str, Targets], 
                                                                  wanted_gpus=wanted_gpus, rule=rule, notes=notes)
         grants[d.name] = Grant(d.name, t, dict(d.wanted), reasons, expected_miss_frac=d.miss_frac(t),
                                wanted_miss_frac=d.miss_frac(d.wanted))
-    loss = sum(d.priority * d.expected_loss(targets[d.name]) for d in demands)
+    loss = sum(d.priority * d.miss_frac(targets[d.name]) for d in demands)
     return Arbitration(budget_gpus, rule, grants, wanted_gpus, granted_gpus, weighted_loss=loss, notes=notes)
 
 
@@ -227,7 +260,7 @@ def _given_to(d: DeploymentDemand, pool: Pool, demands: Sequence[DeploymentDeman
             if g[q] <= o.floor[q]:
                 continue
             fewer = dict(g, **{q: g[q] - 1})
-            per_gpu = o.priority * (o.expected_loss(fewer) - o.expected_loss(g)) / o.gpus_per_replica[q]
+            per_gpu = o.priority * (o.miss_frac(fewer) - o.miss_frac(g)) / o.gpus_per_replica[q]
             key = (per_gpu, o.priority, o.gpus_per_replica[q])
             if best is None or key > best[0]:
                 best = (key, o, q, fewer)

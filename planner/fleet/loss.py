@@ -6,8 +6,8 @@ the fewest replicas reaching a share, here the share is asked of each count.
 
 Prefill, TTFT: the M/G/c wait of the SLA sizing mode (planner.sizing.sla) at the sized load, prompt
 lengths spread around the forecast mean; a request meets the target when its own prefill fits and its
-wait fits in the rest. Flat arrivals within the interval (the burst classes sizing may add are left
-out: the share is the interval's expectation, not its worst 15 s).
+wait fits in the rest. The forecast's sub-interval burst (its peak ratio) counts: the requests arriving
+in the peak meet the queue of the peak's rate, whatever basis sizing took.
 
 Decode, ITL: the pool's KV usage is normal around Little's law's operating point (mean and spread from
 planner.latency.queueing.decode_itl_quantile); a request meets the target while its replica's KV usage
@@ -34,20 +34,24 @@ from planner.latency.queueing import (
     variability_factor,
 )
 from planner.latency.ttft_view import TtftView
+from planner.signals.burst import arrival_classes
 
 _Z1 = NormalDist().cdf(1.0)  # the quantile one standard deviation above the mean
 
 
 def ttft_met_fracs(
     *, rps: float, isl_tokens: float, isl_cv: float, correction: float, ttft_target_ms: float, ttft: TtftView,
-    arrival_cv: float, service_cv: float, up_to: int,
+    arrival_cv: float, service_cv: float, up_to: int, peak_ratio: float | None = None,
+    peak_window_s: float | None = None, interval_s: float = 60.0,
 ) -> tuple[float, ...]:
     """Share of all requests whose TTFT meets ttft_target_ms with 0..up_to prefill replicas.
 
     rps: arrivals, requests/s. isl_tokens: mean prompt length, tokens; isl_cv: its coefficient of
     variation. correction: the prefill correction factor (observed / profile). ttft: single-request
     TTFT by prompt length (its mean the service time, its p90 whether a request can make it at all).
-    arrival_cv, service_cv: the Allen-Cunneen variability of the queue.
+    arrival_cv, service_cv: the Allen-Cunneen variability of the queue. peak_ratio, peak_window_s: the
+    forecast's sub-interval burst (planner.signals.burst.arrival_classes over interval_s, s): the share of
+    requests arriving in the peak meets the queue of its rate; None: flat within the interval.
     """
     if rps <= 0:
         return (1.0,) * (up_to + 1)
@@ -59,16 +63,20 @@ def ttft_met_fracs(
     reachable = float(np.mean(fits))
     slack_s = target_s - own_s[fits]
     g = variability_factor(arrival_cv, service_cv)
-    a = rps * service_s
+    parts = [(w, r * service_s) for w, r, _ in arrival_classes(rps=rps, ratio=peak_ratio, window_s=peak_window_s,
+                                                               interval_s=interval_s)]
     out = [0.0]
     for c in range(1, up_to + 1):
-        if reachable <= 0 or a >= c:
-            out.append(0.0)
-        elif g <= 0:
-            out.append(reachable)
-        else:
-            scale = g * service_s / (c - a)
-            out.append(reachable * float(np.mean(1.0 - erlang_c(c, a) * np.exp(-slack_s / scale))))
+        met = 0.0
+        for w, a in parts:
+            if reachable <= 0 or a >= c:
+                continue
+            if g <= 0:
+                met += w * reachable
+            else:
+                scale = g * service_s / (c - a)
+                met += w * reachable * float(np.mean(1.0 - erlang_c(c, a) * np.exp(-slack_s / scale)))
+        out.append(met)
     return tuple(out)
 
 

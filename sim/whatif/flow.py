@@ -16,6 +16,7 @@ from prefect.artifacts import create_image_artifact, create_markdown_artifact, c
 from prefect.states import Completed, State
 
 from flows.charts import png_data_url
+from sim.whatif.fleet import FleetWhatIf, fleet_markdown
 from sim.whatif.report import markdown_report, misses_per_minute
 from sim.whatif.scenario import INDEPENDENT_TENANTS_JITTER_S, WhatIfScenario
 from sim.whatif.tasks import (
@@ -24,6 +25,7 @@ from sim.whatif.tasks import (
     load_trace_window,
     render_comparison,
     render_plots,
+    replay_fleet_what_if,
     replay_scenario,
     simulate_scenario,
 )
@@ -134,6 +136,19 @@ def what_if_compare_flow(
         "hindsight_reactive_gpu_hours": None if refs.reactive is None else refs.reactive.gpu_hours,
         "plot": figure,
     })
+
+
+@flow(name="sla-planner-what-if-fleet",
+      flow_run_name="what-if fleet: {fleet.budget_gpus} GPUs, rule {fleet.rule}")
+def what_if_fleet_flow(fleet: FleetWhatIf) -> State:
+    """Two or three models, each its own trace, SLA and planner, replayed against one GPU budget; publish the
+    per-model table (planner.fleet arbitrates every interval)."""
+    summary = replay_fleet_what_if(fleet)
+    create_markdown_artifact(markdown=fleet_markdown(summary), key=_key(f"what-if-fleet-{fleet.rule}"),
+                             description=f"fleet what-if: {fleet.budget_gpus} GPUs, rule {fleet.rule}")
+    return Completed(message=f"fleet {summary['fleet_attainment']:.2%} of requests met their SLA (worst model "
+                             f"{summary['worst_model_attainment']:.2%}), {summary['gpu_hours']:.2f} GPU-hours",
+                     data=summary)
 
 
 @flow(name="sla-planner-what-if-sweep")

@@ -8,6 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from sim.replay import ReplayResult
+from sim.whatif.fleet import FleetWhatIf, run_fleet_what_if
 from sim.whatif.report import plot_latency, plot_load_vs_replicas, plot_misses_per_minute
 from workloads.traces import Trace, time_window
 from sim.whatif.scenario import References, WhatIfScenario, load_scenario_trace, reference_fleets, run_what_if
@@ -70,4 +71,11 @@ def render_plots(result: ReplayResult, output_dir: str) -> dict[str, str]:
 def simulate_scenario(scenario: WhatIfScenario) -> dict:
     """One sweep cell: load, replay and summarise (returns only the small summary, for Dask)."""
     summary, _ = run_what_if(scenario)
+    return summary
+
+
+@task(cache_policy=NO_CACHE, task_run_name="replay-fleet-{fleet.rule}-{fleet.budget_gpus}-gpus")
+def replay_fleet_what_if(fleet: FleetWhatIf) -> dict:
+    """Every model of the fleet what-if replayed against its one budget; the summary."""
+    summary, _ = run_fleet_what_if(fleet)
     return summary

@@ -1,8 +1,8 @@
 """The fleet's GPU arbitration (planner.fleet), as tables worked out by hand.
 
 Every demand below is built by hand: `requests` and, per pool, the share of requests meeting that pool's
-target at 0, 1, 2, ... replicas. Expected loss at (p, d) = requests x (1 - met_prefill[p] x met_decode[d]);
-the arbitration minimises the sum of priority x loss within the budget.
+target at 0, 1, 2, ... replicas. Expected miss at (p, d) = 1 - met_prefill[p] x met_decode[d] (x requests: the requests lost); the
+arbitration minimises the sum of priority x miss within the budget (SLA attainment points).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def demand(name, wanted, *, prefill=(), decode=(), requests=100.0, priority=1.0,
                             priority=priority, requests=requests, met_frac=met)
 
 
-# a: prefill 1 -> 2 takes its TTFT share from 0.5 to 1.0 (saves 50 of 100 requests);
-# b: prefill 1 -> 2 takes it from 0.8 to 1.0 (saves 20). Decode is met at 1 replica in both.
+# a: prefill 1 -> 2 takes its TTFT share from 0.5 to 1.0 (saves 0.5 of its attainment, 50 of 100 requests);
+# b: prefill 1 -> 2 takes it from 0.8 to 1.0 (saves 0.2). Decode is met at 1 replica in both.
 A = dict(prefill=(0, 0.5, 1.0), decode=(0, 1.0))
 B = dict(prefill=(0, 0.8, 1.0), decode=(0, 1.0))
 
@@ -37,16 +37,19 @@ B = dict(prefill=(0, 0.8, 1.0), decode=(0, 1.0))
     pytest.param([demand("a", (2, 1), **A), demand("b", (2, 1), **B)], 5, {"a": (2, 1), "b": (1, 1)},
                  id="one GPU over the floors (4): a saves 50 > b's 20"),
     pytest.param([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=3)], 5, {"a": (1, 1), "b": (2, 1)},
-                 id="priority weighs the loss: b 3 x 20 = 60 > a's 50"),
+                 id="priority weighs the loss: b 3 x 0.2 = 0.6 > a's 0.5"),
     pytest.param([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=2)], 5, {"a": (2, 1), "b": (1, 1)},
-                 id="not a fixed order: b priority 2 x 20 = 40 < a's 50, a gets it"),
+                 id="not a fixed order: b priority 2 x 0.2 = 0.4 < a's 0.5, a gets it"),
+    pytest.param([demand("a", (2, 1), **A, requests=10), demand("b", (2, 1), **B, requests=1000)], 5,
+                 {"a": (2, 1), "b": (1, 1)},
+                 id="attainment, not traffic: a's 0.5 of 10 requests beats b's 0.2 of 1000"),
     pytest.param([demand("a", (2, 1), **A, gpus={"prefill": 2, "decode": 1}), demand("b", (2, 1), **B)], 6,
                  {"a": (1, 1), "b": (2, 1)},
                  id="GPUs per replica: floors 3 + 2 = 5, one GPU left does not buy a's 2-GPU replica"),
     pytest.param([demand("a", (1, 3), prefill=(0, 1.0), decode=(0, 0, 0, 1.0)),
                   demand("b", (3, 1), prefill=(0, 0.7, 0.9, 1.0), decode=(0, 1.0))], 6,
                  {"a": (1, 3), "b": (1, 1)},
-                 id="no greedy stall: a's 2 decode replicas save 100 together (0 alone), b's 2 prefill 30"),
+                 id="no greedy stall: a's 2 decode replicas save 1.0 together (0 alone), b's 2 prefill 0.3"),
     pytest.param([demand("a", (3, 3)), demand("b", (3, 3), priority=2)], 8, {"a": (1, 1), "b": (3, 3)},
                  id="no loss tables: equal losses, the GPUs go to the higher priority"),
 ])
@@ -58,9 +61,9 @@ def test_arbitrate_grants(demands, budget, expected):
 
 
 def test_weighted_loss_and_miss_fractions():
-    # a at (2, 1): met 1.0 x 1.0 -> miss 0; b at (1, 1): 0.8 x 1.0 -> miss 0.2, 20 requests, priority 1.
+    # a at (2, 1): met 1.0 x 1.0 -> miss 0; b at (1, 1): 0.8 x 1.0 -> miss 0.2 (20 requests), priority 1.
     arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B)], 5)
-    assert arb.weighted_loss == pytest.approx(20.0)
+    assert arb.weighted_loss == pytest.approx(0.2)
     assert arb.grants["b"].expected_miss_frac == pytest.approx(0.2)
     assert arb.grants["b"].wanted_miss_frac == pytest.approx(0.0)
     assert arb.wanted_gpus == 6 and arb.short

@@ -1,0 +1,77 @@
+"""Several traces against one GPU budget (sim.fleet_replay): the arbitration in the loop, seeded and short.
+
+Two models on the H200 profile, the first 20 minutes of Azure code x4 and of Azure conv x4 (independent
+tenants +-30 s, seed 0). With a budget far above their wants the fleet replay is each model's replay alone;
+with a tight one no interval's targets pass the budget and every held run says why.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from connectors.profiles import load_profile_dir
+from planner.config import SloTarget
+from sim.fleet_replay import FleetMemberReplay, fleet_attainment, replay_fleet
+from sim.lookup import ProfileTables
+from sim.policies import PlannerPolicy, default_planner_config
+from sim.replay import ReplaySettings, replay
+from workloads.traces import load_trace, multiply_load, time_window
+
+SLO = SloTarget(ttft_ms=200, itl_ms=10)
+
+
+@pytest.fixture(scope="module")
+def setup(shared_data, h200_profile_dir):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profile = load_profile_dir(h200_profile_dir)
+    traces = {name: time_window(multiply_load(load_trace(shared_data / "traces" / f), 4, seed=0, jitter_s=30.0),
+                                0.0, 1200.0)
+              for name, f in (("code", "azure2023_code.csv.gz"), ("conv", "azure2023_conv.csv.gz"))}
+    return profile, ProfileTables(profile), traces, str(h200_profile_dir)
+
+
+def _members(setup, priorities=None):
+    profile, tables, traces, profile_dir = setup
+    cfg = default_planner_config(profile_dir=profile_dir, ttft_ms=SLO.ttft_ms, itl_ms=SLO.itl_ms, interval_s=60)
+    return [FleetMemberReplay(name, trace, tables, PlannerPolicy(cfg, profile), ReplaySettings(slo=SLO),
+                              (priorities or {}).get(name, 1.0)) for name, trace in traces.items()]
+
+
+def test_a_budget_above_the_wants_changes_nothing(setup):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fleet = replay_fleet(_members(setup), budget_gpus=1000)
+        for m in _members(setup):
+            alone = replay(m.trace, m.tables, m.policy, scenario=m.scenario)
+            together = fleet.results[m.name]
+            assert together.gpu_hours == pytest.approx(alone.gpu_hours)
+            assert (together.sla_met() == alone.sla_met()).all()
+    assert fleet.short_intervals == 0 and set(fleet.held_intervals.values()) == {0}
+
+
+@pytest.mark.parametrize("rule", ["loss", "split", "priority"])
+def test_a_tight_budget_holds_every_interval_within_it(setup, rule):
+    budget = 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fleet = replay_fleet(_members(setup), budget_gpus=budget, rule=rule)
+    assert fleet.short_intervals > 0 and fleet.peak_granted_gpus <= budget
+    code, conv = fleet.results["code"].timeline, fleet.results["conv"].timeline
+    n = min(len(code.t_s), len(conv.t_s))
+    targets = [code.prefill_target[i] + code.decode_target[i] + conv.prefill_target[i] + conv.decode_target[i]
+               for i in range(n)]
+    assert max(targets) <= budget
+    held = [r for tl in (code, conv) for r in tl.reasons if "fleet_budget" in r]
+    assert held and all(" held at " in r for r in held)
+    assert 0.0 < fleet_attainment(fleet) < 1.0
+    assert sum(len(r.sla_met()) for r in fleet.results.values()) == sum(len(m.trace) for m in _members(setup))
+
+
+def test_fast_path_is_refused(setup):
+    members = _members(setup)
+    members[0].policy.fast_path = members[0].policy.cfg.fast_path
+    with pytest.raises(ValueError, match="deployment 'code' has the fast path on"):
+        replay_fleet(members, budget_gpus=10)
