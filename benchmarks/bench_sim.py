@@ -88,18 +88,24 @@ from connectors.profiles import load_profile_dir
 from sim.lookup import ProfileTables
 from sim.policies import default_planner_config, make_policy
 from sim.replay import ReplaySettings, replay
+from planner.config import SloTarget
+from workloads.servegen import load_servegen, synthesize_servegen
 from workloads.traces import load_trace, multiply_load
 t0 = time.perf_counter()
 profile = load_profile_dir({profile!r})
 tables = ProfileTables(profile)
-trace = load_trace({trace!r})
+if {trace!r}.endswith(".tar.gz"):  # a ServeGen archive: its day 1 at x0.02, no copies
+    trace = synthesize_servegen(load_servegen({trace!r}), start_s=86_400, duration_s=86_400, seed=0, rate_scale=0.02)
+else:
+    trace = load_trace({trace!r})
 if {k!r} != 1:
     trace = multiply_load(trace, {k!r}, seed=0, jitter_s={jitter_s!r})
 setup_s = time.perf_counter() - t0
-cfg = default_planner_config(profile_dir={profile!r}, ttft_ms=200, itl_ms=10, interval_s=60)
+cfg = default_planner_config(profile_dir={profile!r}, ttft_ms={ttft_ms!r}, itl_ms={itl_ms!r}, interval_s=60)
+scenario = ReplaySettings(slo=SloTarget(ttft_ms={ttft_ms!r}, itl_ms={itl_ms!r}))
 
 def run():
-    return replay(trace, tables, make_policy("planner", cfg=cfg, profile=profile), scenario=ReplaySettings())
+    return replay(trace, tables, make_policy("planner", cfg=cfg, profile=profile), scenario=scenario)
 
 # The first replay in a fresh process also pays what a process does once (the thread-pool scan,
 # any model library a fit imports lazily: statsmodels only for a trend or season, scikit-learn
@@ -124,29 +130,37 @@ print(json.dumps(dict(requests=n, wall_s=r.wall_s, setup_s=setup_s,
     slo_attainment=float(r.sla_met().mean()), gpu_hours=r.gpu_hours)))
 """
 
-# The control table's traces at its default load model (independent tenants), and conv as recorded.
+# The control table's traces at its default load model (independent tenants), conv as recorded, the
+# long-prompt case at its loose SLA and the ServeGen day (--quick leaves the day out).
 SPEED_TRACES = (
     ("azure2023_conv", "azure2023_conv.csv.gz", 1),
     ("azure2023_conv", "azure2023_conv.csv.gz", 8),
     ("azure2023_code", "azure2023_code.csv.gz", 8),
     ("mooncake", "mooncake_fast25_synthetic_trace.jsonl.gz", 2),
+    ("mooncake loose-SLA", "mooncake_fast25_synthetic_trace.jsonl.gz", 2),
+    ("servegen m-mid day 1 x0.02", "servegen_language_m-mid.tar.gz", 1),
 )
 
 
-def bench_speed(repeats: int, jitter_s: float = 30.0) -> dict:
+def bench_speed(repeats: int, jitter_s: float = 30.0, *, quick: bool = False) -> dict:
     from sim.whatif.scenario import load_model
 
     rows = []
     for name, file, k in SPEED_TRACES:
+        if quick and name.startswith("servegen"):
+            continue
+        ttft_ms, itl_ms = TRACE_SLA.get(f"{name} x{k}", (200.0, 10.0))
         runs = []
         for _ in range(repeats):
             code = SPEED_CHILD.format(root=str(ROOT), profile=str(PROFILE), trace=str(TRACES / file), k=k,
-                                      jitter_s=jitter_s)
+                                      jitter_s=jitter_s, ttft_ms=ttft_ms, itl_ms=itl_ms)
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         best = max(runs, key=lambda r: r["requests_per_wall_s"])
         rows.append(dict(trace=name, load_multiplier=k, jitter_s=jitter_s if k != 1 else None,
-                         load_model=load_model(k, jitter_s), runs=runs, best=best))
+                         load_model=(trace_load_model(name, jitter_s) if name.startswith("servegen")
+                                     else load_model(k, jitter_s)),
+                         sla=dict(ttft_ms=ttft_ms, itl_ms=itl_ms), runs=runs, best=best))
         print(f"speed {name} x{k}: {best['requests']:,} requests, {best['requests_per_wall_s']:,.0f} req/s "
               f"(first replay in a fresh process {best['cold_requests_per_wall_s']:,.0f}; simulator alone "
               f"{best['simulator_requests_per_wall_s']:,.0f} req/s, planner "
@@ -844,7 +858,7 @@ def main() -> int:
         print(doc["markdown"])
         return 0
     if not args.control_only:
-        speed = bench_speed(args.repeats, args.jitter_s)
+        speed = bench_speed(args.repeats, args.jitter_s, quick=args.quick)
         (RESULTS / "sim_speed.json").write_text(json.dumps(speed, indent=2) + "\n")
         print(speed["markdown"])
     if not args.speed_only:
