@@ -1,4 +1,4 @@
-"""The fast path's event: a saturation signal, sent to Prefect's event API.
+"""The fast path's events: a saturation signal and a wake from zero, sent to Prefect's event API.
 
 The planner deployment's trigger (prefect.yaml, `triggers:`) expects this
 event for its namespace and starts a scale-up-only run (`fast_path: true`).
@@ -12,9 +12,11 @@ from datetime import datetime, timezone
 
 from prefect.events import Event, emit_event
 
+from planner.decision.wake import WakeSignal
 from planner.saturation.fast_path import SaturationSignal
 
 SATURATION_EVENT = "sla-planner.saturation.detected"
+WAKE_EVENT = "sla-planner.wake.requested"
 NAMESPACE_LABEL = "sla-planner.namespace"
 MODEL_LABEL = "sla-planner.model-id"
 
@@ -48,4 +50,16 @@ def emit_saturation(signal: SaturationSignal, *, namespace: str, model_id: str, 
     )
 
 
-__all__ = ["MODEL_LABEL", "NAMESPACE_LABEL", "SATURATION_EVENT", "emit_saturation", "fleet_resource"]
+def emit_wake(signal: WakeSignal, *, namespace: str, model_id: str, now_s: float) -> Event | None:
+    """Send the wake event (requests waiting for a pool at zero); the event, or None when this process sends
+    none. The wake deployment's trigger (prefect.yaml) starts the wake run. now_s: Unix seconds."""
+    return emit_event(
+        event=WAKE_EVENT,
+        resource=fleet_resource(namespace=namespace, model_id=model_id),
+        occurred=datetime.fromtimestamp(now_s, tz=timezone.utc),
+        payload={"message": signal.message, "pools": list(signal.at_zero), "numbers": dict(signal.numbers)},
+    )
+
+
+__all__ = ["MODEL_LABEL", "NAMESPACE_LABEL", "SATURATION_EVENT", "WAKE_EVENT", "emit_saturation", "emit_wake",
+           "fleet_resource"]

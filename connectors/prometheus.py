@@ -194,6 +194,15 @@ class PrometheusCollector:
             shed = sum(values) if values else None
         return pods, shed, tuple(stale)
 
+    def wake_requests(self, *, now_s: float, interval_s: float) -> float | None:
+        """Requests waiting for a pool at zero at now_s (queries.wake_requests, summed); None: the query is empty
+        or returns no series. now_s: Unix seconds; interval_s: for ${interval}."""
+        if not self.cfg.queries.wake_requests.strip():
+            return None
+        values = [s.value for s in self._instant("wake_requests", now_s=now_s, interval_s=interval_s)
+                  if s.value is not None]
+        return sum(values) if values else None
+
     # -- queries -------------------------------------------------------------
 
     def render(self, name: str, *, interval_s: float) -> str:

@@ -234,7 +234,7 @@ def test_the_watcher_refuses_to_start_without_the_switch(tmp_path, h200_profile_
     config.write_text(yaml.safe_dump({"planner": {"profile": {"dir": str(h200_profile_dir)}}}))
     assert main(["watch", "--config", str(config), "--polls", "1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "planner.fast_path.enabled is false" in err and str(config) in err
+    assert err.count("\n") == 0 and "allow_scale_to_zero are both false: nothing to watch" in err and str(config) in err
 
 
 # ---------------------------------------------------------------- event -> deployment run
