@@ -100,6 +100,12 @@ class LlmdConnector:
         self._ledger.validate(pool)
         self._check_autoscalers(targets, want=None)
 
+    def validate_reads(self) -> None:
+        """What a reader needs (connectors.read_only, advisory mode): the pool and its two targets; another
+        autoscaler on them is expected, not refused."""
+        pool, _ = self._read(doing="validating")
+        self._ledger.validate(pool)
+
     def read_fleet(self, *, now_s: float) -> FleetState:
         pool, targets = self._read(doing="reading the fleet")
         return FleetState(

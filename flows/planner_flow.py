@@ -92,7 +92,7 @@ def planner_flow(
 
     profile = load_profiling_data(cfg.profile)
     ttft = fetch_ttft_view(run_cfg.latency_model, profile, now_s=now)
-    connector = open_connector(run_cfg.connector, namespace=cfg.namespace)
+    connector = open_connector(run_cfg.connector, namespace=cfg.namespace, read_only=advisory)
     # Fleet first, then metrics: load that arrives in between is counted against
     # the older replica numbers, so any error leans toward more replicas.
     fleet = read_fleet(connector, now_s=now)

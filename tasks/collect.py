@@ -7,6 +7,7 @@ from prefect import get_run_logger, task
 from connectors.base import Connector
 from connectors.config import ConnectorConfig, MetricsConfig
 from connectors.factory import make_connector
+from connectors.read_only import ReadOnlyConnector
 from planner.types import POOLS, FleetState, Observation
 from tasks.retry import network_task
 
@@ -28,9 +29,14 @@ def collect_metrics(
 
 
 @task(**network_task)
-def open_connector(config: ConnectorConfig, *, namespace: str) -> Connector:
-    """Build the connector and check the backend holds what the planner needs."""
+def open_connector(config: ConnectorConfig, *, namespace: str, read_only: bool = False) -> Connector:
+    """Build the connector and check the backend holds what the planner needs.
+
+    read_only: an advisory run's connector (connectors.read_only): reads only, refuses to write.
+    """
     connector = make_connector(config, default_namespace=namespace)
+    if read_only:
+        connector = ReadOnlyConnector(connector)
     connector.validate()
     return connector
 
