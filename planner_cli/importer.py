@@ -1,6 +1,7 @@
 """`sla-planner import`: our run configuration from Dynamo's planner or llm-d's WVA settings.
 
   sla-planner import dgd FILE | --live NAME [--namespace NS] [--profile-dir DIR] [-o OUT]
+  sla-planner import dgd FILE FILE... --fleet-out FLEET --budget-gpus N [--namespace NS] [--profile-dir DIR]
   sla-planner import wva FILE... | --live NAME... [--namespace NS] [--base CONFIG] [-o OUT]
   sla-planner import llmd FILE... [--pool NAME] | --live --pool NAME [--namespace NS] [--base CONFIG] [-o OUT]
 
@@ -8,6 +9,10 @@
 may also hold the planner-config ConfigMap its Planner mounts, or the cluster's
 copy with --live) and maps its planner's settings: `--config` JSON or file
 (Dynamo 1.x) or flags (before 1.0), and the environment the planner reads.
+With several DGD files and --fleet-out, each becomes its own run configuration (named after its DGD,
+beside the fleet file) and the fleet file lists them, priority 1 each, under --budget-gpus (docs/fleet.md);
+the fleet is checked as `load_fleet` checks it (two DGDs scaling one target, minimums above the budget)
+before anything is written.
 `wva` reads WVA's saturation ConfigMap (and its controller ConfigMap).
 `llmd` reads llm-d's KEDA ScaledObjects (one per role), WVA VariantAutoscalings and their HPAs:
 replica bounds, polling, stabilization, model, and with --pool the llm-d connector.
@@ -43,7 +48,12 @@ def add_parser(subparsers) -> None:
     kinds = p.add_subparsers(dest="source_kind", metavar="SOURCE")
     kinds.required = True
     dgd = kinds.add_parser("dgd", help="a DynamoGraphDeployment with a planner component")
-    dgd.add_argument("file", nargs="?", metavar="FILE", help="DGD YAML (may also hold the planner's ConfigMap)")
+    dgd.add_argument("file", nargs="*", metavar="FILE", help="DGD YAML (may also hold the planner's ConfigMap); "
+                     "several with --fleet-out")
+    dgd.add_argument("--fleet-out", default=None, metavar="FLEET",
+                     help="write a fleet file here listing one run configuration per DGD (written beside it)")
+    dgd.add_argument("--budget-gpus", type=int, default=None, metavar="N",
+                     help="the fleet's GPU budget (with --fleet-out)")
     dgd.add_argument("--profile-dir", default=None, metavar="DIR",
                      help="the profiler output on this machine (replaces the in-cluster profile_results_dir)")
     dgd.add_argument("--lenient", action="store_true",
@@ -191,43 +201,62 @@ def _from_llmd(args):
     return from_llmd_autoscalers(docs, inference_pool=args.pool, source=source), source
 
 
-def run(args) -> int:
-    import yaml
-
-    from connectors.base import ConnectorError
+def _imported(args) -> tuple[dict, object, str]:
+    """(the run configuration as data, the migration with its notes, its source), checked through our models."""
     from connectors.migrate.result import merge
     from flows.config import PlannerRunConfig
     from planner.config import format_validation_error
     from pydantic import ValidationError
 
+    migration, source = {"dgd": _from_dgd, "wva": _from_wva, "llmd": _from_llmd}[args.source_kind](args)
+    base = {}
+    if args.base is not None:
+        base = _documents(args.base)[0]
+        if not isinstance(base, dict):
+            raise ValueError(f"{args.base}: expected a run configuration mapping")
+    data = merge(base, migration.config)
+    for key, was, now in _replaced(base, migration.config):
+        migration.note(f"{key}: {was!r} in {args.base} replaced by {now!r} from {source}")
+    if "planner" in data and "profile" not in data["planner"]:
+        data["planner"]["profile"] = {"dir": "PROFILE_DIR"}
+        migration.skip("planner.profile.dir", None, f"not in {source}: set it to the profiler output "
+                       "(written as PROFILE_DIR), or pass --base with a configuration that has it")
     try:
-        migration, source = {"dgd": _from_dgd, "wva": _from_wva, "llmd": _from_llmd}[args.source_kind](args)
-        base = {}
-        if args.base is not None:
-            base = _documents(args.base)[0]
-            if not isinstance(base, dict):
-                raise ValueError(f"{args.base}: expected a run configuration mapping")
-        data = merge(base, migration.config)
-        for key, was, now in _replaced(base, migration.config):
-            migration.note(f"{key}: {was!r} in {args.base} replaced by {now!r} from {source}")
-        if "planner" in data and "profile" not in data["planner"]:
-            data["planner"]["profile"] = {"dir": "PROFILE_DIR"}
-            migration.skip("planner.profile.dir", None, f"not in {source}: set it to the profiler output "
-                           "(written as PROFILE_DIR), or pass --base with a configuration that has it")
-        try:
-            PlannerRunConfig.model_validate(data)
-        except ValidationError as exc:
-            problems = format_validation_error(exc, source="the imported configuration").splitlines()
-            raise ValueError("; ".join(problems)) from None
-    except (ValueError, ConnectorError) as exc:
-        return _fail(" ".join(str(exc).split()))
+        PlannerRunConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = format_validation_error(exc, source="the imported configuration").splitlines()
+        raise ValueError("; ".join(problems)) from None
+    return data, migration, source
+
+
+def _report(migration) -> None:
     for line in migration.notes:
         print(f"{PROG}: note: {line}", file=sys.stderr)
     for item in migration.unmapped:
         print(f"{PROG}: not mapped: {item.line()}", file=sys.stderr)
-    text = (f"# sla-planner run configuration imported from {source} by `{PROG} {args.source_kind}`;\n"
+
+
+def _config_text(data: dict, migration, source: str, kind: str) -> str:
+    import yaml
+
+    return (f"# sla-planner run configuration imported from {source} by `{PROG} {kind}`;\n"
             f"# {len(migration.unmapped)} setting(s) could not be mapped (listed when it ran).\n"
             + yaml.safe_dump(data, sort_keys=False))
+
+
+def run(args) -> int:
+    from connectors.base import ConnectorError
+
+    if args.source_kind == "dgd":
+        if args.fleet_out is not None or len(args.file) > 1:
+            return _run_fleet(args)
+        args = argparse.Namespace(**{**vars(args), "file": args.file[0] if args.file else None})
+    try:
+        data, migration, source = _imported(args)
+    except (ValueError, ConnectorError) as exc:
+        return _fail(" ".join(str(exc).split()))
+    _report(migration)
+    text = _config_text(data, migration, source, args.source_kind)
     if args.output:
         try:
             Path(args.output).write_text(text)
@@ -238,3 +267,67 @@ def run(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _run_fleet(args) -> int:
+    """Several DGD files -> one run configuration each beside the fleet file, and the fleet file; all checked
+    (each configuration, then the fleet as load_fleet checks it) before any is written."""
+    import shutil
+    import tempfile
+
+    import yaml
+
+    from connectors.base import ConnectorError
+    from flows.fleet_config import load_fleet
+
+    if args.fleet_out is None:
+        return _fail("several DGD files make a fleet: give --fleet-out FLEET and --budget-gpus N")
+    if args.budget_gpus is None or args.budget_gpus < 1:
+        return _fail(f"--fleet-out needs --budget-gpus N (an integer >= 1), got {args.budget_gpus!r}")
+    if args.live is not None or args.output is not None or not args.file:
+        return _fail("--fleet-out takes DGD files (not --live) and writes beside FLEET (not -o)")
+    out = Path(args.fleet_out)
+    configs: list[tuple[str, str]] = []
+    try:
+        for path in args.file:
+            one = argparse.Namespace(**{**vars(args), "file": path})
+            data, migration, source = _imported(one)
+            _report(migration)
+            name = _deployment_name(data, taken={n for n, _ in configs})
+            configs.append((name, _config_text(data, migration, source, "dgd")))
+        fleet = {"budget": {"gpus": args.budget_gpus},
+                 "deployments": [{"name": n, "priority": 1, "config": f"{n}.yaml"} for n, _ in configs]}
+        fleet_text = (f"# sla-planner fleet imported from {len(configs)} DGDs by `{PROG} dgd --fleet-out`; "
+                      f"set each deployment's priority (docs/fleet.md).\n" + yaml.safe_dump(fleet, sort_keys=False))
+        with tempfile.TemporaryDirectory(prefix="sla-planner-fleet-") as tmp:
+            for name, text in configs:
+                (Path(tmp) / f"{name}.yaml").write_text(text)
+            (Path(tmp) / out.name).write_text(fleet_text)
+            try:
+                load_fleet(Path(tmp) / out.name)
+            except ValueError as exc:
+                raise ValueError(str(exc).replace(str(Path(tmp) / out.name), str(out)).replace(tmp, str(out.parent)))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            for name, _ in configs:
+                shutil.copyfile(Path(tmp) / f"{name}.yaml", out.parent / f"{name}.yaml")
+            shutil.copyfile(Path(tmp) / out.name, out)
+    except (ValueError, ConnectorError) as exc:
+        return _fail(" ".join(str(exc).split()))
+    except OSError as exc:
+        return _fail(f"{out}: cannot write: {exc.strerror}")
+    print(f"{PROG}: wrote {out}, a fleet of {len(configs)} deployments ({', '.join(n for n, _ in configs)}) under "
+          f"{args.budget_gpus} GPUs, each run configuration beside it", file=sys.stderr)
+    return 0
+
+
+def _deployment_name(data: dict, *, taken: set[str]) -> str:
+    """The DGD's name as a deployment name, made unique with -2, -3, ... (the fleet check then names a shared
+    target, not a shared name)."""
+    import re
+
+    raw = str((data.get("connector") or {}).get("dgd_name") or "deployment").lower()
+    base = re.sub(r"[^a-z0-9.-]+", "-", raw).strip("-.") or "deployment"
+    name, i = base[:60], 2
+    while name in taken:
+        name, i = f"{base[:57]}-{i}", i + 1
+    return name
