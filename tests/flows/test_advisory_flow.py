@@ -33,15 +33,16 @@ SCRAPE_S = 15.0
 SWITCH_S = NOW_S - 1800.0
 
 
-def _observation(*, requests: float) -> Observation:
+def _observation(*, requests: float, now_s: float = NOW_S, replicas: tuple[int, int] = (3, 4)) -> Observation:
+    """Half an hour of flat load up to now_s; every replica of the fleet (prefill, decode) reports its saturation
+    gauges (none missing: no hold)."""
     n = 30
-    hist = LoadHistory(t_s=tuple(NOW_S - INTERVAL_S * (n - i) for i in range(n)), num_requests=(requests,) * n,
+    hist = LoadHistory(t_s=tuple(now_s - INTERVAL_S * (n - i) for i in range(n)), num_requests=(requests,) * n,
                        avg_isl_tokens=(1000.0,) * n, avg_osl_tokens=(150.0,) * n, interval_s=INTERVAL_S)
-    return Observation(taken_at_s=NOW_S, interval_s=INTERVAL_S, num_requests=requests, avg_isl_tokens=1000.0,
-                       avg_osl_tokens=150.0, avg_ttft_ms=60.0, avg_itl_ms=6.0, history=hist,
-                       # Every replica of the DGD's 3 / 4 reports its saturation gauges (none missing, no hold).
-                       pods=tuple(PodMetrics(f"prefill-{i}", "prefill", 0.2, 0.0) for i in range(3))
-                       + tuple(PodMetrics(f"decode-{i}", "decode", 0.3, 0.0) for i in range(4)))
+    pods = tuple(PodMetrics(f"{pool}-{i}", pool, 0.2, 0.0)
+                 for pool, count in zip(("prefill", "decode"), replicas) for i in range(count))
+    return Observation(taken_at_s=now_s, interval_s=INTERVAL_S, num_requests=requests, avg_isl_tokens=1000.0,
+                       avg_osl_tokens=150.0, avg_ttft_ms=60.0, avg_itl_ms=6.0, history=hist, pods=pods)
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +225,66 @@ def test_the_recording_rule_compares_the_advisory_with_the_running_autoscaler(tm
     test_file.write_text(yaml.safe_dump(tests))
     run = subprocess.run(["promtool", "test", "rules", str(test_file)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.integration
+def test_advisory_run_beside_hpas_on_llm_d_reads_and_never_writes(prefect_harness, prometheus_server, tmp_path,
+                                                                  h200_profile_dir):
+    """llm-d's P/D Deployments, each scaled by an HPA (which an applying run refuses to fight): the advisory's
+    first run (no history of its own yet) reads the HPAs' desired replicas from kube-state-metrics' series."""
+    from kubernetes import client as k8s
+
+    from connectors.config import LlmdConnectorConfig
+    from connectors.factory import make_connector
+    from connectors.base import ConnectorError
+    from flows.planner_flow import planner_flow
+    from planner.types import Decision
+    from tests.connectors.test_llmd_connector import DECODE, NS as LLMD_NS, POOL, PREFILL, seed
+    from tests.support.k8s_fake_server import kube_api_client
+    from tests.support.k8s_llmd_fake import LlmdCluster
+
+    now_s = NOW_S + 3600.0
+    writer = OpenMetricsWriter()
+    for name, value in (("prefill-hpa", 2), ("decode-hpa", 2)):
+        write_gauge(writer, name="kube_horizontalpodautoscaler_status_desired_replicas",
+                    labels={"namespace": LLMD_NS, "horizontalpodautoscaler": name},
+                    points=[(now_s - 1800.0 + SCRAPE_S * i, value) for i in range(int(1800 / SCRAPE_S))])
+    prometheus_server.backfill(writer.render())
+    cluster = LlmdCluster(token=TEST_TOKEN).start()
+    try:
+        seed(cluster)
+        api = kube_api_client(cluster)
+        for dep, hpa in ((PREFILL, "prefill-hpa"), (DECODE, "decode-hpa")):
+            k8s.AppsV1Api(api).patch_namespaced_deployment_scale(dep, LLMD_NS, {"spec": {"replicas": 2}})
+            k8s.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(LLMD_NS, {
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": hpa},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": dep},
+                         "minReplicas": 1, "maxReplicas": 8}})
+        cluster.reconcile(LLMD_NS)
+        connector = LlmdConnectorConfig(inference_pool=POOL, namespace=LLMD_NS,
+                                        kubeconfig_path=str(kubeconfig(tmp_path, cluster)))
+        with pytest.raises(ConnectorError, match="is scaled by HorizontalPodAutoscaler"):
+            make_connector(connector).apply(Decision(3, 3, apply=True, reasons=()), now_s=now_s)
+        cluster.clear_requests()
+        config = PlannerRunConfig.model_validate({
+            "planner": PlannerConfig(namespace=LLMD_NS, mode="advisory", profile=ProfileConfig(dir=str(h200_profile_dir))),
+            "metrics": MetricsConfig(prometheus_url=prometheus_server.url),
+            "connector": connector,
+            "advisory": {"autoscaler": "hpa", "prefill_object": "prefill-hpa", "decode_object": "decode-hpa"},
+        })
+        obs = _observation(requests=600.0, now_s=now_s, replicas=(2, 2))
+        out = planner_flow(config=config, replay=ReplayInputs(observation=obs, now_s=now_s))
+        sent = [(r.method, r.path) for r in cluster.requests if r.method != "GET"]
+    finally:
+        cluster.stop()
+
+    assert sent == []
+    assert out["applied"] is False
+    p, d = out["decision"]["prefill_replicas"], out["decision"]["decode_replicas"]
+    adv = out["advisory"]
+    assert adv["now"] == {"prefill": {"advisory": p, "autoscaler": 2}, "decode": {"advisory": d, "autoscaler": 2}}
+    # No advisory history yet: only this run's own point is compared, one minute of GPUs each; llm-d's decode
+    # servers are TP4 (4 GPUs a replica), prefill TP1: theirs 2 x 1 + 2 x 4 = 10 GPUs.
+    assert adv["intervals"] == 1
+    assert adv["autoscaler_gpu_hours"] == pytest.approx(10 / 60)
+    assert adv["advisory_gpu_hours"] == pytest.approx((p + 4 * d) / 60)
