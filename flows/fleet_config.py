@@ -1,6 +1,7 @@
 """The fleet file: several deployments, each its own planner run configuration, under one GPU budget.
 
     budget: {gpus: 16}
+    guaranteed_share_frac: 1   # optional: each keeps its wants up to its priority share first
     deployments:
       - name: model-a
         priority: 2            # a number: weight of this deployment's expected SLA loss (higher: protected first)
@@ -29,6 +30,7 @@ from pydantic import Field, ValidationError, field_validator
 from connectors.profiles import read_engine_gpus
 from flows.config import PlannerRunConfig, resolve_paths
 from planner.config import format_validation_error, parse_yaml
+from planner.fleet.arbitrate import DEFAULT_GUARANTEED_SHARE_FRAC
 from planner.strict import StrictModel
 from planner.types import POOLS, Pool
 
@@ -63,6 +65,10 @@ class FleetConfig(StrictModel):
     """The fleet file (configs/fleet.yaml): a GPU budget and the deployments sharing it."""
 
     budget: FleetBudget
+    guaranteed_share_frac: float = Field(
+        DEFAULT_GUARANTEED_SHARE_FRAC, ge=0, le=1,
+        description="each deployment first keeps its wants up to this share of its priority share of the budget "
+        "(budget x priority / sum of priorities); the rest goes by expected SLA loss (0: all of it)")
     deployments: list[FleetDeployment] = Field(min_length=1, description="the deployments sharing the budget "
                                                "(names unique: load_fleet checks)")
 
@@ -100,6 +106,7 @@ class Fleet:
     path: Path
     budget_gpus: int
     members: tuple[FleetMember, ...]
+    guaranteed_share_frac: float = DEFAULT_GUARANTEED_SHARE_FRAC
 
     def member(self, name: str) -> FleetMember:
         for m in self.members:
@@ -126,7 +133,8 @@ def load_fleet(path: str | Path) -> Fleet:
     base = path.resolve().parent
     members = tuple(_member(d, base=base, fleet_path=path) for d in fleet_cfg.deployments)
     check_fleet(members, budget_gpus=fleet_cfg.budget.gpus, source=str(path))
-    return Fleet(path=path, budget_gpus=fleet_cfg.budget.gpus, members=members)
+    return Fleet(path=path, budget_gpus=fleet_cfg.budget.gpus, members=members,
+                 guaranteed_share_frac=fleet_cfg.guaranteed_share_frac)
 
 
 def check_fleet(members: tuple[FleetMember, ...], *, budget_gpus: int, source: str) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from planner.fleet.arbitrate import Arbitration, arbitrate
+from planner.fleet.arbitrate import DEFAULT_GUARANTEED_SHARE_FRAC, Arbitration, arbitrate
 from planner.fleet.demand import DeploymentDemand, demand_from_plan
 from planner.fleet.fixed import RULES
 from planner.types import POOLS
@@ -81,7 +81,8 @@ class _Member:
 
 
 def replay_fleet(
-    members: Sequence[FleetMemberReplay], *, budget_gpus: int, rule: str = "loss", guaranteed_share_frac: float = 0.0,
+    members: Sequence[FleetMemberReplay], *, budget_gpus: int, rule: str = "loss",
+    guaranteed_share_frac: float = DEFAULT_GUARANTEED_SHARE_FRAC,
     keep_arbitrations: int = 50, progress: Callable[[int], None] | None = None,
 ) -> FleetReplayResult:
     """Replay every member's trace against one budget; `rule` is a planner.fleet.fixed.RULES name.

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from connectors.profiles import load_profile_dir
+from planner.fleet.arbitrate import DEFAULT_GUARANTEED_SHARE_FRAC
 from planner.latency.profile_checks import ProfileRangeWarning
 from planner.strict import StrictModel
 from sim.fleet_replay import FleetMemberReplay, FleetReplayResult, fleet_attainment, replay_fleet
@@ -50,7 +51,7 @@ class FleetWhatIf(StrictModel):
         "loss", description="loss: by expected SLA loss (planner.fleet.arbitrate); split: equal fixed shares; "
         "priority: wants in full in priority order")
     guaranteed_share_frac: float = Field(
-        1.0, ge=0, le=1, description="rule loss: each model keeps its wants up to this share of its priority "
+        DEFAULT_GUARANTEED_SHARE_FRAC, ge=0, le=1, description="rule loss: each model keeps its wants up to this share of its priority "
         "share of the budget; only the rest goes by expected loss (0: all by expected loss)")
 
     @model_validator(mode="after")

@@ -54,7 +54,7 @@ B = dict(prefill=(0, 0.8, 1.0), decode=(0, 1.0))
                  id="no loss tables: equal losses, the GPUs go to the higher priority"),
 ])
 def test_arbitrate_grants(demands, budget, expected):
-    arb = arbitrate(demands, budget)
+    arb = arbitrate(demands, budget, guaranteed_share_frac=0.0)
     got = {n: (g.targets["prefill"], g.targets["decode"]) for n, g in arb.grants.items()}
     assert got == expected
     assert arb.granted_gpus <= budget
@@ -62,7 +62,7 @@ def test_arbitrate_grants(demands, budget, expected):
 
 def test_weighted_loss_and_miss_fractions():
     # a at (2, 1): met 1.0 x 1.0 -> miss 0; b at (1, 1): 0.8 x 1.0 -> miss 0.2 (20 requests), priority 1.
-    arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B)], 5)
+    arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B)], 5, guaranteed_share_frac=0.0)
     assert arb.weighted_loss == pytest.approx(0.2)
     assert arb.grants["b"].expected_miss_frac == pytest.approx(0.2)
     assert arb.grants["b"].wanted_miss_frac == pytest.approx(0.0)
@@ -71,7 +71,7 @@ def test_weighted_loss_and_miss_fractions():
 
 def test_held_deployment_is_told_who_got_the_budget_and_what_they_would_miss():
     # b got prefill 2; with one fewer its TTFT share would be 0.8: "would miss by 20%"; b's priority 3.
-    arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=3)], 5)
+    arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=3)], 5, guaranteed_share_frac=0.0)
     (reason,) = arb.grants["a"].reasons
     assert reason.code == ReasonCode.FLEET_BUDGET and reason.pool == "prefill"
     assert reason.message.startswith("prefill held at 1 (wanted 2): budget given to b, priority 3, whose TTFT "
@@ -109,6 +109,26 @@ def test_one_deployment_is_cut_as_the_single_deployment_budget(wanted, gpus, flo
     assert arbitrate([d], budget).grants["a"].targets == today
 
 
+@pytest.mark.parametrize("frac, expected", [
+    pytest.param(0.0, {"a": (2, 1), "b": (1, 1)}, id="0: all by loss, a saves 0.5 > b's 0.4"),
+    pytest.param(1.0, {"a": (1, 1), "b": (2, 1)},
+                 id="1: b's share 5 x 2/3 = 3.3 -> 3 GPUs keeps its wants (3); a's 1.7 -> 1 keeps its floor"),
+])
+def test_guaranteed_share(frac, expected):
+    arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=2)], 5, guaranteed_share_frac=frac)
+    assert {n: (g.targets["prefill"], g.targets["decode"]) for n, g in arb.grants.items()} == expected
+
+
+def test_guaranteed_share_lends_what_a_deployment_does_not_want():
+    # budget 7, equal shares 3.5 -> 3 GPUs each. a wants 6: keeps (2, 1) (3 x 0.5 = 1.5, 1.5 -> (1, 1), the
+    # leftover GPU to prefill); b wants 2 of its 3. The 2 GPUs left go by loss, both to a: (3, 2) meets
+    # 1.0 x 0.9 = 0.9, (2, 3) 0.8 x 1.0 = 0.8.
+    arb = arbitrate([demand("a", (3, 3), prefill=(0, 0.5, 0.8, 1.0), decode=(0, 0.5, 0.9, 1.0)),
+                     demand("b", (1, 1), **B)], 7)
+    assert arb.grants["a"].targets == {"prefill": 3, "decode": 2}
+    assert arb.grants["b"].targets == {"prefill": 1, "decode": 1}
+
+
 def test_fixed_split_cuts_each_to_its_share_and_lends_nothing():
     # budget 6, equal shares 3 + 3. a wants 6 GPUs: cut to 3, x 0.5 -> 1.5, 1.5 -> (1, 1) + 1 to prefill (a tie
     # goes to prefill). b wants 2 of its 3: granted, its spare GPU not lent to a.
@@ -129,7 +149,7 @@ def test_priority_order_fills_the_first_then_cuts():
 def test_the_loss_rule_beats_both_fixed_rules_on_its_objective():
     demands = [demand("a", (3, 3), prefill=(0, 0.2, 0.8, 0.99), decode=(0, 0.5, 0.95, 0.99)),
                demand("b", (3, 3), prefill=(0, 0.6, 0.6, 0.99), decode=(0, 0.9, 0.99, 0.99), priority=2)]
-    loss = arbitrate(demands, 8).weighted_loss
+    loss = arbitrate(demands, 8, guaranteed_share_frac=0.0).weighted_loss
     assert loss < fixed_split(demands, 8).weighted_loss
     assert loss < priority_order(demands, 8).weighted_loss
 
