@@ -84,9 +84,9 @@ def advisory_summary(c: AdvisoryComparison, *, autoscaler: str) -> str:
     now = ", ".join(f"{pool} {c.advisory_now[pool]} vs {c.autoscaler_now[pool]} ({_signed(c.now_difference[pool])})"
                     for pool in POOLS)
     hours = c.window_s / 3600.0
-    if c.intervals == 0:
-        window = (f"Over the last {hours:g} h no interval had both histories in Prometheus "
-                  f"(the advisory's own gauges start with its first published run).")
+    if c.intervals <= 1:
+        window = (f"Over the last {hours:g} h only this run has both sides (the advisory's history is its "
+                  f"published gauges, which start with its first run).")
     else:
         window = (f"Over the last {hours:g} h ({_span(c)}): ours {c.advisory_gpu_hours:.2f} GPU-h, {autoscaler} "
                   f"{c.autoscaler_gpu_hours:.2f} GPU-h ({_gpu_hours_delta(c.advisory_gpu_hours, c.autoscaler_gpu_hours)}); "

@@ -288,3 +288,5 @@ def test_advisory_run_beside_hpas_on_llm_d_reads_and_never_writes(prefect_harnes
     assert adv["intervals"] == 1
     assert adv["autoscaler_gpu_hours"] == pytest.approx(10 / 60)
     assert adv["advisory_gpu_hours"] == pytest.approx((p + 4 * d) / 60)
+    summary = _latest_artifact(artifact_key("summary", LLMD_NS)).data
+    assert "**Advisory vs hpa**" in summary and "only this run has both sides" in summary
