@@ -281,7 +281,9 @@ class QueryTemplates(StrictModel):
 # autoscaler scales or is), ${selector} (advisory.selector: label matchers, no braces).
 AUTOSCALER_PLACEHOLDERS = frozenset({"namespace", "prefill_object", "decode_object", "selector"})
 AUTOSCALER_QUERIES: dict[str, dict[str, str]] = {
-    # Dynamo's own planner publishes the replicas it runs (dynamo_planner_num_{prefill,decode}_replicas).
+    # Dynamo 1.6.1's planner publishes, every tick, the workers it counts ready (dynamo_planner_num_{prefill,
+    # decode}_replicas, no labels of their own: ${selector} matches the scrape's, e.g. namespace="dynamo"); its
+    # targets, dynamo_planner_predicted_num_*_replicas, only when it scales.
     "dynamo-planner": {
         "prefill": "max(dynamo_planner_num_prefill_replicas{${selector}})",
         "decode": "max(dynamo_planner_num_decode_replicas{${selector}})",
