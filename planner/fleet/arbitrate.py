@@ -117,9 +117,11 @@ def arbitrate(demands: Sequence[DeploymentDemand], budget_gpus: int, *,
     if len(demands) == 1:
         d = demands[0]
         return finish(demands, {d.name: proportional_cut(d, budget_gpus)}, budget_gpus=budget_gpus, rule="loss")
-    if guaranteed_share_frac > 0:
-        demands = _with_guarantees(demands, budget_gpus, guaranteed_share_frac)
-    return finish(demands, _least_loss(demands, budget_gpus), budget_gpus=budget_gpus, rule="loss")
+    if guaranteed_share_frac <= 0:
+        return finish(demands, _least_loss(demands, budget_gpus), budget_gpus=budget_gpus, rule="loss")
+    kept = _with_guarantees(demands, budget_gpus, guaranteed_share_frac)
+    return finish(demands, _least_loss(kept, budget_gpus), budget_gpus=budget_gpus, rule="loss",
+                  kept={d.name: d.floor for d in kept})
 
 
 def priority_shares(demands: Sequence[DeploymentDemand], budget_gpus: int) -> dict[str, float]:
@@ -205,15 +207,19 @@ def _least_loss(demands: Sequence[DeploymentDemand], budget_gpus: int) -> dict[s
 
 
 def finish(demands: Sequence[DeploymentDemand], targets: Mapping[str, Targets], *, budget_gpus: int, rule: str,
-           notes: tuple[str, ...] = ()) -> Arbitration:
-    """The Arbitration of these grants, each with its reasons (shared by every rule)."""
+           notes: tuple[str, ...] = (), kept: Mapping[str, Targets] | None = None) -> Arbitration:
+    """The Arbitration of these grants, each with its reasons (shared by every rule).
+
+    kept: what each deployment's guaranteed share kept before the rest went by loss (None: no guarantee).
+    """
     wanted_gpus = sum(d.gpus(d.wanted) for d in demands)
     granted_gpus = sum(d.gpus(targets[d.name]) for d in demands)
     grants = {}
     for d in demands:
         t = dict(targets[d.name])
         reasons = () if wanted_gpus <= budget_gpus else _reasons(d, t, demands, targets, budget_gpus=budget_gpus,
-                                                                 wanted_gpus=wanted_gpus, rule=rule, notes=notes)
+                                                                 wanted_gpus=wanted_gpus, rule=rule, notes=notes,
+                                                                 kept=kept or {})
         grants[d.name] = Grant(d.name, t, dict(d.wanted), reasons, expected_miss_frac=d.miss_frac(t),
                                wanted_miss_frac=d.miss_frac(d.wanted))
     loss = sum(d.priority * d.miss_frac(targets[d.name]) for d in demands)
@@ -221,7 +227,8 @@ def finish(demands: Sequence[DeploymentDemand], targets: Mapping[str, Targets], 
 
 
 def _reasons(d: DeploymentDemand, t: Targets, demands: Sequence[DeploymentDemand], targets: Mapping[str, Targets], *,
-             budget_gpus: int, wanted_gpus: int, rule: str, notes: tuple[str, ...]) -> tuple[Reason, ...]:
+             budget_gpus: int, wanted_gpus: int, rule: str, notes: tuple[str, ...],
+             kept: Mapping[str, Targets]) -> tuple[Reason, ...]:
     head = f"fleet GPU budget {budget_gpus}, {wanted_gpus} wanted"
     numbers = {"fleet_budget_gpus": float(budget_gpus), "fleet_wanted_gpus": float(wanted_gpus),
                "priority": float(d.priority), "expected_miss_frac": d.miss_frac(t),
@@ -241,7 +248,7 @@ def _reasons(d: DeploymentDemand, t: Targets, demands: Sequence[DeploymentDemand
         if notes:
             why = notes[0]
         else:
-            why = _given_to(d, pool, demands, targets, rule=rule)
+            why = _given_to(d, pool, demands, targets, rule=rule, kept=kept)
         out.append(Reason(ReasonCode.FLEET_BUDGET, pool,
                           f"{pool} held at {t[pool]} (wanted {d.wanted[pool]}): {why}; {mine} "
                           f"({head}, rule {rule})", {**numbers, "requests_saved_by_one_more": cost}))
@@ -254,10 +261,10 @@ def _one_more_saves(d: DeploymentDemand, t: Targets, pool: Pool) -> float:
 
 
 def _given_to(d: DeploymentDemand, pool: Pool, demands: Sequence[DeploymentDemand], targets: Mapping[str, Targets], *,
-              rule: str) -> str:
+              rule: str, kept: Mapping[str, Targets]) -> str:
     """Who holds the GPUs d's next replica would need: the other deployment that would lose most per GPU
-    with one replica fewer above its floor."""
-    best = None
+    with one replica fewer above what its floor (and its guaranteed share) kept; else the guaranteed shares."""
+    best, shared = None, None
     for o in demands:
         if o.name == d.name:
             continue
@@ -265,11 +272,17 @@ def _given_to(d: DeploymentDemand, pool: Pool, demands: Sequence[DeploymentDeman
         for q in POOLS:
             if g[q] <= o.floor[q]:
                 continue
+            if g[q] <= kept.get(o.name, o.floor)[q]:
+                shared = shared or o
+                continue
             fewer = dict(g, **{q: g[q] - 1})
             per_gpu = o.priority * (o.miss_frac(fewer) - o.miss_frac(g)) / o.gpus_per_replica[q]
             key = (per_gpu, o.priority, o.gpus_per_replica[q])
             if best is None or key > best[0]:
                 best = (key, o, q, fewer)
+    if best is None and shared is not None:
+        return (f"budget given to {shared.name}, priority {shared.priority:g}, within its guaranteed share of the "
+                f"budget (its priority's share)")
     if best is None:
         return "the budget is taken by the other deployments' minimums"
     _, o, q, fewer = best

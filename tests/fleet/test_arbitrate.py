@@ -117,6 +117,9 @@ def test_one_deployment_is_cut_as_the_single_deployment_budget(wanted, gpus, flo
 def test_guaranteed_share(frac, expected):
     arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=2)], 5, guaranteed_share_frac=frac)
     assert {n: (g.targets["prefill"], g.targets["decode"]) for n, g in arb.grants.items()} == expected
+    held = next(g for g in arb.grants.values() if g.held)
+    why = "within its guaranteed share of the budget" if frac else "whose TTFT forecast would miss by 50%"
+    assert why in held.reasons[0].message
 
 
 def test_guaranteed_share_lends_what_a_deployment_does_not_want():
