@@ -6,6 +6,7 @@ import pytest
 
 from connectors.autoscaler_history import read_advisory_history
 from connectors.config import AdvisoryConfig, MetricsConfig
+from tests.support.fixtures_dynamo import dynamo_python  # noqa: F401  (fixture)
 from tests.support.fixtures_prometheus import ANCHOR_S, OpenMetricsWriter, write_gauge
 
 NS = "autoscaler-history"
@@ -72,3 +73,43 @@ def test_a_query_with_several_series_names_its_field(prometheus):
     with pytest.raises(ValueError, match=r"^advisory.prefill_query: expected at most one series in the history range "
                                          r"query, got 2; aggregate it"):
         _read(prometheus, advisory)
+
+
+DYNAMO_EXPORTER = """
+import sys, time
+from prometheus_client import REGISTRY, start_http_server
+from dynamo.planner.monitoring.planner_metrics import PlannerPrometheusMetrics
+metrics = PlannerPrometheusMetrics()
+metrics.num_prefill_replicas.set(3)
+metrics.num_decode_replicas.set(4)
+start_http_server(int(sys.argv[1]), addr="127.0.0.1", registry=REGISTRY)
+print("serving", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.integration
+def test_the_dynamo_planner_preset_reads_what_dynamos_own_planner_metrics_export(prometheus_server, dynamo_python):  # noqa: F811
+    """Dynamo 1.6.1's PlannerPrometheusMetrics, in its own environment, scraped live by a real Prometheus."""
+    import subprocess
+    import time
+
+    from tests.support.fixtures_net import free_port, stop_process
+
+    port = free_port()
+    proc = subprocess.Popen([str(dynamo_python), "-c", DYNAMO_EXPORTER, str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    try:
+        assert proc.stdout.readline().strip() == "serving"
+        prometheus_server.add_scrape_target(address, labels={"namespace": "dynamo-live"})
+        prometheus_server.wait_for_series('dynamo_planner_num_decode_replicas{namespace="dynamo-live"}', timeout_s=30)
+        advisory = AdvisoryConfig(autoscaler="dynamo-planner", selector='namespace="dynamo-live"', window_s=600.0)
+        history = read_advisory_history(MetricsConfig(prometheus_url=prometheus_server.url), advisory,
+                                        namespace="dynamo-live", model_id="m", now_s=time.time(), interval_s=INTERVAL_S,
+                                        recommendation_window_s=0.0)
+    finally:
+        prometheus_server.remove_scrape_target(address)
+        stop_process(proc, timeout_s=10.0)
+    # Scraped for a few seconds only: the run's own grid point (now) holds Dynamo's 3 prefill, 4 decode.
+    assert history.autoscaler[-1][1:] == (3, 4)
