@@ -416,16 +416,18 @@ class DecisionConfig(StrictModel):
     scale_down_floor_frac: float = Field(0.5, gt=0, le=1, description="with scale_down_floor_s: the share of the "
                                          "window's highest target kept")
     scale_down_floor_quiet_share: float | None = Field(
-        None, gt=0, le=1,
+        0.25, gt=0, le=1,
         description="with scale_down_floor_burst_frac: a floor window's arrivals had quiet spells when its "
-        "10th-percentile interval is at or below this share of its busiest (planner.signals.quiet_spells)",
+        "10th-percentile interval is at or below this share of its busiest (planner.signals.quiet_spells; 0-5% on "
+        "Azure code x8, 53-79% on conv and Mooncake); None together with scale_down_floor_burst_frac",
     )
     scale_down_floor_burst_frac: float | None = Field(
-        None, gt=0, le=1,
+        1.0, gt=0, le=1,
         description="with scale_down_floor_quiet_share: the share of the window's highest target kept instead of "
         "scale_down_floor_frac while arrivals come in synchronised bursts: the window had quiet spells and sizing "
         "took the upper forecast (predictor.size_on auto: arrivals clump), the bursts that come back largest after "
-        "quiet minutes; None: scale_down_floor_frac always",
+        "quiet minutes (1: the hour's highest, as a static fleet would hold; chosen by its worst case over every "
+        "scenario, docs/control.md); None: scale_down_floor_frac always (the default before)",
     )
     wait_for_previous_s: float = Field(1800.0, ge=0, description="make no new decision while the previous one is "
                                        "not done, for at most this long, s")
