@@ -73,10 +73,12 @@ def _decide(counts, *, clumping, **config):
 BURSTS = [3000, 20, 0, 4000, 2000, 300]  # the 10th percentile 10 of 4000: quiet spells
 STEADY = [400, 450, 460, 440, 500, 480]  # 420 of 500: none
 ASKED = {"scale_down_floor_quiet_share": 0.25, "scale_down_floor_burst_frac": 0.625}
+# The default before the burst share (flat-floor): half, whatever the arrivals.
+FLAT = {"scale_down_floor_quiet_share": None, "scale_down_floor_burst_frac": None}
 
 
 @pytest.mark.parametrize("counts, clumping, config, expected", [
-    pytest.param(BURSTS, True, {}, 4, id="not asked: half of 8"),
+    pytest.param(BURSTS, True, FLAT, 4, id="not asked: half of 8"),
     pytest.param(BURSTS, True, ASKED, 5, id="quiet spells, clumping: the burst share, ceil(0.625 x 8) = 5"),
     pytest.param(BURSTS, False, ASKED, 4, id="quiet spells, independent arrivals (sized on the mean): half"),
     pytest.param(STEADY, True, ASKED, 4, id="clumping but a steady stream: half"),
@@ -88,10 +90,18 @@ def test_floor_keeps_the_burst_share_for_synchronised_bursts(counts, clumping, c
     assert len(floor) == 1 and floor[0].numbers["floor_frac"] == (0.625 if expected == 5 else 0.5)
 
 
+def test_the_default_keeps_the_hours_highest_for_synchronised_bursts():
+    """The default (quiet share 0.25, burst share 1): after quiet spells with clumping arrivals the floor keeps
+    all of the hour's 8, never above the 6 running: held at 6; independent arrivals keep half, 4."""
+    assert _decide(BURSTS, clumping=True).prefill_replicas == 6
+    assert _decide(BURSTS, clumping=False).prefill_replicas == 4
+
+
 @pytest.mark.parametrize("config, match", [
     pytest.param({"scale_down_floor_quiet_share": 0.0, "scale_down_floor_burst_frac": 0.75},
                  "scale_down_floor_quiet_share", id="share 0"),
-    pytest.param({"scale_down_floor_burst_frac": 0.75}, "go together: got 0.75 and None", id="burst share alone"),
+    pytest.param({"scale_down_floor_quiet_share": None}, "go together: got 1.0 and None",
+                 id="the quiet share off, the default burst share left on"),
 ])
 def test_config_refuses(config, match):
     with pytest.raises(ValueError, match=match):
