@@ -62,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
         from flows.planner_flow import planner_flow
 
         out = planner_flow(config=cfg, dry_run=args.dry_run, what_if=what_if)
+    print(run_line(out))
+    return 0
+
+
+def run_line(out: dict) -> str:
+    """What `sla-planner run` prints of a planner flow run's result data: targets, outcome, reason codes."""
     d, cur = out["decision"], out["current"]
     how = "dry run" if out["dry_run"] else ("applied, decision " + str(out["decision_id"]) if out["applied"]
                                             else "nothing to write")
@@ -69,9 +75,8 @@ def run(args: argparse.Namespace) -> int:
         adv = out["advisory"]
         how = (f"advisory, nothing written; {adv['autoscaler']} has prefill {adv['now']['prefill']['autoscaler']}, "
                f"decode {adv['now']['decode']['autoscaler']}")
-    print(f"prefill {cur['prefill']} -> {d['prefill_replicas']}, decode {cur['decode']} -> {d['decode_replicas']} "
-          f"({how}); reasons: {', '.join(dict.fromkeys(r['code'] for r in d['reasons']))}")
-    return 0
+    return (f"prefill {cur['prefill']} -> {d['prefill_replicas']}, decode {cur['decode']} -> {d['decode_replicas']} "
+            f"({how}); reasons: {', '.join(dict.fromkeys(r['code'] for r in d['reasons']))}")
 
 
 def _check_backends(cfg) -> None:

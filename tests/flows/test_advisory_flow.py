@@ -149,7 +149,11 @@ def test_advisory_run_writes_nothing_and_compares_with_dynamos_planner(prefect_h
     assert adv["advisory_gpu_hours"] == pytest.approx((60 * 4 + p + d) / 60)
     assert adv["autoscaler_gpu_hours"] == pytest.approx((31 * 7 + 30 * 3) / 60)
 
-    # Named and explained as advisory, under the live keys.
+    # Named and explained as advisory, under the live keys (and on `sla-planner run`'s line).
+    from planner_cli.run import run_line
+
+    assert run_line(out).startswith(f"prefill 3 -> {p}, decode 4 -> {d} (advisory, nothing written; Dynamo planner "
+                                    f"has prefill 3, decode 4); reasons: ")
     assert _flow_run_name(state.state_details.flow_run_id).endswith("(advisory)")
     assert state.message.startswith("advisory, ")
     rows = json.loads(_latest_artifact(artifact_key("decision", NS)).data)
