@@ -4,8 +4,9 @@ Dynamo 1.6.1's frontend forgets a model once its last worker is gone and
 answers its requests `404` without counting them in any dynamo_frontend_*
 series (docs/scale-to-zero.md), so at zero nothing the planner reads moves.
 In front of the frontend, the waker proxies every OpenAI call unchanged; a
-completion for one of its models that the frontend answers 404 is held
-instead: counted at once (`sla_planner_waker_held_requests` now,
+completion for one of its models that the frontend answers 404 (or 503 while
+the first worker registers) is held instead: counted at once
+(`sla_planner_waker_held_requests` now,
 `sla_planner_waker_requests_total{outcome="held"}`), which the watcher reads
 to start the wake run (`sla-planner watch`, metrics.queries.wake_requests),
 and sent again every retry_s until the frontend takes it, or answered 503
@@ -36,6 +37,9 @@ from starlette.background import BackgroundTask
 
 log = logging.getLogger("sla_planner.waker")
 PASSED_HEADERS = ("content-type", "accept", "authorization")
+# What Dynamo 1.6.1's frontend answers for want of a worker: 404 once the model's last worker is gone, 503 while
+# its first new worker registers (the model listed, no instance routable yet; seen in the live test).
+NO_WORKER = (404, 503)
 
 
 class Waker:
@@ -77,7 +81,7 @@ class Waker:
                     resp = await self.client.send(upstream, stream=True)
                 except (httpx.ConnectError, httpx.RemoteProtocolError):
                     resp = None  # the frontend restarting: as good as no worker
-                if resp is not None and (resp.status_code != 404 or model not in self.models):
+                if resp is not None and (resp.status_code not in NO_WORKER or model not in self.models):
                     break
                 if resp is not None:
                     await resp.aclose()

@@ -133,9 +133,13 @@ def wake_by_run(run_cfg) -> Callable:
     """Run the wake flow in this process, now."""
     from flows.wake_flow import wake_flow
 
+    from prefect import get_client
+
     def wake(signal, waiting, now_s):
         state = wake_flow(config=run_cfg, waiting_requests=waiting, return_state=True)
-        return f"wake run {state.name}: {state.message}"
+        with get_client(sync_client=True) as client:
+            name = client.read_flow_run(state.state_details.flow_run_id).name
+        return f"wake run '{name}' {state.name}: {state.message}"
     return wake
 
 
