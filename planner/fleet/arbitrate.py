@@ -33,7 +33,7 @@ import numpy as np
 from planner.config import DecisionConfig, PoolBounds
 from planner.decision.gpu_budget import fit_gpu_budget
 from planner.fleet.demand import POOL_TARGET, DeploymentDemand
-from planner.types import POOLS, Pool, Reason, ReasonCode, Targets
+from planner.types import POOLS, Decision, Pool, Reason, ReasonCode, Targets
 
 # Each deployment first keeps its wants up to this share of its priority share of the budget; the rest goes by
 # expected loss. 1, chosen by its worst case over every budget measured (benchmarks/bench_budget.py, three models,
@@ -295,3 +295,18 @@ def _given_to(d: DeploymentDemand, pool: Pool, demands: Sequence[DeploymentDeman
     else:
         what = "which has no forecast this run"
     return f"budget given to {o.name}, priority {o.priority:g}, {what} (by {order})"
+
+
+def granted_decision(decision: Decision, grant: Grant) -> Decision:
+    """A deployment's own decision with its fleet grant in place: the grant's targets and reasons added.
+
+    The recommendation (recommended_*) stays the planner's own, so its stabilization window keeps what
+    it wanted, not what the budget allowed. apply: the granted targets differ from the replicas the
+    decision was based on (based_on; without it, from the decision's targets or when it applied).
+    """
+    targets = (grant.targets["prefill"], grant.targets["decode"])
+    if targets == (decision.prefill_replicas, decision.decode_replicas):
+        return dataclasses.replace(decision, reasons=decision.reasons + grant.reasons)
+    apply = targets != decision.based_on if decision.based_on is not None else True
+    return dataclasses.replace(decision, prefill_replicas=targets[0], decode_replicas=targets[1], apply=apply,
+                               reasons=decision.reasons + grant.reasons)

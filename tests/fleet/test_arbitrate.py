@@ -174,3 +174,17 @@ def test_bad_budget_and_duplicate_names():
         arbitrate([demand("a", (1, 1))], 0)
     with pytest.raises(ValueError, match="deployment name 'a' is used twice"):
         arbitrate([demand("a", (1, 1)), demand("a", (1, 1))], 4)
+
+
+def test_granted_decision_takes_the_grant_and_keeps_the_recommendation():
+    from planner.fleet.arbitrate import granted_decision
+    from planner.types import Decision
+
+    arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=3)], 5, guaranteed_share_frac=0.0)
+    own = Decision(prefill_replicas=2, decode_replicas=1, apply=True, reasons=(), recommended_prefill_replicas=2,
+                   recommended_decode_replicas=1, based_on=(1, 1))
+    held = granted_decision(own, arb.grants["a"])  # a held at (1, 1): what is already set
+    assert (held.prefill_replicas, held.decode_replicas, held.apply) == (1, 1, False)
+    assert held.recommended_prefill_replicas == 2 and held.codes() == ["fleet_budget"]
+    full = granted_decision(own, arb.grants["b"])
+    assert (full.prefill_replicas, full.apply) == (2, True) and "granted in full" in full.reasons[0].message
