@@ -312,7 +312,9 @@ class ReplayRun:
         if self.trigger is not None:
             self.fast_path_until(t, k)
         if getattr(self.policy, "allows_zero", False):
-            self.wake_events += wake_until(self, t, k, dispatch_s=self.scenario.fast_path_dispatch_s)
+            self.wake_events += wake_until(
+                self, t, dispatch_s=self.scenario.fast_path_dispatch_s,
+                step=lambda now, fleet: PolicyInput(now_s=now, observation=self.last_obs, fleet=fleet, interval_index=k))
         self.sim.run_until(t)
         if self.scenario.lead_in_s and abs(t - self.scenario.lead_in_s) < 1e-6:
             self.gpu_s_at_lead_in = self.sim.gpu_seconds(t)  # billing is scored from here

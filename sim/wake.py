@@ -31,14 +31,13 @@ class WakeEvent:
                 "applied": self.applied, "ready_s": self.ready_s}
 
 
-def wake_until(run, end_s: float, k: int, *, dispatch_s: float) -> list[WakeEvent]:
+def wake_until(run, end_s: float, *, dispatch_s: float, step) -> list[WakeEvent]:
     """Wake runs strictly before end_s (the next scheduled run); the events, oldest first.
 
     run: the replay (sim.replay.ReplayRun): its fleet, decision log, policy and act().
     dispatch_s: from the first held request to the wake run deciding, s (watcher poll, scrape, run start).
+    step: step(now_s, fleet) -> the policy's input (sim.replay.PolicyInput) for a wake run at now_s.
     """
-    from sim.replay import PolicyInput
-
     sim, events = run.sim, []
     while not sim.done:
         fleet = run.log.fleet_state(sim, sim.now_s)
@@ -50,8 +49,7 @@ def wake_until(run, end_s: float, k: int, *, dispatch_s: float) -> list[WakeEven
             return events
         sim.run_until(decided)
         fleet = run.log.fleet_state(sim, decided)
-        out = run.policy.decide_wake(PolicyInput(now_s=decided, observation=run.last_obs, fleet=fleet,
-                                                 interval_index=k), waiting_requests=float(sim.frontend_waiting()))
+        out = run.policy.decide_wake(step(decided, fleet), waiting_requests=float(sim.frontend_waiting()))
         run.act(out, fleet, decided)
         to = (fleet.prefill.current_replicas if out.prefill_replicas is None else out.prefill_replicas,
               fleet.decode.current_replicas if out.decode_replicas is None else out.decode_replicas)
