@@ -6,22 +6,26 @@ summary's paragraph and the chart's lines, from planner.advisory's comparison.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from connectors.autoscaler_history import AdvisoryHistory
 from flows.charts import AdvisoryLines
-from planner.advisory import AdvisoryComparison, advisory_targets
+from planner.advisory import AdvisoryComparison, ReplicaRow, advisory_targets, value_at
 from planner.types import POOLS, Decision
 
 
 @dataclass(frozen=True)
 class AdvisoryView:
-    """Everything a recommend-only run publishes about the comparison: table rows, summary, chart lines."""
+    """Everything a recommend-only run publishes about the comparison: table rows, summary, chart lines,
+    and both series as a table of their changes (`series_table`)."""
 
     comparison: AdvisoryComparison
     rows: list[tuple[str, str, str]]
     summary: str
     lines: AdvisoryLines
+    series: list[dict]
 
     def as_dict(self) -> dict:
         """The comparison for the run's result data (JSON-friendly)."""
@@ -36,11 +40,32 @@ class AdvisoryView:
 def advisory_view(c: AdvisoryComparison, history: AdvisoryHistory, decision: Decision, *, autoscaler: str,
                   now_s: float) -> AdvisoryView:
     """The run's comparison as published: autoscaler names the running autoscaler; now_s: the run's time, s."""
+    ours = (*history.advisory, advisory_targets(decision, now_s=now_s))
+    theirs = (*history.autoscaler, (now_s, *(c.autoscaler_now[p] for p in POOLS)))
     return AdvisoryView(
         comparison=c, rows=advisory_rows(c, autoscaler=autoscaler, queries=history.queries),
         summary=advisory_summary(c, autoscaler=autoscaler),
-        lines=AdvisoryLines(autoscaler, (*history.advisory, advisory_targets(decision, now_s=now_s))),
+        lines=AdvisoryLines(autoscaler, ours),
+        series=series_table(ours, theirs, now_s=now_s, window_s=c.window_s, step_s=c.step_s),
     )
+
+
+def series_table(ours: Sequence[ReplicaRow], theirs: Sequence[ReplicaRow], *, now_s: float, window_s: float,
+                 step_s: float) -> list[dict]:
+    """Both histories on the comparison's grid (one point per step_s ending at now_s, seconds), one row where
+    either changes (the first point and now always): time (UTC), ours and theirs per pool ("" where unknown)."""
+    ours, theirs = sorted(ours, key=lambda r: r[0]), sorted(theirs, key=lambda r: r[0])
+    grid = [now_s - k * step_s for k in range(int(window_s // step_s))][::-1]
+    out: list[dict] = []
+    last = None
+    for i, t in enumerate(grid):
+        values = tuple(value_at(rows, t, pool=p, max_age_s=step_s) for rows in (ours, theirs) for p in POOLS)
+        if values != last or i == len(grid) - 1:
+            out.append({"time (UTC)": time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)),
+                        **{f"{side} {p}": "" if v is None else v
+                           for (side, p), v in zip([(s, p) for s in ("ours", "theirs") for p in POOLS], values)}})
+            last = values
+    return out
 
 
 def _signed(n: int | None) -> str:

@@ -190,6 +190,11 @@ def publish_run(
             key=artifact_key("chart", namespace, what_if=not live),
             description=f"{namespace}: observed and forecast load, recommended and applied replicas ({message})",
         )
+    if view:
+        create_table_artifact(
+            key=artifact_key("advisory", namespace), table=view.series,
+            description=f"{namespace}: ours and {view.lines.autoscaler}'s replicas per pool, a row where either changed",
+        )
     if run_cfg.planner_metrics.enabled:
         _publish_planner_metrics(run_cfg, result, record, advisory=bool(view))
     get_run_logger().info(
