@@ -60,7 +60,11 @@ def gaps_of(trace, result, *, gap_s: float, ttft_ms: float) -> list[dict]:
         served_s = trace.arrival_s[first] if wake is None or wake.ready_s is None else wake.ready_s
         waiting = (trace.arrival_s >= trace.arrival_s[first]) & (trace.arrival_s < served_s)
         ttft = result.requests.ttft_ms
+        # when the gap's last scale to zero was applied (None: the fleet stayed up through the gap)
+        zero_at = [t for t, _, _, to in result.scale_log if to == 0 and start - gap_s <= t < start]
         out.append({
+            "at_zero_from_s": max(zero_at) if zero_at else None,
+            "at_zero_s": start - max(zero_at) if zero_at else 0.0,
             "gap_end_s": start, "first_arrival_s": float(trace.arrival_s[first]),
             "first_ttft_ms": float(ttft[first]),
             "arrived_before_served": int(waiting.sum()),
@@ -108,16 +112,17 @@ def run_case(load: float, gap_s: float, *, profile, tables) -> dict:
 
 
 def table(cases: list[dict]) -> str:
-    lines = ["| trace | policy | GPU-h | saved | SLA % | first request after each gap: TTFT (late of arrived "
-             "before served) |", "|---|---|---:|---:|---:|---|"]
+    lines = ["| trace | policy | GPU-h | saved | SLA % | minutes at zero in each gap | first request after each "
+             "gap: TTFT (late of arrived before served) |", "|---|---|---:|---:|---:|---|---|"]
     for c in cases:
         for r in c["rows"]:
             firsts = ", ".join(f"{g['first_ttft_ms'] / 1000:.1f} s ({g['late_before_served']} of "
                                f"{g['arrived_before_served']})" if g["wake"] else f"{g['first_ttft_ms']:.0f} ms"
                                for g in r["gaps"])
+            at_zero = ", ".join(f"{g['at_zero_s'] / 60:.0f}" for g in r["gaps"])
             lines.append(f"| conv x{c['load']:g}, {c['gap_s'] / 60:.0f}-min gaps | {r['policy']} | "
                          f"{r['gpu_hours']:.2f} | {r['gpu_hours_saved_vs_planner']:.2f} | "
-                         f"{r['sla_attainment_pct']:.2f} | {firsts} |")
+                         f"{r['sla_attainment_pct']:.2f} | {at_zero} | {firsts} |")
     return "\n".join(lines)
 
 
