@@ -166,6 +166,12 @@ def test_advisory_run_writes_nothing_and_compares_with_dynamos_planner(prefect_h
     summary = _latest_artifact(artifact_key("summary", NS)).data
     assert "advisory: nothing applied" in summary and "**Advisory vs Dynamo planner**" in summary
     assert _latest_artifact(artifact_key("chart", NS)).type == "image"
+    # Both series, a row where either changes on the grid (NOW_S is 2023-11-15 08:00 UTC; the 3 h window's first
+    # point 05:01): ours unknown until 07:00, 2 / 2 then, this run's targets at 08:00; theirs 1 / 2, 3 / 4 from 07:30.
+    series = json.loads(_latest_artifact(artifact_key("advisory", NS)).data)
+    assert [(r["time (UTC)"], r["ours prefill"], r["ours decode"], r["theirs prefill"], r["theirs decode"])
+            for r in series] == [("2023-11-15 05:01", "", "", 1, 2), ("2023-11-15 07:00", 2, 2, 1, 2),
+                                 ("2023-11-15 07:30", 2, 2, 3, 4), ("2023-11-15 08:00", p, d, 3, 4)]
 
     # The chart draws both lines per pool: the autoscaler's actual replicas and ours.
     (result, kwargs), = drawn
