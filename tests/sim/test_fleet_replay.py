@@ -75,3 +75,18 @@ def test_fast_path_is_refused(setup):
     members[0].policy.fast_path = members[0].policy.cfg.fast_path
     with pytest.raises(ValueError, match="deployment 'code' has the fast path on"):
         replay_fleet(members, budget_gpus=10)
+
+
+@pytest.mark.parametrize("models, message", [
+    pytest.param([("a", "planner"), ("a", "planner")], "models: name 'a' is used twice", id="duplicate names"),
+    pytest.param([("a", "static:2x1")], "policy must be 'planner'", id="not the planner"),
+])
+def test_fleet_what_if_refuses_bad_input_in_one_line(models, message):
+    from pydantic import ValidationError
+
+    from sim.whatif.fleet import FleetModel, FleetWhatIf
+    from sim.whatif.scenario import WhatIfScenario
+
+    with pytest.raises(ValidationError, match=message):
+        FleetWhatIf(budget_gpus=8, models=[FleetModel(name=n, scenario=WhatIfScenario(
+            trace="t.csv", profile_dir="p", policy=policy)) for n, policy in models])
