@@ -194,6 +194,38 @@ class PrometheusCollector:
             shed = sum(values) if values else None
         return pods, shed, tuple(stale)
 
+    def ready_history(self, *, now_s: float, window_s: float, step_s: float = 5.0,
+                      interval_s: float = 60.0) -> tuple[tuple[float, int, int], ...]:
+        """(t_s, prefill, decode) workers reporting queries.queue_length, every step_s over the last window_s up to
+        now_s (Unix seconds), only where the counts change: the ready counts a pool's startup time is measured
+        from (planner.signals.startup_time). A worker counts from its first scrape with the series until its
+        target goes; an aggregated engine counts in both pools."""
+        n = max(1, int(window_s // step_s))
+        start_s = now_s - (n - 1) * step_s
+        query = self.render("queue_length", interval_s=interval_s)
+        result = self._run("queue_length", query, lambda: self._prom.custom_query_range(
+            query, start_time=datetime.fromtimestamp(start_s, tz=timezone.utc),
+            end_time=datetime.fromtimestamp(now_s, tz=timezone.utc), step=repr(float(step_s)),
+            params={"start": repr(start_s), "end": repr(now_s)}))
+        counts: dict[float, list[int]] = {}
+        for series in result:
+            labels = series.get("metric", {})
+            pod = labels.get(self.cfg.pools.pod_label)
+            in_pools = POOLS if self._aggregated(labels) else (self._pool_of(pod or "", labels),)
+            if not pod or in_pools == (None,):
+                continue
+            for t, _ in series.get("values", ()):
+                row = counts.setdefault(round(float(t), 3), [0, 0])
+                for pool in in_pools:
+                    row[POOLS.index(pool)] += 1
+        out: list[tuple[float, int, int]] = []
+        for k in range(n):
+            t = round(start_s + k * step_s, 3)
+            p, d = counts.get(t, (0, 0))
+            if not out or (out[-1][1], out[-1][2]) != (p, d):
+                out.append((t, p, d))
+        return tuple(out)
+
     def wake_requests(self, *, now_s: float, interval_s: float) -> float | None:
         """Requests waiting for a pool at zero at now_s (queries.wake_requests, summed); None: the query is empty
         or returns no series. now_s: Unix seconds; interval_s: for ${interval}."""

@@ -33,7 +33,7 @@ from routing.models.planner_view import TtftChoice
 from planner.whatif import WhatIf, apply_what_if, effective_config
 from tasks.advisory import compare_with_autoscaler, fetch_advisory_history
 from tasks.apply import apply_decision
-from tasks.collect import collect_metrics, open_connector, read_fleet
+from tasks.collect import collect_metrics, fetch_ready_history, open_connector, read_fleet
 from tasks.latency_model import fetch_ttft_view
 from tasks.steps import (
     analyze_fleet_saturation,
@@ -56,6 +56,10 @@ STEP_TASKS = Steps(
     analyze_saturation=analyze_fleet_saturation,
     decide=decide_targets,
 )
+
+
+# How far back the ready counts are read for the measured startup times (scale to zero), s.
+READY_HISTORY_S = 6 * 3600.0
 
 
 @flow(name="sla-planner", log_prints=False)
@@ -110,6 +114,11 @@ def planner_flow(
             history_intervals=cfg.predictor.history_intervals,
             fleet=fleet,
         )
+        if cfg.decision.allow_scale_to_zero:
+            # Scale to zero weighs a cold start by each pool's startup, measured from these ready counts.
+            fleet = dataclasses.replace(fleet, ready_history=fetch_ready_history(
+                run_cfg.metrics, now_s=now, window_s=READY_HISTORY_S, interval_s=cfg.adjustment_interval_s,
+                step_s=min(5.0, cfg.adjustment_interval_s / 10.0)))
     obs = apply_what_if(observation, what_if)
     # The warm-up's peak rates over the live window, so burst and clumping read from the first run.
     warmup = (load_warmup_history(cfg.predictor.warmup_trace_path, interval_s=cfg.adjustment_interval_s,

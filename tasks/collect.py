@@ -29,6 +29,18 @@ def collect_metrics(
 
 
 @task(**network_task)
+def fetch_ready_history(
+    metrics: MetricsConfig, *, now_s: float, window_s: float, step_s: float, interval_s: float,
+) -> tuple[tuple[float, int, int], ...]:
+    """Workers reporting per pool over the last window_s (where the counts change): the ready counts each pool's
+    startup time is measured from when scale to zero weighs a cold start (planner.signals.startup_time)."""
+    from connectors.prometheus import PrometheusCollector
+
+    with PrometheusCollector(metrics) as collector:
+        return collector.ready_history(now_s=now_s, window_s=window_s, step_s=step_s, interval_s=interval_s)
+
+
+@task(**network_task)
 def open_connector(config: ConnectorConfig, *, namespace: str, read_only: bool = False) -> Connector:
     """Build the connector and check the backend holds what the planner needs.
 
