@@ -78,7 +78,7 @@ def planner_chart_figure(
     the legend when known. Bottom, per pool: the applied targets (the
     connector's decision history, this run's decision when it applied one),
     the recommendations of recent runs (stabilization history plus this run's)
-    and the replicas the fleet reported now. Times are minutes relative to now.
+    and the replicas the fleet reported now. Times are minutes relative to now (hours past a 6 h window).
     advisory: a recommend-only run's two lines per pool instead of the applied one: the running
     autoscaler's replicas (the fleet's applied targets) and the advisory's targets.
     """
@@ -89,8 +89,11 @@ def planner_chart_figure(
     interval_s = obs.interval_s
     start_s, end_s = now_s - window_s, now_s + interval_s
 
+    # Minutes up to a few hours; an advisory run's window of days reads in hours.
+    unit_s, unit = (3600.0, "hours") if window_s > 6 * 3600.0 else (60.0, "minutes")
+
     def minutes(ts) -> list[float]:
-        return [(t - now_s) / 60.0 for t in ts]
+        return [(t - now_s) / unit_s for t in ts]
 
     fig = Figure(figsize=(CHART_SIZE_PX[0] / _DPI, CHART_SIZE_PX[1] / _DPI), dpi=_DPI)
     FigureCanvasAgg(fig)
@@ -109,7 +112,7 @@ def planner_chart_figure(
         load_ax.plot([0.0], [obs.num_requests / interval_s], "o", color="0.2", ms=4, label=label)
     if fc is not None:
         mean, p90 = fc.num_requests / interval_s, fc.num_requests_p90 / interval_s
-        x = interval_s / 60.0
+        x = interval_s / unit_s
         load_ax.errorbar([x], [mean], yerr=[[0.0], [max(0.0, p90 - mean)]], fmt="D", color="tab:purple", ms=5,
                          capsize=3, label=f"forecast next interval ({fc.predictor}), bar to p90")
     load_ax.set_ylabel("requests/s")
@@ -119,12 +122,12 @@ def planner_chart_figure(
     load_ax.grid(alpha=0.3)
 
     applied, recommended = _draw_replicas(rep_ax, result, now_s=now_s, record=record, start_s=start_s, end_s=end_s,
-                                          minutes=minutes, advisory=advisory)
+                                          minutes=minutes, advisory=advisory, unit=unit)
     # The window shrinks to the data there is (a new deployment has minutes of it, not hours).
     seen = [t for t in (*(hist.t_s if hist is not None else ()), *(a[0] for a in applied),
                         *(r[0] for r in recommended)) if start_s <= t <= now_s]
     left_s = min(seen, default=now_s - 10 * interval_s) - interval_s / 2
-    left_min, right_min = (left_s - now_s) / 60.0, (end_s - now_s) / 60.0
+    left_min, right_min = (left_s - now_s) / unit_s, (end_s - now_s) / unit_s
     for ax in (load_ax, rep_ax):
         ax.axvline(0.0, color="0.6", lw=0.8, ls="--")
         ax.set_xlim(left_min, right_min + 0.03 * (right_min - left_min))
@@ -136,7 +139,8 @@ def planner_chart_figure(
 
 
 def _draw_replicas(ax, result: PlanResult, *, now_s: float, record: DecisionRecord | None, start_s: float,
-                   end_s: float, minutes, advisory: AdvisoryLines | None = None) -> tuple[list, list]:
+                   end_s: float, minutes, advisory: AdvisoryLines | None = None,
+                   unit: str = "minutes") -> tuple[list, list]:
     """Per pool: applied targets as steps (advisory: the running autoscaler's, and the advisory's targets
     beside them), recent recommendations as dots, the replicas set now; returns (applied, recommended) as
     (t_s, prefill, decode) rows."""
@@ -170,7 +174,7 @@ def _draw_replicas(ax, result: PlanResult, *, now_s: float, record: DecisionReco
     ax.set_ylabel("replicas")
     ax.set_ylim(bottom=0)
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel("minutes from this run")
+    ax.set_xlabel(f"{unit} from this run")
     ax.legend(loc="upper left", fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     return applied, recommended
