@@ -19,24 +19,29 @@ budget, and the fleet run ends Failed (retry it from the UI: it decides every de
 
 from __future__ import annotations
 
+import contextvars
 import time
-from typing import Any, Literal
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.states import Completed, Failed, State
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.config import PlannerRunConfig
 from flows.fleet_config import Fleet, FleetMember, load_fleet
 from flows.planner_flow import publish_run
 from flows.report import artifact_key, run_name
 from tasks.apply import apply_decision
+from tasks.retry import network_task
 from tasks.fleet import DeploymentPlan, arbitrate_fleet, decide_deployment, granted_plan, load_fleet_profiles
 
 # Decide steps in flight at once: enough to keep Prometheus busy while one thread plans (the GIL
 # lets one run Python at a time), few enough that a slow Prometheus is not hit by the whole fleet.
 DECIDE_THREADS = 8
+# Deployment runs created, applied and published at once.
+EXPLAIN_THREADS = 4
 
 
 @flow(name="sla-planner-fleet", log_prints=False, task_runner=ThreadPoolTaskRunner(max_workers=DECIDE_THREADS))
@@ -44,6 +49,7 @@ def fleet_flow(
     fleet_path: str = "configs/fleet.yaml",
     dry_run: bool = False,
     charts: Literal["changed", "all", "none"] = "changed",
+    deployment_runs: Literal["task", "subflow"] = "task",
     now_s: float | None = None,
 ) -> State:
     """Plan every deployment of the fleet file, arbitrate the GPU budget, apply each grant in its own run.
@@ -52,6 +58,8 @@ def fleet_flow(
         fleet_path: the fleet file on the worker (flows.fleet_config), e.g. configs/fleet.yaml.
         dry_run: decide and arbitrate, apply nothing (artifacts under the what-if keys).
         charts: which deployment runs draw their chart: changed (targets moved or held by the budget), all, none.
+        deployment_runs: what each deployment's apply-and-explain step is: a task run of this run (named,
+            message, artifacts; ~3x cheaper for the server) or a subflow run of its own.
         now_s: advanced, leave empty: the run's clock, Unix seconds (replays, benchmarks, tests).
     """
     fleet = load_fleet(fleet_path)
@@ -60,7 +68,7 @@ def fleet_flow(
     members = fleet.members
     profiles = load_fleet_profiles([m.run.planner.profile for m in members])
     futures = [
-        decide_deployment.with_options(task_run_name=f"decide {m.name}").submit(
+        decide_deployment.submit(
             m.name, m.run.planner, profile, metrics=m.run.metrics, connector=m.run.connector,
             latency_model=m.run.latency_model, now_s=now)
         for m, profile in zip(members, profiles)
@@ -74,24 +82,78 @@ def fleet_flow(
     phases_s["decide"] = time.perf_counter()
     arbitration = arbitrate_fleet(fleet, plans, profiles)
     phases_s["arbitrate"] = time.perf_counter()
-    rows, latencies, failed = [], {}, [n for n, p in plans.items() if p is None]
+    granted = {m.name: granted_plan(plans[m.name], arbitration.grants[m.name])
+               for m in members if plans[m.name] is not None}
+
+    explained: dict[str, State] = {}
+    latencies: dict[str, float] = {}  # decide start to published, s
+
+    # A deployment run's parameters are what the UI shows of it (its name and grant); the plan it applies
+    # stays in this process: as a parameter, Prefect would walk and encode it (~0.1 s each).
+    def deployment_run(name: str, deployment: str, granted_targets: dict[str, int], chart: bool) -> State:
+        """Apply one deployment's granted targets (unless a dry run) and publish its decision as a planner run.
+
+        The run was created under its final name (`chat 12:05 prefill 2→3 decode 4`); its message, decision
+        table (with the budget's reasons), summary and chart are a planner run's. Another writer moving the
+        replicas since the decide step fails this run (the connector refuses the stale write): deciding again
+        here could overrun the grant, and the next fleet run decides from them.
+        """
+        plan = granted[deployment]
+        # Inside a task run the write is a plain call (this task retries); a subflow runs it as its task.
+        apply = apply_decision if deployment_runs == "subflow" else apply_decision.fn
+        record = None if dry_run else apply(plan.connector, plan.result.decision, now_s=now)
+        state = publish_run(fleet.member(deployment).run, plan.result, record, now_s=now, applying=not dry_run,
+                            what_if="", ttft=plan.ttft, named=name, chart=chart)
+        latencies[deployment] = time.perf_counter() - plan.started_s
+        return state
+
+    def chart_for(plan: DeploymentPlan) -> bool:
+        return charts == "all" or (charts == "changed" and _moved_or_held(plan))
+
+    def name_of(m: FleetMember) -> str:
+        return f"{m.name} " + run_name(granted[m.name].result, now_s=now, applying=not dry_run)
+
+    if deployment_runs == "task":
+        # Task runs reach the server as events, batched, where a flow run makes ~10 blocking calls.
+        explain_task = task(deployment_run, name="explain_deployment", task_run_name="{name}", **network_task)
+        futures = {m.name: explain_task.submit(name=name_of(m), deployment=m.name,
+                                               granted_targets=granted[m.name].wanted,
+                                               chart=chart_for(granted[m.name]))
+                   for m in members if m.name in granted}
+        for name, future in futures.items():
+            future.wait()
+            explained[name] = future.state
+    else:
+        # Named by its `name` parameter: a name given with with_options would rebuild the parameter schema
+        # (~0.2 s of CPU) for every deployment.
+        run_flow = flow(deployment_run, name="sla-planner-deployment", flow_run_name="{name}", log_prints=False)
+
+        def explain(m: FleetMember) -> None:
+            explained[m.name] = run_flow(name=name_of(m), deployment=m.name, granted_targets=granted[m.name].wanted,
+                                         chart=chart_for(granted[m.name]), return_state=True)
+
+        # Each deployment run waits on the server for most of its time: a few side by side keep it busy.
+        # Each thread starts from this run's context, so the runs are this run's subflows. They send no
+        # heartbeats of their own: one lasts about a second, and its exit would wait up to 1 s for the
+        # heartbeat thread's next wake-up (this fleet run's heartbeats go on; settings are copied once here:
+        # ~0.4 s of CPU each).
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}), \
+                ThreadPoolExecutor(max_workers=EXPLAIN_THREADS, thread_name_prefix="explain") as pool:
+            for m in members:
+                if m.name in granted:
+                    pool.submit(contextvars.copy_context().run, explain, m)
+    rows, failed = [], [n for n, p in plans.items() if p is None]
     for m in members:
-        plan = plans[m.name]
-        if plan is None:
-            rows.append(_row(m, None, None, applied=False, outcome="decide failed: held, counted at its most"))
+        if m.name not in granted:
+            rows.append(_row(m, None, None, applied=False, outcome="decide failed: held where it is"))
             continue
-        granted = granted_plan(plan, arbitration.grants[m.name])
-        name = f"{m.name} " + run_name(granted.result, now_s=now, applying=not dry_run)
-        state = deployment_flow.with_options(flow_run_name=name)(
-            deployment=m.name, run_cfg=m.run, plan=granted, now_s=now, applying=not dry_run,
-            chart=charts == "all" or (charts == "changed" and _moved_or_held(granted)), return_state=True,
-        )
-        latencies[m.name] = time.perf_counter() - plan.started_s
+        state = explained[m.name]
         if state.is_completed():
-            rows.append(_row(m, plan, granted, applied=state.result()["applied"], outcome=state.message))
+            rows.append(_row(m, plans[m.name], granted[m.name], applied=state.result()["applied"],
+                             outcome=state.message))
         else:
             failed.append(m.name)
-            rows.append(_row(m, plan, granted, applied=False, outcome=f"failed: {state.message}"))
+            rows.append(_row(m, plans[m.name], granted[m.name], applied=False, outcome=f"failed: {state.message}"))
     phases_s["apply and explain"] = time.perf_counter()
     message = _fleet_message(fleet, arbitration, rows, failed=failed, dry_run=dry_run)
     create_table_artifact(key=artifact_key("fleet", fleet.path.stem, what_if=dry_run), table=rows,
@@ -102,24 +164,6 @@ def fleet_flow(
     if failed:
         return Failed(message=message)
     return Completed(message=message, data=data)
-
-
-@flow(name="sla-planner-deployment", log_prints=False, validate_parameters=False)
-def deployment_flow(deployment: str, run_cfg: PlannerRunConfig, plan: Any, *, now_s: float,
-                    applying: bool, chart: bool) -> State:
-    """Apply one deployment's granted targets (unless applying is False) and publish its decision.
-
-    plan: its tasks.fleet.DeploymentPlan with the granted decision (typed Any: Prefect builds a parameter
-        schema from the annotations, and a plan holds objects no schema describes).
-    The run was created under its final name; its message, table, summary and chart are a planner run's.
-    Another writer moving the replicas since the decide step fails this run (the connector refuses the
-    stale write): deciding again here could overrun the grant, and the next fleet run decides from them.
-    """
-    from prefect.runtime import flow_run
-
-    record = apply_decision(plan.connector, plan.result.decision, now_s=now_s) if applying else None
-    return publish_run(run_cfg, plan.result, record, now_s=now_s, applying=applying, what_if="", ttft=plan.ttft,
-                       named=flow_run.name or deployment, chart=chart)
 
 
 def _durations(marks: dict[str, float]) -> dict[str, float]:

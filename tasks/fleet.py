@@ -106,7 +106,7 @@ def plan_deployment(
     return DeploymentPlan(name=name, result=result, ttft=ttft, connector=backend, started_s=started)
 
 
-decide_deployment = task(plan_deployment, name="decide_deployment", **network_task)
+decide_deployment = task(plan_deployment, name="decide_deployment", task_run_name="decide {name}", **network_task)
 
 
 def fleet_demands(members: Sequence, plans: Mapping[str, DeploymentPlan | None],
