@@ -9,12 +9,15 @@ profile, replayed together against one GPU budget (sim.fleet_replay, the fleet w
 Load model: every copy of a trace an independent tenant (each request shifted by U(-30 s, +30 s), seed 0);
 cold start (each planner's warm start from its first interval, the initial fleets cut to the budget alike
 for every rule). 60 s interval, 60 s startup, least-loaded routing. Rules, at each budget:
-  loss        planner.fleet.arbitrate, all of the budget by expected SLA loss (guaranteed share 0)
-  loss+share  the same, each model first keeping its wants up to its equal share (guaranteed share 1)
+  loss (default)   planner.fleet.arbitrate as shipped: each model first keeps its wants up to its priority share
+                   of the budget (guaranteed_share_frac 1), the rest by expected SLA loss
+  loss, no shares  all of the budget by expected SLA loss (guaranteed_share_frac 0)
   split       fixed equal shares, unused GPUs not lent
   priority    wants in full in priority order (equal priorities: the order above)
   static      the best static split in hindsight: per model the P x D fleet, together within the budget,
               maximising the mean of the models' attainment (each model's static fleets replayed alone)
+Then the same at 16 and 18 GPUs with code at priority 2 (the others 1): the loss rule's shares follow the
+priorities (code's is half the budget), the split stays equal, the priority order puts code first.
 The unconstrained row is the planners alone (budget far above their wants). Figures: each model's SLA
 attainment (TTFT and mean ITL per request) and GPU-hours, the fleet's (all requests pooled), the mean and the
 worst over models.
@@ -49,7 +52,11 @@ MODELS = (  # name, trace file, copies, TTFT ms, ITL ms
     ("conv", "azure2023_conv.csv.gz", 8, 200.0, 10.0),
     ("mooncake", "mooncake_fast25_synthetic_trace.jsonl.gz", 2, 3000.0, 20.0),
 )
-RULES = (("loss", "loss", 0.0), ("loss+share", "loss", 1.0), ("split", "split", 0.0), ("priority", "priority", 0.0))
+RULES = (("loss (default: shares first)", "loss", 1.0), ("loss, no shares", "loss", 0.0), ("split", "split", 0.0),
+         ("priority", "priority", 0.0))
+# The unequal-priority case: the busiest model counts twice.
+PRIORITIES = {"code": 2.0}
+PRIORITY_BUDGETS = (16, 18)
 UNCONSTRAINED_GPUS = 1000
 # Static fleets tried per model (prefill, decode), each replayed alone.
 STATIC_GRID = {"code": [(p, d) for p in range(2, 10) for d in (1, 2)],
@@ -109,6 +116,7 @@ def best_static_split(statics, budget: int) -> dict | None:
 
 def row(label: str, summary: dict) -> dict:
     return {"rule": label, "budget_gpus": summary["budget_gpus"],
+            "priorities": {n: m["priority"] for n, m in summary["models"].items()},
             "models": {n: {k: m[k] for k in ("slo_attainment", "gpu_hours", "held_intervals", "max_replicas")}
                        for n, m in summary["models"].items()},
             "fleet_attainment": summary["fleet_attainment"], "mean_model_attainment": summary["mean_model_attainment"],
@@ -144,15 +152,40 @@ def markdown(rows: list[dict], names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def priority_case(members) -> list[dict]:
+    """The rules at PRIORITY_BUDGETS with code at priority 2."""
+    from sim.whatif.fleet import run_fleet_what_if
+
+    rows = []
+    for budget in PRIORITY_BUDGETS:
+        for label, rule, share in RULES:
+            summary, _ = run_fleet_what_if(fleet_spec(budget, rule, share, PRIORITIES), members=fresh(members))
+            rows.append(row(label, summary))
+            print(f"priorities {PRIORITIES}, budget {budget} {label}: " + ", ".join(
+                f"{n} {m['slo_attainment']:.2%}" for n, m in summary["models"].items()), flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="budgets 14 and 18, no static search")
     ap.add_argument("--budgets", default=None, help="comma-separated budgets (GPUs); default 14,16,18,20")
+    ap.add_argument("--priority-case-only", action="store_true",
+                    help="re-run only the unequal-priority case into the existing results file")
     ap.add_argument("--out", default=str(RESULTS / "budget.json"))
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     from sim.whatif.fleet import fleet_members, run_fleet_what_if
 
+    if args.priority_case_only:
+        members = fleet_members(fleet_spec(UNCONSTRAINED_GPUS, "loss", 0.0, {}))
+        out = json.loads(Path(args.out).read_text())
+        rows = priority_case(members)
+        out["priority_case"] = {"priorities": PRIORITIES, "rows": rows,
+                                "markdown": markdown(rows, [m.name for m in members])}
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+        print(out["priority_case"]["markdown"])
+        return
     budgets = ([int(b) for b in args.budgets.split(",")] if args.budgets else [14, 18] if args.quick
                else [14, 16, 18, 20])
     t0 = time.perf_counter()
@@ -176,6 +209,7 @@ def main() -> None:
             split = best_static_split(statics, budget)
             if split is not None:
                 rows.append(static_row(budget, split, requests))
+    priority_rows = [] if args.quick else priority_case(members)
     names = [m.name for m in members]
     out = {
         "what": "three models under one GPU budget: the arbitration by expected SLA loss (planner.fleet) against "
@@ -185,7 +219,10 @@ def main() -> None:
         "profile": str(PROFILE.relative_to(DATA)), "load_model": "independent tenants: copies shifted by up to "
         "+-30 s (seed 0)", "start": "cold (each planner's warm start from its first interval, cut to the budget)",
         "interval_s": 60, "startup_s": 60, "priorities": "equal (1)",
-        "rows": rows, "markdown": markdown(rows, names), "wall_s": time.perf_counter() - t0,
+        "rows": rows, "markdown": markdown(rows, names),
+        "priority_case": {"priorities": PRIORITIES, "rows": priority_rows,
+                          "markdown": markdown(priority_rows, names) if priority_rows else ""},
+        "wall_s": time.perf_counter() - t0,
         "load_avg_1min_at_end": os.getloadavg()[0],
     }
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -9,6 +9,7 @@ often the budget held whom.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from typing import Literal
@@ -81,9 +82,14 @@ def fleet_members(fw: FleetWhatIf) -> list[FleetMemberReplay]:
 
 
 def run_fleet_what_if(fw: FleetWhatIf, *, members: list[FleetMemberReplay] | None = None) -> tuple[dict, FleetReplayResult]:
-    """Replay the fleet; (JSON summary, the fleet's replay). members: built by fleet_members (None: built here)."""
+    """Replay the fleet; (JSON summary, the fleet's replay). members: built by fleet_members (None: built here),
+    their priorities taken from fw's models of the same name."""
     t0 = time.perf_counter()
-    members = members if members is not None else fleet_members(fw)
+    if members is None:
+        members = fleet_members(fw)
+    else:
+        priority = {m.name: m.priority for m in fw.models}
+        members = [dataclasses.replace(m, priority=priority[m.name]) for m in members]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileRangeWarning)
         result = replay_fleet(members, budget_gpus=fw.budget_gpus, rule=fw.rule,
