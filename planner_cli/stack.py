@@ -39,7 +39,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from planner_cli.stack_components import (
@@ -71,17 +71,28 @@ def up(opts: StackOptions, *, log=print) -> dict:
     if load_state(state_dir, missing_ok=True) is not None and live_pids(load_state(state_dir)):
         raise StackError(f"{state_dir}: a stack is already running there; run `sla-planner stack down` first")
     check_binaries()
+    if opts.prefect_db == "postgres":
+        from planner_cli import stack_postgres
+
+        stack_postgres.bin_dir()
+        stack_postgres.check_driver()
+        if not opts.postgres_port:
+            opts = replace(opts, postgres_port=stack_postgres.free_port())
     fresh_dir(state_dir)
     for name in ("router-token", "router-data-token"):
         token_path = state_dir / name
         token_path.write_text(secrets.token_urlsafe(24))
         token_path.chmod(0o600)
     planner_cfg = write_planner_config(opts, state_dir)
+    if opts.prefect_db == "postgres":
+        stack_postgres.init_cluster(state_dir)
     comps = components(opts, state_dir, planner_cfg)
     state = {"marker": f"{state_dir}#{uuid.uuid4().hex}", "options": asdict(opts), "urls": opts.urls(),
              "namespace": planner_cfg.planner.namespace, "components": {}}
     save_state(state_dir, state)
     try:
+        if opts.prefect_db == "postgres":
+            _start_postgres(opts, state_dir, state, comps, log=log)
         # The Prefect server takes longest: start it first and the rest while it boots.
         for name in ("prefect-server", "etcd", "router", "pushgateway", "prometheus"):
             launch(state_dir, state, comps[name])
@@ -106,6 +117,22 @@ def up(opts: StackOptions, *, log=print) -> dict:
         down(str(state_dir), log=lambda *_: None)
         raise
     return state
+
+
+def _start_postgres(opts: StackOptions, state_dir: Path, state: dict, comps: dict, *, log) -> None:
+    """PostgreSQL for the Prefect server: started, accepting connections, the prefect database created."""
+    from planner_cli import stack_postgres
+
+    launch(state_dir, state, comps["postgres"])
+
+    def alive() -> None:
+        if exited(state["components"]["postgres"]["pid"]):
+            raise StackError(f"postgres exited before it accepted connections{log_tail(state['components']['postgres'])}")
+
+    stack_postgres.wait_ready_and_create_db(state_dir, port=opts.postgres_port, timeout_s=opts.start_timeout_s,
+                                            alive=alive)
+    log(f"  {'postgres':<15} up   127.0.0.1:{opts.postgres_port}, database {stack_postgres.DB_NAME} "
+        f"(the Prefect server's)")
 
 
 def _start_dynamo_fleet(opts: StackOptions, state_dir: Path, state: dict, comps: dict, *, log) -> None:
@@ -161,7 +188,8 @@ def status(state_dir: str) -> list[dict]:
     state_path = Path(state_dir).resolve()
     state = load_state(state_path)
     out = []
-    for name in component_names(state.get("options", {}).get("fleet", "sim")):
+    options = state.get("options", {})
+    for name in component_names(options.get("fleet", "sim"), options.get("prefect_db", "sqlite")):
         comp = state["components"].get(name)
         if comp is None:
             out.append({"name": name, "pid": None, "running": False, "healthy": False, "url": None})
@@ -300,6 +328,12 @@ def add_parser(subparsers) -> None:
     u.add_argument("--max-workers", type=int, default=d.max_workers,
                    help="--fleet dynamo|vllm: the planner's most workers per pool; each is a mocker process (a "
                         "vLLM engine: ~3 GB, keep it at 2 on two cores) on this machine (default: %(default)s)")
+    u.add_argument("--prefect-db", choices=("sqlite", "postgres"), default=d.prefect_db,
+                   help="the Prefect server's database: sqlite in the state folder (default), or postgres: Debian's "
+                        "PostgreSQL started by the stack on 127.0.0.1 with its cluster in the state folder, for many "
+                        "deployments a minute (docs/control-plane.md)")
+    u.add_argument("--postgres-port", type=int, default=d.postgres_port,
+                   help="--prefect-db postgres: its port (default: a free one)")
     for name in ("prefect", "prometheus", "pushgateway", "etcd", "etcd-peer", "router", "fleet", "frontend"):
         attr = f"{name.replace('-', '_')}_port"
         u.add_argument(f"--{name}-port", type=int, default=getattr(d, attr), dest=attr,
@@ -346,7 +380,7 @@ def _run_up(args: argparse.Namespace) -> int:
         etcd_peer_port=args.etcd_peer_port, router_port=args.router_port, fleet_port=args.fleet_port,
         fleet=args.fleet, frontend_port=args.frontend_port, mocker_speedup=args.mocker_speedup,
         max_workers=args.max_workers, vllm_model_config=args.vllm_model_config,
-        vllm_max_num_seqs=args.vllm_max_num_seqs,
+        vllm_max_num_seqs=args.vllm_max_num_seqs, prefect_db=args.prefect_db, postgres_port=args.postgres_port,
     )
     print(f"starting the stack in {Path(opts.state_dir).resolve()} ...")
     state = up(opts)

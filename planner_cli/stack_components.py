@@ -25,6 +25,7 @@ PROMETHEUS_RULES = PROJECT_ROOT / "stack" / "prometheus-rules.yml"
 # Start order; `down` stops them all at once.
 COMPONENTS = ("prefect-server", "etcd", "router", "fleet", "pushgateway", "prometheus", "prefect-worker")
 FLEETS = ("sim", "dynamo", "vllm")
+PREFECT_DBS = ("sqlite", "postgres")  # the Prefect server's database (postgres: planner_cli.stack_postgres)
 # Flow runs send a heartbeat this often (Prefect's minimum is 30 s): the stack's zombie-run
 # automation marks a run silent for longer Crashed.
 HEARTBEAT_S = 30
@@ -66,10 +67,14 @@ class StackOptions:
     max_workers: int = 6  # --fleet dynamo: most mocker workers per pool (each is a process on this machine)
     vllm_model_config: str = ""  # --fleet vllm: the tiny model's config.json ("": the llm-d kit's beside the project)
     vllm_max_num_seqs: int = 2  # --fleet vllm: requests an engine runs at once (the rest wait in its queue)
+    prefect_db: str = "sqlite"  # sqlite (in PREFECT_HOME) | postgres (a cluster in the state folder)
+    postgres_port: int = 0  # --prefect-db postgres: its port on 127.0.0.1 (0: a free one, chosen by `up`)
 
     def __post_init__(self) -> None:
         if self.fleet not in FLEETS:
             raise ValueError(f"fleet: expected one of {', '.join(FLEETS)}, got {self.fleet!r}")
+        if self.prefect_db not in PREFECT_DBS:
+            raise ValueError(f"prefect_db: expected one of {', '.join(PREFECT_DBS)}, got {self.prefect_db!r}")
 
     def urls(self) -> dict[str, str]:
         return {
@@ -92,13 +97,14 @@ class StackOptions:
         return cls(**data)
 
 
-def component_names(fleet: str) -> tuple[str, ...]:
+def component_names(fleet: str, prefect_db: str = "sqlite") -> tuple[str, ...]:
+    database = ("postgres",) if prefect_db == "postgres" else ()
     if fleet == "sim":
-        return COMPONENTS
+        return database + COMPONENTS
     from planner_cli.stack_dynamo import COMPONENTS as DYNAMO
     from planner_cli.stack_vllm import COMPONENTS as VLLM
 
-    return tuple(n for n in COMPONENTS if n != "fleet") + (DYNAMO if fleet == "dynamo" else VLLM)
+    return database + tuple(n for n in COMPONENTS if n != "fleet") + (DYNAMO if fleet == "dynamo" else VLLM)
 
 
 def check_binaries() -> None:
@@ -269,6 +275,11 @@ def components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, Co
     etcd_peer = f"http://127.0.0.1:{opts.etcd_peer_port}"
     worker_env = prefect_env(opts, state_dir)
     server_env = {k: v for k, v in worker_env.items() if k != "PREFECT_API_URL"}
+    if opts.prefect_db == "postgres":
+        from planner_cli import stack_postgres
+
+        server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = stack_postgres.database_url(state_dir,
+                                                                                       port=opts.postgres_port)
     router_cfg = write_router_config(opts, state_dir)
     fleet_cfg = write_fleet_config(opts, state_dir, planner_cfg) if opts.fleet == "sim" else None
     prom_cfg = write_prometheus_config(opts, state_dir)
@@ -300,6 +311,10 @@ def components(opts: StackOptions, state_dir: Path, planner_cfg) -> dict[str, Co
             str(bin_dir / "prefect"), "worker", "start", "--pool", work_pool(), "--name", "stack-worker",
         ], None, env=worker_env, needs_token=True),
     ]
+    if opts.prefect_db == "postgres":
+        from planner_cli import stack_postgres
+
+        comps.append(Component("postgres", stack_postgres.server_argv(state_dir, port=opts.postgres_port), None))
     if opts.fleet == "sim":
         comps.append(Component("fleet", [py, "-m", "sim.live", "--config", str(fleet_cfg)],
                                f"{urls['fleet']}/healthz", needs_token=True, needs_data_token=True))
