@@ -300,3 +300,19 @@ def test_advisory_run_beside_hpas_on_llm_d_reads_and_never_writes(prefect_harnes
     assert adv["advisory_gpu_hours"] == pytest.approx((p + 4 * d) / 60)
     summary = _latest_artifact(artifact_key("summary", LLMD_NS)).data
     assert "**Advisory vs hpa**" in summary and "only this run has both sides" in summary
+
+
+def test_the_docs_example_configuration_loads_and_reads_dynamos_planner():
+    """docs/advisory.md's YAML, with a profile where it says "the rest", is a valid run configuration."""
+    import re
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    block = re.search(r"```yaml\n(.*?)```", (root / "docs" / "advisory.md").read_text(), re.S).group(1)
+    block = block.replace("  # ... the rest as for an applying planner\n",
+                          f"  profile: {{dir: {root / 'data' / 'profiles' / 'h200_llama8b_fp8_tp1'}}}\n")
+    cfg = PlannerRunConfig.model_validate(yaml.safe_load(block))
+    assert cfg.planner.mode == "advisory" and cfg.advisory.window_s == 10800
+    assert cfg.advisory.query("decode", namespace=cfg.planner.namespace) == \
+        'max(dynamo_planner_num_decode_replicas{namespace="dynamo"})'
