@@ -138,7 +138,13 @@ def load_fleet(path: str | Path) -> Fleet:
 
 
 def check_fleet(members: tuple[FleetMember, ...], *, budget_gpus: int, source: str) -> None:
-    """Two deployments on one target, or minimums above the budget: ValueError, one line naming them."""
+    """Two deployments on one target, minimums above the budget, or a recommend-only deployment: ValueError,
+    one line naming them."""
+    advisory = [m.name for m in members if m.run.planner.mode == "advisory"]
+    if advisory:
+        # The fleet run applies every grant; a deployment meant to recommend only would be written.
+        raise ValueError(f"{source}: deployment {advisory[0]!r} has planner.mode advisory, which a fleet run does "
+                         f"not honour (it applies every grant); run it as its own planner deployment")
     by_target: dict[str, str] = {}
     for m in members:
         if m.target is None:

@@ -316,3 +316,18 @@ def test_the_docs_example_configuration_loads_and_reads_dynamos_planner():
     assert cfg.planner.mode == "advisory" and cfg.advisory.window_s == 10800
     assert cfg.advisory.query("decode", namespace=cfg.planner.namespace) == \
         'max(dynamo_planner_num_decode_replicas{namespace="dynamo"})'
+
+
+def test_a_fleet_file_refuses_an_advisory_deployment_in_one_line(tmp_path):
+    """The fleet run applies every grant: a recommend-only deployment in it is refused before any run."""
+    from flows.fleet_config import load_fleet
+
+    root = Path(__file__).resolve().parents[2]
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"budget: {{gpus: 8}}\ndeployments:\n"
+                     f"  - {{name: chat, priority: 1, config: {root / 'configs' / 'planner.yaml'}, "
+                     f"overrides: {{planner: {{namespace: chat, mode: advisory}}}}}}\n")
+    with pytest.raises(ValueError) as err:
+        load_fleet(fleet)
+    assert str(err.value) == (f"{fleet}: deployment 'chat' has planner.mode advisory, which a fleet run does not "
+                              f"honour (it applies every grant); run it as its own planner deployment")
