@@ -200,6 +200,7 @@ class PrometheusCollector:
         now_s (Unix seconds), only where the counts change: the ready counts a pool's startup time is measured
         from (planner.signals.startup_time). A worker counts from its first scrape with the series until its
         target goes; an aggregated engine counts in both pools."""
+        step_s = max(step_s, window_s / MAX_POINTS_PER_RANGE_QUERY)  # one range query: Prometheus caps its points
         n = max(1, int(window_s // step_s))
         start_s = now_s - (n - 1) * step_s
         query = self.render("queue_length", interval_s=interval_s)

@@ -79,6 +79,9 @@ def live(dynamo_python, etcd, prometheus_server, prefect_harness, h200_profile_d
                      log_path=tmp_path / "waker.log", what="waker")
         prometheus_server.add_scrape_target(f"127.0.0.1:{fleet.http_port}", labels={"fleet": ns})
         prometheus_server.add_scrape_target(f"127.0.0.1:{waker_port}", labels={"fleet": ns})
+        for role in ("prefill", "decode"):  # slot 0's metrics port: the worker each pool starts first
+            port = fleet.config.roles[role].system_port_base
+            prometheus_server.add_scrape_target(f"127.0.0.1:{port}", labels={"fleet": ns, "role": role})
 
         data = load_run_config(PROJECT_ROOT / "configs" / "planner.yaml").model_dump(mode="json", exclude_none=True)
         data["planner"].update(namespace=ns, model_id="tok", adjustment_interval_s=INTERVAL_S)
@@ -96,6 +99,7 @@ def live(dynamo_python, etcd, prometheus_server, prefect_harness, h200_profile_d
             f'(sum(sla_planner_waker_held_requests{{fleet="{ns}"}}) or vector(0)) + (sum(increase('
             f'sla_planner_waker_requests_total{{fleet="{ns}",outcome="held"}}[1m])) or vector(0))')}
         data["metrics"]["frontend_selector"] = f'model="tok",fleet="{ns}"'
+        data["metrics"]["worker_selector"] = f'fleet="{ns}"'
         (tmp_path / "planner.yaml").write_text(yaml.safe_dump(data))
         cfg = load_run_config(tmp_path / "planner.yaml")
         yield fleet, f"http://127.0.0.1:{waker_port}", cfg, prometheus_server
@@ -177,5 +181,23 @@ def test_a_pool_scaled_to_zero_after_quiet_is_woken_by_a_request_and_serves_it(l
     counts = json.loads(urllib.request.urlopen(f"{waker_url}/healthz").read())
     assert counts["held"] == 1 and counts["passed"] == 2 and counts["holding"] == 0
     fleet.wait_for(lambda: len(fleet.workers()) == 2, timeout_s=20, what="both workers running")
+
+    # The next scheduled runs measure each pool's startup from that wake: its decision (the connector's applied
+    # decisions) against the workers reporting (Prometheus, every second here).
+    measured = None
+    for _ in range(6):
+        time.sleep(INTERVAL_S)
+        state = planner_flow(config=cfg, return_state=True)
+        assert state.is_completed(), state.message
+        measured = next((r["numbers"] for r in state.result()["decision"]["reasons"]
+                         if r["code"] in ("scale_to_zero", "kept_above_zero") and "startup_s" in r["numbers"]), None)
+        if measured is not None:
+            break
+    fl = connector.read_fleet(now_s=time.time())
+    with PrometheusCollector(cfg.metrics) as collector:
+        ready = collector.ready_history(now_s=time.time(), window_s=600, step_s=1.0)
+    assert measured is not None and measured["startup_measured"] == 1.0, (measured, fl.applied_targets, ready,
+                                                                         prom.query('{__name__=~"vllm.*waiting"}'))
+    assert 0.0 < measured["startup_s"] < 15.0, measured
     print(f"\nzero {t_zero - t_last:.1f} s after the last request ({len(runs)} planner runs, {t_zero - t_start:.1f} s "
-          f"from the start); woken request TTFT {ttft_s:.2f} s")
+          f"from the start); woken request TTFT {ttft_s:.2f} s; measured startup {measured['startup_s']:.1f} s")
