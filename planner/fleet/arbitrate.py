@@ -97,10 +97,10 @@ def arbitrate(demands: Sequence[DeploymentDemand], budget_gpus: int, *,
     """Grants for every deployment within budget_gpus, by weighted expected SLA loss (see the module docstring).
 
     demands: one per deployment, names unique. budget_gpus: GPUs all of them may use together (>= 1).
-    guaranteed_share_frac: each deployment keeps its wants up to this share of its priority-weighted share
-        of the budget (budget x priority / sum of priorities; equal shares when every priority is 0), cut as
-        the single-deployment budget cuts; only the rest goes by expected loss. 0: all of it by expected
-        loss; 1: a fixed split whose unused GPUs go by expected loss.
+    guaranteed_share_frac: each deployment keeps its wants up to its floor plus this share of its priority's
+        part of what the floors leave (priority_shares; equal parts when every priority is 0), cut as the
+        single-deployment budget cuts; only the rest goes by expected loss. 0: all of it by expected loss;
+        1: a fixed split whose unused GPUs go by expected loss.
     Floors above the budget: every deployment gets its floor and the reasons say the budget cannot be met.
     """
     if not 0.0 <= guaranteed_share_frac <= 1.0:
@@ -124,10 +124,18 @@ def arbitrate(demands: Sequence[DeploymentDemand], budget_gpus: int, *,
                   kept={d.name: d.floor for d in kept})
 
 
-def priority_shares(demands: Sequence[DeploymentDemand], budget_gpus: int) -> dict[str, float]:
-    """Each deployment's share of the budget by priority, GPUs (equal shares when every priority is 0)."""
-    total = sum(d.priority for d in demands)
-    return {d.name: budget_gpus * (d.priority / total if total > 0 else 1.0 / len(demands)) for d in demands}
+def priority_shares(demands: Sequence[DeploymentDemand], budget_gpus: int, *,
+                    weights: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Each deployment's share of the budget, GPUs: its floor, plus its weight's part of what the floors leave.
+
+    weights: per name (None: the priorities; equal when they are all 0). With equal floors this is
+    budget x weight / sum of weights; the shares never sum past the budget while the floors fit in it.
+    """
+    w = {d.name: d.priority for d in demands} if weights is None else dict(weights)
+    total = sum(w.values())
+    room = budget_gpus - sum(d.gpus(d.floor) for d in demands)
+    return {d.name: d.gpus(d.floor) + room * (w[d.name] / total if total > 0 else 1.0 / len(demands))
+            for d in demands}
 
 
 def _with_guarantees(demands: Sequence[DeploymentDemand], budget_gpus: int, frac: float) -> list[DeploymentDemand]:
@@ -135,7 +143,8 @@ def _with_guarantees(demands: Sequence[DeploymentDemand], budget_gpus: int, frac
     shares = priority_shares(demands, budget_gpus)
     out = []
     for d in demands:
-        kept = int(math.floor(frac * shares[d.name] + 1e-9))
+        base = d.gpus(d.floor)
+        kept = base + int(math.floor(frac * (shares[d.name] - base) + 1e-9))
         if d.gpus(d.wanted) <= kept:
             floor = dict(d.wanted)
         elif d.gpus(d.floor) >= kept:
@@ -198,6 +207,8 @@ def _least_loss(demands: Sequence[DeploymentDemand], budget_gpus: int) -> dict[s
         picks.append((choices, pick))
         best = new
     b = int(np.argmin(best))
+    if not math.isfinite(best[b]):
+        raise ValueError(f"fleet: no grants fit {budget_gpus} GPUs above the floors (the floors need more)")
     grants: dict[str, Targets] = {}
     for d, (choices, pick) in zip(reversed(demands), reversed(picks)):
         p, q, extra, _ = choices[int(pick[b])]

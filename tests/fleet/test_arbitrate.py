@@ -109,16 +109,20 @@ def test_one_deployment_is_cut_as_the_single_deployment_budget(wanted, gpus, flo
     assert arbitrate([d], budget).grants["a"].targets == today
 
 
-@pytest.mark.parametrize("frac, expected", [
-    pytest.param(0.0, {"a": (2, 1), "b": (1, 1)}, id="0: all by loss, a saves 0.5 > b's 0.4"),
-    pytest.param(1.0, {"a": (1, 1), "b": (2, 1)},
-                 id="1: b's share 5 x 2/3 = 3.3 -> 3 GPUs keeps its wants (3); a's 1.7 -> 1 keeps its floor"),
+@pytest.mark.parametrize("frac, expected, why", [
+    pytest.param(0.0, {"a": (1, 1), "b": (3, 1)}, "whose TTFT forecast would miss by 40% with prefill at 2",
+                 id="0: all by loss, the 2 GPUs over the floors to b (0.8) rather than one each (0.1 + 0.4)"),
+    pytest.param(1.0, {"a": (2, 1), "b": (2, 1)}, "within its guaranteed share of the budget",
+                 id="1: each keeps its floor (2) + half of the 2 GPUs the floors leave: a its wants, b (2, 1)"),
 ])
-def test_guaranteed_share(frac, expected):
-    arb = arbitrate([demand("a", (2, 1), **A), demand("b", (2, 1), **B, priority=2)], 5, guaranteed_share_frac=frac)
+def test_guaranteed_share(frac, expected, why):
+    # budget 6, floors 2 + 2; a wants (2, 1) = 3 GPUs, b (3, 1) = 4. a: prefill 1 -> 2 saves 0.1;
+    # b: 1 -> 2 saves 0.4, 2 -> 3 another 0.4.
+    demands = [demand("a", (2, 1), prefill=(0, 0.9, 1.0), decode=(0, 1.0)),
+               demand("b", (3, 1), prefill=(0, 0.2, 0.6, 1.0), decode=(0, 1.0))]
+    arb = arbitrate(demands, 6, guaranteed_share_frac=frac)
     assert {n: (g.targets["prefill"], g.targets["decode"]) for n, g in arb.grants.items()} == expected
     held = next(g for g in arb.grants.values() if g.held)
-    why = "within its guaranteed share of the budget" if frac else "whose TTFT forecast would miss by 50%"
     assert why in held.reasons[0].message
 
 
@@ -188,3 +192,26 @@ def test_granted_decision_takes_the_grant_and_keeps_the_recommendation():
     assert held.recommended_prefill_replicas == 2 and held.codes() == ["fleet_budget"]
     full = granted_decision(own, arb.grants["b"])
     assert (full.prefill_replicas, full.apply) == (2, True) and "granted in full" in full.reasons[0].message
+
+
+def test_every_rule_stays_within_the_budget_floors_and_wants():
+    # Every combination of floors (1 or 2 per pool), wants up to 4 per pool and 1-2 GPUs per decode replica
+    # for two deployments, budgets from their floors to their wants.
+    import itertools
+
+    from planner.fleet.fixed import RULES
+
+    met = dict(prefill=(0, 0.3, 0.6, 0.8, 1.0), decode=(0, 0.5, 0.9, 1.0, 1.0))
+    cases = 0
+    for fa, fb, wa, wb, g in itertools.product((1, 2), (1, 2), ((2, 4), (4, 1)), ((3, 3), (1, 2)), (1, 2)):
+        a = demand("a", wa, floor={"prefill": fa, "decode": 1}, gpus={"prefill": 1, "decode": g}, **met)
+        b = demand("b", wb, floor={"prefill": 1, "decode": fb}, priority=2, **met)
+        for budget in range(a.gpus(a.floor) + b.gpus(b.floor), a.gpus(a.wanted) + b.gpus(b.wanted) + 1):
+            for name, rule in RULES.items():
+                arb = rule([a, b], budget)
+                assert arb.granted_gpus <= budget, (name, budget)
+                for d in (a, b):
+                    t = arb.grants[d.name].targets
+                    assert all(d.floor[p] <= t[p] <= d.wanted[p] for p in t), (name, budget, d.name, t)
+                cases += 1
+    assert cases > 500
