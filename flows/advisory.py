@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from connectors.autoscaler_history import AdvisoryHistory
 from flows.charts import AdvisoryLines
-from planner.advisory import AdvisoryComparison, ReplicaRow, advisory_targets, value_at
+from planner.advisory import AdvisoryComparison, ReplicaRow, advisory_targets, comparison_grid, value_at
 from planner.types import POOLS, Decision
 
 
@@ -55,7 +55,7 @@ def series_table(ours: Sequence[ReplicaRow], theirs: Sequence[ReplicaRow], *, no
     """Both histories on the comparison's grid (one point per step_s ending at now_s, seconds), one row where
     either changes (the first point and now always): time (UTC), ours and theirs per pool ("" where unknown)."""
     ours, theirs = sorted(ours, key=lambda r: r[0]), sorted(theirs, key=lambda r: r[0])
-    grid = [now_s - k * step_s for k in range(int(window_s // step_s))][::-1]
+    grid = comparison_grid(now_s=now_s, window_s=window_s, step_s=step_s)
     out: list[dict] = []
     last = None
     for i, t in enumerate(grid):

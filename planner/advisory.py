@@ -82,7 +82,7 @@ def compare(
     if step_s <= 0 or window_s < step_s:
         raise ValueError(f"advisory comparison: need 0 < step_s <= window_s, got step {step_s} s, window {window_s} s")
     advisory, autoscaler = sorted(advisory, key=_time), sorted(autoscaler, key=_time)
-    grid = [now_s - k * step_s for k in range(int(window_s // step_s))][::-1]
+    grid = comparison_grid(now_s=now_s, window_s=window_s, step_s=step_s)
     hours = step_s / 3600.0
     gpu = {"advisory": dict.fromkeys(POOLS, 0.0), "autoscaler": dict.fromkeys(POOLS, 0.0)}
     per_pool = {p: [0, 0, 0] for p in POOLS}
@@ -112,6 +112,11 @@ def compare(
         autoscaler_gpu_hours=sum(gpu["autoscaler"].values()),
         more_intervals=total[0], fewer_intervals=total[1], same_intervals=total[2],
     )
+
+
+def comparison_grid(*, now_s: float, window_s: float, step_s: float) -> list[float]:
+    """The comparison's points, oldest first: one per step_s over window_s ending at now_s (seconds)."""
+    return [now_s - k * step_s for k in range(int(window_s // step_s))][::-1]
 
 
 def _side(ours: float, theirs: float) -> int:
