@@ -208,7 +208,7 @@ class PrometheusCollector:
             query, start_time=datetime.fromtimestamp(start_s, tz=timezone.utc),
             end_time=datetime.fromtimestamp(now_s, tz=timezone.utc), step=repr(float(step_s)),
             params={"start": repr(start_s), "end": repr(now_s)}))
-        counts: dict[float, list[int]] = {}
+        counts: dict[int, list[int]] = {}  # by step index: Prometheus returns its grid in whole milliseconds
         for series in result:
             labels = series.get("metric", {})
             pod = labels.get(self.cfg.pools.pod_label)
@@ -216,15 +216,14 @@ class PrometheusCollector:
             if not pod or in_pools == (None,):
                 continue
             for t, _ in series.get("values", ()):
-                row = counts.setdefault(round(float(t), 3), [0, 0])
+                row = counts.setdefault(round((float(t) - start_s) / step_s), [0, 0])
                 for pool in in_pools:
                     row[POOLS.index(pool)] += 1
         out: list[tuple[float, int, int]] = []
         for k in range(n):
-            t = round(start_s + k * step_s, 3)
-            p, d = counts.get(t, (0, 0))
+            p, d = counts.get(k, (0, 0))
             if not out or (out[-1][1], out[-1][2]) != (p, d):
-                out.append((t, p, d))
+                out.append((start_s + k * step_s, p, d))
         return tuple(out)
 
     def wake_requests(self, *, now_s: float, interval_s: float) -> float | None:
