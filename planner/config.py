@@ -418,8 +418,8 @@ class DecisionConfig(StrictModel):
     scale_down_floor_quiet_share: float | None = Field(
         0.25, gt=0, le=1,
         description="with scale_down_floor_burst_frac: a floor window's arrivals had quiet spells when its "
-        "10th-percentile interval is at or below this share of its busiest (planner.signals.quiet_spells; 0-5% on "
-        "Azure code x8, 53-79% on conv and Mooncake); None together with scale_down_floor_burst_frac",
+        "10th-percentile interval is at or below this share of its busiest (planner.signals.quiet_spells; 0-1% on "
+        "Azure code x8, 49-78% on conv and Mooncake); None together with scale_down_floor_burst_frac",
     )
     scale_down_floor_burst_frac: float | None = Field(
         1.0, gt=0, le=1,
