@@ -7,8 +7,8 @@ spells has nothing to come back from: a steady stream whose work per request dri
 from 13k to 25k tokens over its 17 minutes at a steady ~450 requests a minute) only has the floor hold what an
 earlier, heavier stretch needed. The signal: a low quantile of the window's per-interval arrivals against its
 busiest interval. A quantile, not the minimum, so one partial interval (a trace's last, a restart) is not a
-quiet spell. Measured over one-hour windows (docs/control.md): the 10th percentile is 0-5% of the busiest
-minute on Azure code x8 (tenants or synchronised), 53-56% on conv x8, 73-79% on Mooncake x2.
+quiet spell. Measured over each whole trace (one hour; Mooncake's 17 minutes): the 10th percentile is 0-1% of
+the busiest minute on Azure code x8 (tenants or synchronised), 49-51% on conv x8, 76-78% on Mooncake x2.
 
 Pure functions, no I/O.
 """
