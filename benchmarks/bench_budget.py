@@ -17,7 +17,8 @@ for every rule). 60 s interval, 60 s startup, least-loaded routing. Rules, at ea
   static      the best static split in hindsight: per model the P x D fleet, together within the budget,
               maximising the mean of the models' attainment (each model's static fleets replayed alone)
 Then the same at 16 and 18 GPUs with code at priority 2 (the others 1): the loss rule's shares follow the
-priorities (code's is half the budget), the split stays equal, the priority order puts code first.
+priorities (code's is its floor plus half of what the floors leave), the split stays equal, the priority
+order puts code first.
 The unconstrained row is the planners alone (budget far above their wants). Figures: each model's SLA
 attainment (TTFT and mean ITL per request) and GPU-hours, the fleet's (all requests pooled), the mean and the
 worst over models.
