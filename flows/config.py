@@ -62,6 +62,11 @@ class PlannerRunConfig(StrictModel):
 
     @model_validator(mode="after")
     def _advisory_window_holds_a_run(self) -> "PlannerRunConfig":
+        if self.planner.mode == "advisory" and not (
+                self.planner_metrics.enabled and (self.planner_metrics.pushgateway_url or self.planner_metrics.port)):
+            raise ValueError("planner.mode advisory: its own history (the chart's line, the comparison, the "
+                             "stabilization window) comes back from its published gauges, so planner_metrics must be "
+                             "enabled with a pushgateway_url or a port")
         if self.planner.mode == "advisory" and self.advisory.window_s < self.planner.adjustment_interval_s:
             raise ValueError(f"advisory.window_s ({self.advisory.window_s:g} s) is shorter than "
                              f"planner.adjustment_interval_s ({self.planner.adjustment_interval_s:g} s): the comparison "

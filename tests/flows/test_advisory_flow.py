@@ -209,6 +209,7 @@ def test_bad_advisory_settings_are_one_line_each(tmp_path, advisory, message):
 
     bad = tmp_path / "planner.yaml"
     bad.write_text(yaml.safe_dump({"planner": {"profile": {"dir": "x"}, "mode": "advisory", "adjustment_interval_s": 900},
+                                   "planner_metrics": {"pushgateway_url": "http://127.0.0.1:9091"},
                                    "advisory": advisory}))
     with pytest.raises(ValueError) as err:
         load_run_config(bad)
@@ -245,6 +246,7 @@ def test_advisory_run_beside_hpas_on_llm_d_reads_and_never_writes(prefect_harnes
     from kubernetes import client as k8s
 
     from connectors.config import LlmdConnectorConfig
+    from connectors.planner_metrics import stop_endpoints
     from connectors.factory import make_connector
     from connectors.base import ConnectorError
     from flows.planner_flow import planner_flow
@@ -280,6 +282,7 @@ def test_advisory_run_beside_hpas_on_llm_d_reads_and_never_writes(prefect_harnes
             "planner": PlannerConfig(namespace=LLMD_NS, mode="advisory", profile=ProfileConfig(dir=str(h200_profile_dir))),
             "metrics": MetricsConfig(prometheus_url=prometheus_server.url),
             "connector": connector,
+            "planner_metrics": PlannerMetricsConfig(port=free_port(), addr="127.0.0.1"),
             "advisory": {"autoscaler": "hpa", "prefill_object": "prefill-hpa", "decode_object": "decode-hpa"},
         })
         obs = _observation(requests=600.0, now_s=now_s, replicas=(2, 2))
@@ -287,6 +290,7 @@ def test_advisory_run_beside_hpas_on_llm_d_reads_and_never_writes(prefect_harnes
         sent = [(r.method, r.path) for r in cluster.requests if r.method != "GET"]
     finally:
         cluster.stop()
+        stop_endpoints()
 
     assert sent == []
     assert out["applied"] is False
@@ -326,8 +330,20 @@ def test_a_fleet_file_refuses_an_advisory_deployment_in_one_line(tmp_path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(f"budget: {{gpus: 8}}\ndeployments:\n"
                      f"  - {{name: chat, priority: 1, config: {root / 'configs' / 'planner.yaml'}, "
-                     f"overrides: {{planner: {{namespace: chat, mode: advisory}}}}}}\n")
+                     f"overrides: {{planner: {{namespace: chat, mode: advisory}}, "
+                     f"planner_metrics: {{pushgateway_url: 'http://127.0.0.1:9091'}}}}}}\n")
     with pytest.raises(ValueError) as err:
         load_fleet(fleet)
     assert str(err.value) == (f"{fleet}: deployment 'chat' has planner.mode advisory, which a fleet run does not "
                               f"honour (it applies every grant); run it as its own planner deployment")
+
+
+def test_advisory_without_published_gauges_is_one_line(tmp_path):
+    bad = tmp_path / "planner.yaml"
+    bad.write_text("planner:\n  profile: {dir: x}\n  mode: advisory\n")
+    with pytest.raises(ValueError) as err:
+        load_run_config(bad)
+    assert str(err.value).startswith(f"{bad}: (top level): planner.mode advisory: its own history (the chart's line, "
+                                     "the comparison, the stabilization window) comes back from its published gauges, "
+                                     "so planner_metrics must be enabled with a pushgateway_url or a port")
+    assert "\n" not in str(err.value)
