@@ -90,3 +90,24 @@ def test_fleet_what_if_refuses_bad_input_in_one_line(models, message):
     with pytest.raises(ValidationError, match=message):
         FleetWhatIf(budget_gpus=8, models=[FleetModel(name=n, scenario=WhatIfScenario(
             trace="t.csv", profile_dir="p", policy=policy)) for n, policy in models])
+
+
+def test_demand_from_a_replayed_plan(setup):
+    """A planner's last plan of a replay as the fleet reads it: its decision's targets, its bounds, and shares
+    that never fall as replicas rise (at the trace's end a low load point can be 0 requests, met by none)."""
+    from planner.fleet.demand import demand_from_plan
+
+    member = _members(setup)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        replay(member.trace, member.tables, member.policy, scenario=member.scenario)
+    plan, policy = member.policy.last_plan, member.policy
+    d = demand_from_plan("code", plan, cfg=policy.cfg, profile=policy.profile, priority=2.0)
+    assert d.wanted == {"prefill": plan.decision.prefill_replicas, "decode": plan.decision.decode_replicas}
+    assert d.min_replicas == {"prefill": 1, "decode": 1} and d.priority == 2.0
+    assert d.requests == pytest.approx(plan.forecast.num_requests)
+    for pool in ("prefill", "decode"):
+        fracs = d.met_frac[pool]
+        assert len(fracs) == d.wanted[pool] + 1 and fracs[0] < fracs[-1]
+        assert all(b >= a - 1e-12 for a, b in zip(fracs, fracs[1:]))
+    assert d.miss_frac(d.wanted) < d.miss_frac({"prefill": 1, "decode": 1}) or d.wanted == {"prefill": 1, "decode": 1}
