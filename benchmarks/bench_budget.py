@@ -65,13 +65,16 @@ STATIC_GRID = {"code": [(p, d) for p in range(2, 10) for d in (1, 2)],
                "mooncake": [(p, d) for p in range(2, 10) for d in (1, 2)]}
 
 
+JITTER_S = 30.0  # --jitter-s sets it: 30 independent tenants, 1 synchronised copies (the stress case)
+
+
 def fleet_spec(budget: int, rule: str, share: float, priorities: dict[str, float]):
     from sim.whatif.fleet import FleetModel, FleetWhatIf
     from sim.whatif.scenario import WhatIfScenario
 
     models = [FleetModel(name=name, priority=priorities.get(name, 1.0), scenario=WhatIfScenario(
         trace=str(TRACES / file), profile_dir=str(PROFILE), ttft_ms=ttft, itl_ms=itl, load_multiplier=k,
-        jitter_s=30.0, seed=0)) for name, file, k, ttft, itl in MODELS]
+        jitter_s=JITTER_S, seed=0)) for name, file, k, ttft, itl in MODELS]
     return FleetWhatIf(models=models, budget_gpus=budget, rule=rule, guaranteed_share_frac=share)
 
 
@@ -173,10 +176,19 @@ def main() -> None:
     ap.add_argument("--budgets", default=None, help="comma-separated budgets (GPUs); default 14,16,18,20")
     ap.add_argument("--priority-case-only", action="store_true",
                     help="re-run only the unequal-priority case into the existing results file")
-    ap.add_argument("--out", default=str(RESULTS / "budget.json"))
+    ap.add_argument("--jitter-s", type=float, default=30.0,
+                    help="copies shifted by up to +- this, s: 30 independent tenants (default), 1 synchronised copies "
+                    "(the stress case: no static search, no priority case)")
+    ap.add_argument("--out", default=None, help="default benchmarks/results/budget.json (budget_synchronised.json "
+                    "with --jitter-s 1)")
     args = ap.parse_args()
+    global JITTER_S
+    JITTER_S = args.jitter_s
+    stress = args.jitter_s != 30.0
+    args.out = args.out or str(RESULTS / ("budget_synchronised.json" if stress else "budget.json"))
     warnings.simplefilter("ignore")
     from sim.whatif.fleet import fleet_members, run_fleet_what_if
+    from sim.whatif.scenario import load_model
 
     if args.priority_case_only:
         members = fleet_members(fleet_spec(UNCONSTRAINED_GPUS, "loss", 0.0, {}))
@@ -197,7 +209,7 @@ def main() -> None:
     rows.append(row("planners alone", summary))
     print(f"unconstrained: peak {summary['peak_granted_gpus']} GPUs granted, fleet "
           f"{summary['fleet_attainment']:.2%}", flush=True)
-    statics = None if args.quick else static_replays(members)
+    statics = None if args.quick or stress else static_replays(members)
     for budget in budgets:
         for label, rule, share in RULES:
             summary, _ = run_fleet_what_if(fleet_spec(budget, rule, share, {}), members=fresh(members))
@@ -210,15 +222,14 @@ def main() -> None:
             split = best_static_split(statics, budget)
             if split is not None:
                 rows.append(static_row(budget, split, requests))
-    priority_rows = [] if args.quick else priority_case(members)
+    priority_rows = [] if args.quick or stress else priority_case(members)
     names = [m.name for m in members]
     out = {
         "what": "three models under one GPU budget: the arbitration by expected SLA loss (planner.fleet) against "
                 "a fixed equal split, a fixed priority order and the best static split in hindsight",
         "models": [{"name": n, "trace": f, "copies": k, "ttft_ms": t, "itl_ms": i, "requests": requests[n]}
                    for n, f, k, t, i in MODELS],
-        "profile": str(PROFILE.relative_to(DATA)), "load_model": "independent tenants: copies shifted by up to "
-        "+-30 s (seed 0)", "start": "cold (each planner's warm start from its first interval, cut to the budget)",
+        "profile": str(PROFILE.relative_to(DATA)), "load_model": load_model(MODELS[0][2], JITTER_S) + " (seed 0)", "start": "cold (each planner's warm start from its first interval, cut to the budget)",
         "interval_s": 60, "startup_s": 60, "priorities": "equal (1)",
         "rows": rows, "markdown": markdown(rows, names),
         "priority_case": {"priorities": PRIORITIES, "rows": priority_rows,
