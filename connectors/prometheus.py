@@ -196,15 +196,17 @@ class PrometheusCollector:
 
     def ready_history(self, *, now_s: float, window_s: float, step_s: float = 5.0,
                       interval_s: float = 60.0) -> tuple[tuple[float, int, int], ...]:
-        """(t_s, prefill, decode) workers reporting queries.queue_length, every step_s over the last window_s up to
-        now_s (Unix seconds), only where the counts change: the ready counts a pool's startup time is measured
-        from (planner.signals.startup_time). A worker counts from its first scrape with the series until its
-        target goes; an aggregated engine counts in both pools."""
+        """(t_s, prefill, decode) workers whose scrape answers (queries.ready_workers), every step_s over the last
+        window_s up to now_s (Unix seconds), only where the counts change: the ready counts a pool's startup time
+        is measured from (planner.signals.startup_time). An aggregated engine counts in both pools. An empty
+        query: ()."""
+        if not self.cfg.queries.ready_workers.strip():
+            return ()
         step_s = max(step_s, window_s / MAX_POINTS_PER_RANGE_QUERY)  # one range query: Prometheus caps its points
         n = max(1, int(window_s // step_s))
         start_s = now_s - (n - 1) * step_s
-        query = self.render("queue_length", interval_s=interval_s)
-        result = self._run("queue_length", query, lambda: self._prom.custom_query_range(
+        query = self.render("ready_workers", interval_s=interval_s)
+        result = self._run("ready_workers", query, lambda: self._prom.custom_query_range(
             query, start_time=datetime.fromtimestamp(start_s, tz=timezone.utc),
             end_time=datetime.fromtimestamp(now_s, tz=timezone.utc), step=repr(float(step_s)),
             params={"start": repr(start_s), "end": repr(now_s)}))

@@ -237,6 +237,13 @@ class QueryTemplates(StrictModel):
         description="requests the routing service shed over the last minute, read by the fast path's watcher "
         "(planner.fast_path.shed_min_requests); no series (no routing service) never fires; empty: not read",
     )
+    ready_workers: str = Field(
+        "max by (${pod_group_by}) (up{${worker_selector}}) == 1",
+        description="per pod: its metrics endpoint answers (Prometheus' up of the worker scrape targets), the ready "
+        "count each pool's startup time is measured from with scale to zero (a worker's engine series can be "
+        "absent until it has served a request: Dynamo 1.6.1's mocker exports no vllm:* series before one); "
+        "empty: not read (startup from sizing.replica_startup_s)",
+    )
     wake_requests: str = Field(
         "(sum(sla_planner_waker_held_requests) or vector(0))"
         " + (sum(increase(sla_planner_waker_requests_total{outcome=\"held\"}[1m])) or vector(0))"

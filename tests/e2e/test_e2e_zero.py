@@ -197,7 +197,7 @@ def test_a_pool_scaled_to_zero_after_quiet_is_woken_by_a_request_and_serves_it(l
     with PrometheusCollector(cfg.metrics) as collector:
         ready = collector.ready_history(now_s=time.time(), window_s=600, step_s=1.0)
     assert measured is not None and measured["startup_measured"] == 1.0, (measured, fl.applied_targets, ready,
-                                                                         prom.query('{__name__=~"vllm.*waiting"}'))
+                                                                         prom.query(f'up{{fleet="{cfg.planner.namespace}"}}'))
     assert 0.0 < measured["startup_s"] < 15.0, measured
     print(f"\nzero {t_zero - t_last:.1f} s after the last request ({len(runs)} planner runs, {t_zero - t_start:.1f} s "
           f"from the start); woken request TTFT {ttft_s:.2f} s; measured startup {measured['startup_s']:.1f} s")

@@ -16,15 +16,16 @@ SCRAPE_S = 15.0
 
 @pytest.fixture(scope="module")
 def prometheus(prometheus_server):
-    # prefill-0 and decode-0 report all along; the scale-up decided at +1000 s brings decode-1, whose series
-    # starts at +1050 s (50 s: its startup); another fleet's worker (other labels) must not count.
+    # prefill-0 and decode-0 answer all along; the scale-up decided at +1000 s brings decode-1, whose scrape
+    # answers from +1050 s (50 s: its startup); another fleet's worker (other labels) must not count.
     writer = OpenMetricsWriter()
     times = [ANCHOR_S + SCRAPE_S * i for i in range(int(1800 / SCRAPE_S) + 1)]
     for pod, role, since in (("w0", "prefill", 0.0), ("w1", "decode", 0.0), ("w2", "decode", 1050.0)):
-        write_gauge(writer, name="vllm:num_requests_waiting", labels={"instance": pod, "role": role, "fleet": FLEET},
-                    points=[(t, 0.0) for t in times if t >= ANCHOR_S + since])
-    write_gauge(writer, name="vllm:num_requests_waiting", labels={"instance": "x", "role": "decode", "fleet": "other"},
-                points=[(t, 0.0) for t in times])
+        # the worker's scrape target: down (0) until its metrics endpoint answers
+        write_gauge(writer, name="up", labels={"instance": pod, "role": role, "fleet": FLEET},
+                    points=[(t, 1.0 if t >= ANCHOR_S + since else 0.0) for t in times])
+    write_gauge(writer, name="up", labels={"instance": "x", "role": "decode", "fleet": "other"},
+                points=[(t, 1.0) for t in times])
     prometheus_server.backfill(writer.render())
     return prometheus_server
 
