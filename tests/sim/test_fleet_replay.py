@@ -17,6 +17,7 @@ from sim.fleet_replay import FleetMemberReplay, fleet_attainment, replay_fleet
 from sim.lookup import ProfileTables
 from sim.policies import PlannerPolicy, default_planner_config
 from sim.replay import ReplaySettings, replay
+from tests.support.fixtures_prefect import prefect_harness  # noqa: F401  (fixture)
 from workloads.traces import load_trace, multiply_load, time_window
 
 SLO = SloTarget(ttft_ms=200, itl_ms=10)
@@ -111,3 +112,39 @@ def test_demand_from_a_replayed_plan(setup):
         assert len(fracs) == d.wanted[pool] + 1 and fracs[0] < fracs[-1]
         assert all(b >= a - 1e-12 for a, b in zip(fracs, fracs[1:]))
     assert d.miss_frac(d.wanted) < d.miss_frac({"prefill": 1, "decode": 1}) or d.wanted == {"prefill": 1, "decode": 1}
+
+
+def test_what_if_fleet_flow_explains_itself(prefect_harness, setup, tmp_path):  # noqa: F811
+    """The fleet what-if as a Prefect run: its name says the budget and rule, its message the figures, its
+    artifact a row per model."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from sim.whatif.fleet import FleetModel, FleetWhatIf
+    from sim.whatif.flow import what_if_fleet_flow
+    from sim.whatif.scenario import WhatIfScenario
+    from workloads.traces import write_mooncake_jsonl
+
+    _, _, traces, profile_dir = setup
+    models = []
+    for name, trace in traces.items():
+        path = write_mooncake_jsonl(time_window(trace, 0.0, 300.0), tmp_path / f"{name}.jsonl")
+        models.append(FleetModel(name=name, scenario=WhatIfScenario(trace=str(path), profile_dir=profile_dir)))
+    state = what_if_fleet_flow(FleetWhatIf(models=models, budget_gpus=4), return_state=True)
+    summary = state.result()
+    assert set(summary["models"]) == {"code", "conv"} and summary["peak_granted_gpus"] <= 4
+    assert state.message.startswith("fleet ") and "of requests met their SLA" in state.message
+
+    async def fetch():
+        async with get_client() as client:
+            run = await client.read_flow_run(state.state_details.flow_run_id)
+            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["what-if-fleet-loss"])))
+            return run, arts
+
+    run, arts = asyncio.run(fetch())
+    assert run.name == "what-if fleet: 4 GPUs, rule loss"
+    report = arts[0].data
+    assert "| code (" in report and "| conv (" in report and "4 GPUs, rule loss" in report
