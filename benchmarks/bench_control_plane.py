@@ -65,7 +65,7 @@ BUCKETS = {
     "apply (local connector)": ("local.py", "apply"),
     "decision table and summary": ("report.py", None),
     "decide step (whole, fleet)": ("fleet.py", "plan_deployment"),
-    "deployment run (whole, fleet)": ("fleet_flow.py", "deployment_flow"),
+    "deployment run (whole, fleet)": ("fleet_flow.py", "deployment_run"),
     "HTTP to the Prefect server and Prometheus": ("_client.py", "send"),
 }
 

@@ -24,7 +24,7 @@ from connectors.factory import make_connector
 from connectors.predictor_cache import open_predictor_cache
 from connectors.profiles import load_profile
 from planner.config import PlannerConfig, ProfileConfig
-from planner.fleet.arbitrate import Arbitration, Grant, arbitrate
+from planner.fleet.arbitrate import Arbitration, Grant, arbitrate, granted_decision
 from planner.fleet.demand import DeploymentDemand, demand_from_plan
 from planner.latency.profile import EngineProfile
 from planner.pipeline import PlanResult, Steps, plan_steps
@@ -148,12 +148,11 @@ def arbitrate_fleet(fleet, plans: Mapping[str, DeploymentPlan | None],
 
     fleet: the checked fleet file (flows.fleet_config.Fleet).
     """
-    return arbitrate(fleet_demands(fleet.members, plans, profiles), fleet.budget_gpus)
+    return arbitrate(fleet_demands(fleet.members, plans, profiles), fleet.budget_gpus,
+                     guaranteed_share_frac=fleet.guaranteed_share_frac)
 
 
 def granted_plan(plan: DeploymentPlan, grant: Grant) -> DeploymentPlan:
     """The plan with its decision cut to the grant: the granted targets, and the budget's reasons after its own."""
-    d = plan.result.decision
-    decision = dataclasses.replace(d, prefill_replicas=grant.targets["prefill"],
-                                   decode_replicas=grant.targets["decode"], reasons=d.reasons + grant.reasons)
+    decision = granted_decision(plan.result.decision, grant)
     return dataclasses.replace(plan, result=dataclasses.replace(plan.result, decision=decision))
