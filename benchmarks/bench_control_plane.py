@@ -182,8 +182,8 @@ class PrefectServer:
             self.proc = None
 
 
-def plan_round(shape: str, configs: list, fleet_path: Path | None, *, now_s: float = NOW_S
-               ) -> tuple[float, list[float], dict]:
+def plan_round(shape: str, configs: list, fleet_path: Path | None, *, now_s: float = NOW_S,
+               deployment_runs: str = "task") -> tuple[float, list[float], dict]:
     """Plan every deployment once at now_s; (wall s, per-decision latencies s, what the round returned)."""
     from flows.config import ReplayInputs
 
@@ -200,7 +200,7 @@ def plan_round(shape: str, configs: list, fleet_path: Path | None, *, now_s: flo
     from flows.fleet_flow import fleet_flow
 
     t0 = time.perf_counter()
-    out = fleet_flow(fleet_path=str(fleet_path), now_s=now_s)
+    out = fleet_flow(fleet_path=str(fleet_path), now_s=now_s, deployment_runs=deployment_runs)
     wall = time.perf_counter() - t0
     return wall, [d["latency_s"] for d in out["deployments"]], out
 
@@ -288,11 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=("runs", "fleet"), default="fleet")
     parser.add_argument("--n", default="1,10,50,100,200", help="deployment counts, comma-separated")
     parser.add_argument("--prefect-db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--deployment-runs", choices=("task", "subflow"), default="task",
+                        help="fleet: each deployment's apply-and-explain as a task run or a subflow run")
     parser.add_argument("--profile-n", type=int, default=10, help="N of the cProfile round (0: none)")
     parser.add_argument("--out", default=None, help="result JSON (default: benchmarks/results/control_plane_<shape>_<db>.json)")
     args = parser.parse_args(argv)
     ns = [int(x) for x in args.n.split(",")]
     base = Path(tempfile.mkdtemp(prefix="bench-control-plane-"))
+    base.chmod(0o711)  # PostgreSQL runs as its own user (as root: postgres), which must reach its folder
     load_before = os.getloadavg()
 
     from tests.support.fixtures_prometheus import PrometheusServer
@@ -328,9 +331,10 @@ def main(argv: list[str] | None = None) -> int:
             fleet_path = write_fleet_file(configs, state) if args.shape == "fleet" else None
             # The first round starts cold (no fitted predictor state, every fleet at 1 + 1); the measured one is
             # the next interval's, as every scheduled round after the first.
-            cold_wall, _, _ = plan_round(args.shape, configs, fleet_path, now_s=NOW_S - INTERVAL_S)
+            cold_wall, _, _ = plan_round(args.shape, configs, fleet_path, now_s=NOW_S - INTERVAL_S,
+                                         deployment_runs=args.deployment_runs)
             cpu0, load0 = server.cpu_s(), os.getloadavg()[0]
-            wall, lat, out = plan_round(args.shape, configs, fleet_path)
+            wall, lat, out = plan_round(args.shape, configs, fleet_path, deployment_runs=args.deployment_runs)
             cpu1 = server.cpu_s()
             lat_sorted = sorted(lat)
             phases = out.get("phases_s") if out else None
@@ -368,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 "reading a real Prometheus (synthetic frontend series: Azure 2023 conversation trace, x1 per "
                 "deployment, copies shifted by 7 min: independent tenants), local connectors",
         "shape": args.shape,
+        "deployment_runs": args.deployment_runs if args.shape == "fleet" else None,
         "prefect_db": args.prefect_db,
         "rows": rows,
         "where_the_time_goes_s": breakdown,

@@ -70,6 +70,10 @@ def init_cluster(base: Path) -> str:
     pwfile.write_text(password)
     pwfile.chmod(0o600)
     if os.geteuid() == 0:
+        closed = [str(p) for p in base.resolve().parents if not os.stat(p).st_mode & 0o001]
+        if closed:
+            raise StackError(f"--prefect-db postgres: the {SYSTEM_USER} user cannot reach {base}: {closed[0]} is not "
+                             "searchable by others (chmod o+x it, or use a state folder elsewhere)")
         data.mkdir(mode=0o700)
         shutil.chown(data, SYSTEM_USER, SYSTEM_USER)
         # initdb, run as postgres, reads the password file: hand it a copy it can read, removed after.
