@@ -41,9 +41,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 INTERVAL_S = 10.0
 
 
-def chat(url: str, *, timeout_s: float = 120.0) -> tuple[int, float, dict | None]:
+def chat(url: str, *, timeout_s: float = 120.0, model: str = "tok") -> tuple[int, float, dict | None]:
     """(HTTP status, seconds to the first streamed byte, the last data event) of one streaming chat completion."""
-    body = json.dumps({"model": "tok", "messages": [{"role": "user", "content": "wake up please"}],
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "wake up please"}],
                        "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}}).encode()
     request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"content-type": "application/json"})
     t0 = time.monotonic()
@@ -150,6 +150,10 @@ def test_a_pool_scaled_to_zero_after_quiet_is_woken_by_a_request_and_serves_it(l
     fleet.wait_for(lambda: not fleet.model_served(), timeout_s=20, what="the frontend to forget the model")
     direct, _, _ = chat(fleet.url)
     assert direct == 404  # Dynamo's frontend at zero: the model is gone, and it counts the request nowhere
+    # The waker holds only its own models: another name gets the frontend's 404 at once, and is not counted held.
+    other, other_s, _ = chat(waker_url, model="not-served")
+    assert other == 404 and other_s < 5.0
+    assert json.loads(urllib.request.urlopen(f"{waker_url}/healthz").read())["held"] == 0
     t_zero = time.monotonic()
 
     # The watcher's loop, as `sla-planner watch --wake-run` runs it, every 0.5 s.
@@ -179,7 +183,7 @@ def test_a_pool_scaled_to_zero_after_quiet_is_woken_by_a_request_and_serves_it(l
     # start (~1 s) + the waker's retry (0.25 s).
     assert 1.0 < ttft_s < 30.0, ttft_s
     counts = json.loads(urllib.request.urlopen(f"{waker_url}/healthz").read())
-    assert counts["held"] == 1 and counts["passed"] == 2 and counts["holding"] == 0
+    assert counts["held"] == 1 and counts["passed"] == 3 and counts["holding"] == 0  # 2 served + the other model
     fleet.wait_for(lambda: len(fleet.workers()) == 2, timeout_s=20, what="both workers running")
 
     # The next scheduled runs measure each pool's startup from that wake: its decision (the connector's applied
