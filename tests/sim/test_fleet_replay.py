@@ -61,7 +61,7 @@ def test_a_tight_budget_holds_every_interval_within_it(setup, rule):
         fleet = replay_fleet(_members(setup), budget_gpus=budget, rule=rule)
     assert fleet.short_intervals > 0 and fleet.peak_granted_gpus <= budget
     code, conv = fleet.results["code"].timeline, fleet.results["conv"].timeline
-    n = min(len(code.t_s), len(conv.t_s))
+    n = min(len(code.t_s), len(conv.t_s)) - 1  # up to the interval the first finished in (then its GPUs are free)
     targets = [code.prefill_target[i] + code.decode_target[i] + conv.prefill_target[i] + conv.decode_target[i]
                for i in range(n)]
     assert max(targets) <= budget
@@ -148,3 +148,35 @@ def test_what_if_fleet_flow_explains_itself(prefect_harness, setup, tmp_path):  
     assert run.name == "what-if fleet: 4 GPUs, rule loss"
     report = arts[0].data
     assert "| code (" in report and "| conv (" in report and "4 GPUs, rule loss" in report
+
+
+def test_replicas_of_several_gpus_count_as_such(setup, shared_data):
+    """A 4-GPU-replica model (Qwen3-32B TP4 on H100, aiconfigurator's profile) beside a 1-GPU one: the grants
+    count each replica's GPUs, so its targets x 4 plus the other's never pass the budget."""
+    from tests.support.fixtures_profile import profiler_dir
+
+    profile_h200, tables_h200, traces, profile_dir = setup
+    qwen_dir = profiler_dir(shared_data, "aic-Qwen32B-H100-TP4")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qwen = load_profile_dir(qwen_dir)
+    assert (qwen.gpus_per_prefill_engine, qwen.gpus_per_decode_engine) == (4, 4)
+    slo_qwen = SloTarget(ttft_ms=1000, itl_ms=30)
+    from sim.config import SimConfig
+
+    members = [
+        FleetMemberReplay("qwen", traces["code"], ProfileTables(qwen), PlannerPolicy(
+            default_planner_config(profile_dir=str(qwen_dir), ttft_ms=1000, itl_ms=30, interval_s=60), qwen),
+            ReplaySettings(slo=slo_qwen, sim=SimConfig(gpus_per_prefill=4, gpus_per_decode=4))),
+        _members(setup)[1],
+    ]
+    budget = 14
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fleet = replay_fleet(members, budget_gpus=budget)
+    assert fleet.short_intervals > 0 and fleet.peak_granted_gpus <= budget
+    q, c = fleet.results["qwen"].timeline, fleet.results["conv"].timeline
+    # Up to the interval in which the first of them finished: from then on its GPUs are free (its replay ends).
+    used = [4 * (q.prefill_target[i] + q.decode_target[i]) + c.prefill_target[i] + c.decode_target[i]
+            for i in range(min(len(q.t_s), len(c.t_s)) - 1)]
+    assert max(used) <= budget
