@@ -14,13 +14,14 @@ bench_robust = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_robust)
 
 
-def test_the_matrix_is_every_trace_load_model_and_start_and_the_day():
+def test_the_matrix_is_every_trace_load_model_and_start():
     every = bench_robust.matrix(servegen=True)
-    assert len(every) == 4 * 2 * 2 + 1  # 4 traces x (tenants, synchronised) x (cold, running) + the day, cold
+    assert len(every) == 4 * 2 * 3 + 3  # 4 traces x (tenants, synchronised) x (cold, running, warm) + the day x 3
     assert {(s["jitter_s"], s["start"]) for s in every if s["trace"].startswith("mooncake loose")} == {
-        (30.0, "cold"), (30.0, "running"), (1.0, "cold"), (1.0, "running")}
-    assert every[-1] == {"trace": bench_robust.SERVEGEN, "jitter_s": None, "start": "cold"}
-    assert len(bench_robust.matrix(servegen=False, traces=["mooncake"])) == 8  # both Mooncake SLAs
+        (j, s) for j in (30.0, 1.0) for s in ("cold", "running", "warm")}
+    assert every[-3:] == [{"trace": bench_robust.SERVEGEN, "jitter_s": None, "start": s}
+                          for s in ("cold", "running", "warm")]
+    assert len(bench_robust.matrix(servegen=False, traces=["mooncake"])) == 12  # both Mooncake SLAs
 
 
 ORACLE = {"slo_attainment": 0.9966, "gpu_hours": 4.80}
