@@ -274,9 +274,9 @@ def _sized_targets(
     targets, r = stabilize_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
                                       **_hold(sizing, cfg))
     reasons += r
-    floor_s, floor_frac = _floor(sizing, obs, cfg, now_s=now_s)
+    floor_s, floor_frac, why = _floor(sizing, obs, cfg, now_s=now_s)
     targets, r = floor_scale_down(targets, current=current, history=fleet.recent_targets, now_s=now_s,
-                                  window_s=floor_s, frac=floor_frac)
+                                  window_s=floor_s, frac=floor_frac, why=why)
     reasons += r
     targets, r = hold_scale_down_in_warmup(
         targets, current=current, history_intervals=None if obs.history is None else len(obs.history),
@@ -321,18 +321,22 @@ def _zero_case(sizing: Mapping[Pool, PoolSizing], *, fleet: FleetState, obs: Obs
 
 
 def _floor(sizing: Mapping[Pool, PoolSizing], obs: Observation, cfg: DecisionConfig, *,
-           now_s: float) -> tuple[float | None, float]:
-    """The scale-down floor's (window s or None: off, share kept): scale_down_floor_burst_frac while arrivals
-    come in synchronised bursts (the window's arrivals had quiet spells, planner.signals.quiet_spells, and sizing
-    took the upper forecast: they clump), else scale_down_floor_frac."""
+           now_s: float) -> tuple[float | None, float, str]:
+    """The scale-down floor's (window s or None: off, share kept, why that share): scale_down_floor_burst_frac
+    while arrivals come in synchronised bursts (the window's arrivals had quiet spells, planner.signals.quiet_spells,
+    and sizing took the upper forecast: they clump), else scale_down_floor_frac."""
     window_s, frac = cfg.scale_down_floor_s, cfg.scale_down_floor_frac
     if not window_s or cfg.scale_down_floor_burst_frac is None or cfg.scale_down_floor_quiet_share is None:
-        return window_s, frac
+        return window_s, frac, ""
     clumping = bool(sizing) and any(s.numbers.get("sized_on_mean") == 0.0 for s in sizing.values())
     if not clumping:
-        return window_s, frac
-    quiet, _ = had_quiet_spell(obs.history, since_s=now_s - window_s, max_share=cfg.scale_down_floor_quiet_share)
-    return window_s, cfg.scale_down_floor_burst_frac if quiet else frac
+        return window_s, frac, ""
+    quiet, share = had_quiet_spell(obs.history, since_s=now_s - window_s, max_share=cfg.scale_down_floor_quiet_share)
+    if not quiet:
+        return window_s, frac, ""
+    seen = "too little history to tell" if share is None else (
+        f"its 10th-percentile interval {share:.0%} of its busiest, <= {cfg.scale_down_floor_quiet_share:.0%}")
+    return window_s, cfg.scale_down_floor_burst_frac, f" (synchronised bursts: arrivals clump, quiet spells: {seen})"
 
 
 def _hold(sizing: Mapping[Pool, PoolSizing], cfg: DecisionConfig) -> dict:

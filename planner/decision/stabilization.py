@@ -82,9 +82,10 @@ def floor_scale_down(
     window_s: float | None,
     frac: float,
     now_s: float,
+    why: str = "",
 ) -> Step:
     """Scale down no lower than frac of the highest recommendation of the last window_s seconds (never above
-    current). None: off.
+    current). None: off. why: said in the reason after the window (why this share).
 
     The stabilization window holds a burst's size for minutes; bursty tenants come back after longer quiet
     spells, and a pool that fell to the quiet minutes' size meets them with a fraction of what they need (code
@@ -97,7 +98,7 @@ def floor_scale_down(
     def reason(pool: str, t: int, held: int, level: int, ranked: list[int], entries: int) -> Reason:
         return Reason(ReasonCode.SCALE_DOWN_FLOOR, pool,
                       f"{pool}: scale-down to {t} held at {held}: {frac:.0%} of the highest recommendation in the "
-                      f"last {window_s:.0f} s ({ranked[0]})",
+                      f"last {window_s:.0f} s ({ranked[0]}){why}",
                       {"recommended_replicas": float(t), "window_max_replicas": float(ranked[0]),
                        "floor_frac": frac, "window_s": window_s, "window_entries": float(entries)})
 

@@ -88,6 +88,9 @@ def test_floor_keeps_the_burst_share_for_synchronised_bursts(counts, clumping, c
     assert d.prefill_replicas == expected
     floor = [r for r in d.reasons if r.code == ReasonCode.SCALE_DOWN_FLOOR and r.pool == "prefill"]
     assert len(floor) == 1 and floor[0].numbers["floor_frac"] == (0.625 if expected == 5 else 0.5)
+    # The burst share says why: 0.5 x 20 = 10 requests of 4000 is 0% (0.25%) of the busiest.
+    assert ("synchronised bursts: arrivals clump, quiet spells: its 10th-percentile interval 0% of its busiest, "
+            "<= 25%" in floor[0].message) is (expected == 5)
 
 
 def test_the_default_keeps_the_hours_highest_for_synchronised_bursts():
