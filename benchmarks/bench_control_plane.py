@@ -132,6 +132,20 @@ def run_configs(n: int, *, prometheus_url: str, state_dir: Path) -> list:
     return out
 
 
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (PostgreSQL's backends are its children)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    total = sum(proc.cpu_times()[:2])
+    for child in proc.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 class PrefectServer:
     """`prefect server start` on a free port, SQLite in base_dir or the given database URL."""
 
@@ -163,16 +177,7 @@ class PrefectServer:
                      log_path=self.base_dir / "prefect-server.log", what="prefect server")
 
     def cpu_s(self) -> float:
-        import psutil
-
-        proc = psutil.Process(self.proc.pid)
-        total = sum(proc.cpu_times()[:2])
-        for child in proc.children(recursive=True):
-            try:
-                total += sum(child.cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return process_tree_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         from tests.support.fixtures_net import stop_process
@@ -334,8 +339,10 @@ def main(argv: list[str] | None = None) -> int:
             cold_wall, _, _ = plan_round(args.shape, configs, fleet_path, now_s=NOW_S - INTERVAL_S,
                                          deployment_runs=args.deployment_runs)
             cpu0, load0 = server.cpu_s(), os.getloadavg()[0]
+            db0 = process_tree_cpu_s(postgres.proc.pid) if postgres is not None else None
             wall, lat, out = plan_round(args.shape, configs, fleet_path, deployment_runs=args.deployment_runs)
             cpu1 = server.cpu_s()
+            db1 = process_tree_cpu_s(postgres.proc.pid) if postgres is not None else None
             lat_sorted = sorted(lat)
             phases = out.get("phases_s") if out else None
             row = {
@@ -350,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             if phases:
                 row["phases_s"] = phases
+            if db0 is not None:
+                row["postgres_cpu_s"] = round(db1 - db0, 1)
             rows.append(row)
             print(json.dumps(row), flush=True)
         breakdown = None
