@@ -68,6 +68,8 @@ _HOLDS = {
 }
 # What moved a pool's target, strongest first; the SLA sizing is named by the latency it sizes for.
 _CAUSES = {
+    ReasonCode.SCALE_TO_ZERO: "scale to zero",  # overrides the scale-down holds after it in this list
+    ReasonCode.WAKE_FROM_ZERO: "wake from zero",
     ReasonCode.FAST_PATH_SCALE_UP: "fast path",
     ReasonCode.SATURATION_SCALE_UP: "saturation",
     ReasonCode.SATURATION_VETO_SCALE_DOWN: "saturation veto",
@@ -80,6 +82,7 @@ _CAUSES = {
     ReasonCode.WARMUP_NO_SCALE_DOWN: "warm-up",
     ReasonCode.WARMUP_START_FLOOR: "warm-up floor",
     ReasonCode.SCALE_UP_PAST_PENDING: "scale-up past a pending decision",
+    ReasonCode.KEPT_ABOVE_ZERO: "kept above zero",
 }
 _SIZED_ON = {"prefill": "TTFT forecast", "decode": "ITL forecast"}
 

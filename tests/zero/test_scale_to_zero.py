@@ -104,15 +104,15 @@ def case(*, quiet_s=900.0, upper_rps=0.0, ttft_s=2.0, start=(30.0, 60.0), gpus=(
                  id="quiet 300 s < 600: sizing's 0 raised to 1"),
     pytest.param(t(1, 3), t(1, 3), case(quiet_s=300.0), t(1, 3), None,
                  id="not quiet, targets above zero: untouched"),
-    # upper 0.002 rps x (60 + 60) s = 0.24 late x 0.1 = 0.024 GPU-h < saved (1+2) x 60/3600 = 0.05
-    pytest.param(t(1, 2), t(1, 2), case(upper_rps=0.002), t(0, 0), "scale_to_zero", id="0.024 < 0.05 GPU-h: zero"),
-    # upper 0.005 rps x 120 s = 0.6 late x 0.1 = 0.06 GPU-h >= 0.05
-    pytest.param(t(0, 0), t(1, 2), case(upper_rps=0.005), t(1, 1), "kept_above_zero", id="0.06 >= 0.05 GPU-h: kept"),
+    # upper 0.004 rps x 60 s startup = 0.24 late x 0.1 = 0.024 GPU-h < saved (1+2) x 60/3600 = 0.05
+    pytest.param(t(1, 2), t(1, 2), case(upper_rps=0.004), t(0, 0), "scale_to_zero", id="0.024 < 0.05 GPU-h: zero"),
+    # upper 0.01 rps x 60 s = 0.6 late x 0.1 = 0.06 GPU-h >= 0.05
+    pytest.param(t(0, 0), t(1, 2), case(upper_rps=0.01), t(1, 1), "kept_above_zero", id="0.06 >= 0.05 GPU-h: kept"),
     # the same load but startup 1.5 s within the 2 s TTFT target: nobody is late, cost 0
-    pytest.param(t(1, 2), t(1, 2), case(upper_rps=0.005, start=(1.0, 1.5)), t(0, 0), "scale_to_zero",
+    pytest.param(t(1, 2), t(1, 2), case(upper_rps=0.01, start=(1.0, 1.5)), t(0, 0), "scale_to_zero",
                  id="startup 1.5 s <= TTFT 2 s: no late request"),
     # 8 GPUs a decode replica: saved (1 + 2 x 8) x 60/3600 = 0.283 GPU-h > 0.06
-    pytest.param(t(1, 2), t(1, 2), case(upper_rps=0.005, gpus=(1, 8)), t(0, 0), "scale_to_zero",
+    pytest.param(t(1, 2), t(1, 2), case(upper_rps=0.01, gpus=(1, 8)), t(0, 0), "scale_to_zero",
                  id="bigger replicas save more: 0.06 < 0.283 GPU-h"),
     pytest.param(t(0, 0), t(0, 0), case(upper_rps=5.0), t(0, 0), None, id="already at zero: left to the others"),
     pytest.param(t(2, 2), t(0, 0), case(quiet_s=0.0), t(2, 2), None, id="waking: left to the others"),
@@ -127,9 +127,9 @@ def test_scale_to_zero_rule(targets, current, c, expected, code):
 
 def test_scale_to_zero_reason_says_which_numbers_decided():
     _, [p, d] = scale_to_zero(t(1, 2), current=t(1, 2), zero_pools=("prefill", "decode"),
-                              case=case(upper_rps=0.002), quiet_needed_s=600.0, late_request_cost_gpu_h=0.1)
-    assert d.message == ("decode: 2 -> 0: quiet 900 s; upper forecast 0.002 rps x (60 s + decode startup 60 s "
-                         "(median of 1 measured scale-ups)) = 0.24 requests late against TTFT 2 s, cold start "
+                              case=case(upper_rps=0.004), quiet_needed_s=600.0, late_request_cost_gpu_h=0.1)
+    assert d.message == ("decode: 2 -> 0: quiet 900 s; upper forecast 0.004 rps x decode startup 60 s "
+                         "(median of 1 measured scale-ups) = 0.24 requests late against TTFT 2 s, cold start "
                          "0.024 GPU-h < 0.05 GPU-h saved until the next decision")
     assert d.numbers["startup_s"] == 60.0 and d.numbers["saved_gpu_h"] == pytest.approx(0.05)
     assert d.numbers["cold_start_cost_gpu_h"] == pytest.approx(0.024) and d.numbers["startup_measured"] == 1.0
@@ -184,8 +184,8 @@ def test_decide_keeps_one_replica_before_the_quiet_period():
 
 
 def test_decide_measures_startup_from_the_fleets_history():
-    # decode woke 0 -> 1 at 1000 s and was ready at 1300 s: 300 s startup; upper 0.002 rps x (60 + 300) = 0.72
-    # late x 0.1 = 0.072 GPU-h >= saved 3 x 60/3600 = 0.05: kept; with the configured 60 s it would go (0.024)
+    # decode woke 0 -> 1 at 1000 s and was ready at 1300 s: 300 s startup; upper 0.002 rps x 300 s = 0.6
+    # late x 0.1 = 0.06 GPU-h >= saved 3 x 60/3600 = 0.05: kept; with the configured 60 s it would go (0.012)
     fl = zero_fleet(applied_targets=((900, 0, 0), (1000, 1, 1)), ready_history=((1100, 1, 0), (1300, 1, 1)))
     d = decide(sizing=zero_sizing(upper_rps=0.002), saturation=None, fleet=fl, obs=quiet_obs([0] * 12),
                cfg=zero_cfg(), now_s=NOW)
@@ -195,3 +195,23 @@ def test_decide_measures_startup_from_the_fleets_history():
     d = decide(sizing=zero_sizing(upper_rps=0.002), saturation=None, fleet=zero_fleet(), obs=quiet_obs([0] * 12),
                cfg=zero_cfg(), now_s=NOW)
     assert (d.prefill_replicas, d.decode_replicas) == (0, 0)
+
+
+# -- what the run says ------------------------------------------------------------------------------------
+
+
+def test_the_run_message_names_scale_to_zero_and_kept_above_zero():
+    from types import SimpleNamespace
+
+    from flows.report import run_message
+
+    fl = zero_fleet(recent_targets=((NOW - 120, 1, 2),))
+    d = decide(sizing=zero_sizing(), saturation=None, fleet=fl, obs=quiet_obs([9] + [0] * 10), cfg=zero_cfg(),
+               now_s=NOW)
+    # the stabilization window's hold comes before the rule in the reasons; the message names what decided
+    assert run_message(SimpleNamespace(decision=d, fleet=fl, start_note=""), record=None,
+                       applying=True) == "scaled down: scale to zero (not written)"
+    kept = decide(sizing=zero_sizing(), saturation=None, fleet=zero_fleet(1, 1), obs=quiet_obs([9] + [0] * 5),
+                  cfg=zero_cfg(), now_s=NOW)
+    assert run_message(SimpleNamespace(decision=kept, fleet=zero_fleet(1, 1), start_note=""), record=None,
+                       applying=True) == "unchanged: kept above zero"
