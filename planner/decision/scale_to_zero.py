@@ -4,14 +4,14 @@ After `quiet_s` seconds without a request, the pools allowed to reach zero
 (min_replicas 0) go there when the expected cost of the cold start the next
 request would pay is below the GPU-hours saved until the next decision:
 
-    late requests  = upper_rps x (interval_s + startup_s)   when startup_s > the TTFT target, else 0
+    late requests  = upper_rps x startup_s   when startup_s > the TTFT target, else 0
     cost (GPU-h)   = late requests x late_request_cost_gpu_h
     saved (GPU-h)  = sum over those pools of replicas x GPUs per replica x interval_s / 3600
 
-upper_rps is the forecast's upper quantile (requests/s); a request arriving
-before the next decision wakes the fleet and waits the startup, as do those
-arriving while it starts. startup_s is the slowest of those pools' startup
-times, measured from the fleet's own scale-ups (planner.signals.startup_time).
+upper_rps is the forecast's upper quantile (requests/s): the requests expected
+in the startup window a wake opens, each waiting up to startup_s against the
+TTFT target. startup_s is the slowest of those pools' startup times, measured
+from the fleet's own scale-ups (planner.signals.startup_time).
 A pool the rule keeps above zero keeps at least one replica: sizing at no load
 may ask 0, and only this rule may take a running pool to zero. A pool already
 at zero is left to the other rules: a forecast above zero, or the wake signal
@@ -105,7 +105,7 @@ def scale_to_zero(
         return keep(f"quiet {case.quiet_s:.0f} s < {quiet_needed_s:.0f} s", numbers)
     startup = max(running, key=lambda p: case.startup[p].startup_s)
     startup_s = case.startup[startup].startup_s
-    late = case.upper_rps * (case.interval_s + startup_s) if startup_s > case.ttft_target_s else 0.0
+    late = case.upper_rps * startup_s if startup_s > case.ttft_target_s else 0.0
     cost = late * late_request_cost_gpu_h
     saved = sum(current[p] * case.gpus_per_replica[p] for p in running) * case.interval_s / 3600.0
     numbers.update({
@@ -114,8 +114,8 @@ def scale_to_zero(
         late_request_cost_gpu_h, "cold_start_cost_gpu_h": cost, "saved_gpu_h": saved,
         "startup_measured": float(case.startup[startup].source == "measured"),
     })
-    weighed = (f"quiet {case.quiet_s:.0f} s; upper forecast {case.upper_rps:.3g} rps x ({case.interval_s:.0f} s + "
-               f"{case.startup[startup].describe()}) = {late:.3g} requests late against TTFT "
+    weighed = (f"quiet {case.quiet_s:.0f} s; upper forecast {case.upper_rps:.3g} rps x "
+               f"{case.startup[startup].describe()} = {late:.3g} requests late against TTFT "
                f"{case.ttft_target_s:g} s, cold start {cost:.3g} GPU-h")
     if cost >= saved:
         return keep(f"{weighed} >= {saved:.3g} GPU-h saved until the next decision", numbers)
