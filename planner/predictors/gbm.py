@@ -36,6 +36,31 @@ def _ffill(z: np.ndarray) -> np.ndarray:
     return out
 
 
+def _shifted(z: np.ndarray, k: int) -> np.ndarray:
+    """z moved k places later, NaN in front (pandas' shift(k))."""
+    out = np.full(z.size, np.nan)
+    if k < z.size:
+        out[k:] = z[: z.size - k]
+    return out
+
+
+def _median_of_previous(z: np.ndarray, w: int) -> np.ndarray:
+    """For each i, the median of z[i-w:i] over its non-NaN values, NaN with fewer than 2 (pandas'
+    shift(1).rolling(w, min_periods=2).median(), the same floats: the middle value, or the two middle ones'
+    sum halved)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    if z.size == 0:
+        return np.full(0, np.nan)
+    win = sliding_window_view(np.concatenate([np.full(w, np.nan), z[:-1]]), w)
+    count = (~np.isnan(win)).sum(axis=1)
+    srt = np.sort(win, axis=1)  # NaN sorts last: each window's values first, in order
+    rows, k = np.arange(z.size), np.maximum(count, 1)
+    out = (srt[rows, (k - 1) // 2] + srt[rows, k // 2]) / 2.0
+    out[count < 2] = np.nan
+    return out
+
+
 def lag_features(z: np.ndarray, t_s: np.ndarray, *, period: int) -> np.ndarray:
     """Features for predicting z[i] from z[:i], one row per i (NaN where undefined).
 
@@ -44,20 +69,18 @@ def lag_features(z: np.ndarray, t_s: np.ndarray, *, period: int) -> np.ndarray:
     6 and 24 points; same time yesterday minus z[i-1]; yesterday's change at
     this time; sin/cos of the time of day.
     """
-    import pandas as pd
-
+    z = np.asarray(z, dtype=float)
     n = z.size
-    s = pd.Series(z)
-    last = s.shift(1)
-    cols = [last - s.shift(k) for k in (2, 3, 4)]
-    cols += [last - s.shift(1).rolling(w, min_periods=2).median() for w in (6, 24)]
+    last = _shifted(z, 1)
+    cols = [last - _shifted(z, k) for k in (2, 3, 4)]
+    cols += [last - _median_of_previous(z, w) for w in (6, 24)]
     if period >= 2:
-        cols.append(s.shift(period) - last)
-        cols.append(s.shift(period) - s.shift(period + 1))
+        cols.append(_shifted(z, period) - last)
+        cols.append(_shifted(z, period) - _shifted(z, period + 1))
     else:
-        cols += [pd.Series(np.full(n, np.nan))] * 2
+        cols += [np.full(n, np.nan)] * 2
     tod = 2.0 * np.pi * (np.asarray(t_s, dtype=float) % DAY_S) / DAY_S
-    X = np.column_stack([c.to_numpy(dtype=float) for c in cols] + [np.sin(tod), np.cos(tod)])
+    X = np.column_stack(cols + [np.sin(tod), np.cos(tod)])
     return X
 
 
