@@ -133,9 +133,10 @@ def run_message(result: PlanResult, *, record: DecisionRecord | None, applying: 
     else:
         limits = [why for code, why in _CAUSES.items() if code in codes]
         text = "unchanged: " + (", ".join(limits) if limits else "sizing matches what is set")
-    if result.start_note:
+    start_note = getattr(result, "start_note", "")  # a plan's; tests hand a decision and fleet alone
+    if start_note:
         # A first run says how it started: warm from the collected history (or the warm-up trace), or cold.
-        text += f" ({result.start_note.split(':')[0]})"
+        text += f" ({start_note.split(':')[0]})"
     if not applying:
         mode = "what-if" if what_if else "advisory" if advisory else "dry run"
         return f"{mode}, would have {text}" if changed else f"{mode}, {text}"
