@@ -76,9 +76,11 @@ CANDIDATES: dict[str, dict] = {
 }
 
 
-def scenario_key(label: str, jitter_s: float | None) -> str:
-    """The cache's key of a trace x load model (the oracle and the static fleets do not depend on the start)."""
-    return label if jitter_s is None else f"{label} | +-{jitter_s:g} s"
+def scenario_key(label: str, jitter_s: float | None, seed: int = 0) -> str:
+    """The cache's key of a trace x load model x seed (the oracle and the static fleets do not depend on the
+    start); seed 0 unnamed."""
+    key = label if jitter_s is None else f"{label} | +-{jitter_s:g} s"
+    return key if seed == 0 else f"{key} | seed {seed}"
 
 
 def matrix(*, servegen: bool, traces: list[str] | None = None) -> list[dict]:
@@ -94,13 +96,14 @@ def matrix(*, servegen: bool, traces: list[str] | None = None) -> list[dict]:
 class Matrix:
     """The traces, profile and cache one run shares; replays a candidate on a scenario and compares it."""
 
-    def __init__(self, cache: dict):
+    def __init__(self, cache: dict, *, seed: int = 0):
         from connectors.profiles import load_profile_dir
         from sim.lookup import ProfileTables
 
         self.profile = load_profile_dir(bench_sim.PROFILE)
         self.tables = ProfileTables(self.profile)
         self.cache = cache
+        self.seed = seed  # the copies' offsets (bench_sim's --seed; the stand-in hour's: 100 + it)
         self._traces: dict[str, object] = {}
 
     # ---------------------------------------------------------------- inputs
@@ -118,8 +121,8 @@ class Matrix:
     def trace(self, label: str, jitter_s: float | None):
         """The scenario's trace; also (re)fills bench_sim.WARMUP_DRAWS for this load model (the running start's
         stand-in hour, another draw of the same copies, seed 100)."""
-        key = scenario_key(label, jitter_s)
-        makers = dict(bench_sim._traces(label != SERVEGEN, 30.0 if jitter_s is None else jitter_s, seed=0,
+        key = scenario_key(label, jitter_s, self.seed)
+        makers = dict(bench_sim._traces(label != SERVEGEN, 30.0 if jitter_s is None else jitter_s, seed=self.seed,
                                         warmup="draw"))
         if key not in self._traces:
             self._traces = {key: makers[label]()}  # one trace held at a time: conv x8 and the day are large
@@ -129,7 +132,7 @@ class Matrix:
 
     def reference(self, label: str, jitter_s: float | None) -> dict:
         """The scenario's cached oracle and static fleets, computed on first use."""
-        key = scenario_key(label, jitter_s)
+        key = scenario_key(label, jitter_s, self.seed)
         if key in self.cache:
             return self.cache[key]
         if label == SERVEGEN:
@@ -379,6 +382,8 @@ def main() -> int:
     ap.add_argument("--traces", default=None, help="comma list of trace label prefixes (default: all)")
     ap.add_argument("--rerun", action="store_true", help="replace a candidate already in the results")
     ap.add_argument("--out", default=OUT.name, help="results file in benchmarks/results")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="the copies' offsets (the stand-in hour's: 100 + it); not 0: its own results file")
     ap.add_argument("--baseline", default="default", help="the candidate every other's attainment loss is against")
     ap.add_argument("--list", action="store_true", help="print the known candidates and exit")
     args = ap.parse_args()
@@ -387,10 +392,12 @@ def main() -> int:
         for name, settings in CANDIDATES.items():
             print(f"{name}: {settings}")
         return 0
+    if args.seed and args.out == OUT.name:
+        args.out = f"robust_seed{args.seed}.json"
     out_path = RESULTS / args.out
     doc = json.loads(out_path.read_text()) if out_path.exists() else {"candidates": {}}
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    m = Matrix(cache)
+    m = Matrix(cache, seed=args.seed)
     scenarios = matrix(servegen=not args.no_servegen, traces=args.traces.split(",") if args.traces else None)
     # Grouped by trace x load model so each trace is built once.
     scenarios.sort(key=lambda s: (TRACE_LABELS + (SERVEGEN,)).index(s["trace"]))
@@ -427,9 +434,9 @@ def main() -> int:
              "start, with its worst case (acceptance: attainment >= min(99%, oracle - 0.5 point), GPU-hours <= 1.2x "
              "the oracle's, no static fleet better on both axes; running starts are the acceptance's)",
         profile="H200 Llama-3.1-8B-FP8 TP1 prefill / TP1 decode (Dynamo profiler data)", startup_s=60, interval_s=60,
-        seed=0, sla={"ttft_ms": 200, "itl_ms": 10, "by_trace": {k: {"ttft_ms": t, "itl_ms": i}
+        seed=args.seed, sla={"ttft_ms": 200, "itl_ms": 10, "by_trace": {k: {"ttft_ms": t, "itl_ms": i}
                                                                 for k, (t, i) in bench_sim.TRACE_SLA.items()}},
-        running_start=bench_sim.WARMUP_SOURCES["draw"].format(seed=bench_sim.WARMUP_SEED)
+        running_start=bench_sim.WARMUP_SOURCES["draw"].format(seed=bench_sim.WARMUP_SEED + args.seed)
         + ", replayed through the fleet and the planner first, not scored (the ServeGen day: its real hour before)",
         warm_start="the same lead-in, then the planner restarted where the trace begins, its first run reading the "
                    "lead-in as its Prometheus history (bench_sim.warm_start, the normal start)",

@@ -52,6 +52,7 @@ def test_a_low_oracle_sets_the_target_half_a_point_below_it():
 def _matrix_with(static_by_gpus, per_gpu=0.3):
     """A Matrix whose cache already holds the scenario's static fleets (no replay is made)."""
     m = object.__new__(bench_robust.Matrix)
+    m.seed = 0
     m.cache = {"mooncake loose-SLA x2 | +-30 s": {"oracle": ORACLE, "gpu_hours_per_gpu": per_gpu,
                                                     "prefill_share_by_k": [0.5], "decode_share_by_k": [1.0],
                                                     "static_by_gpus": static_by_gpus}}
@@ -107,3 +108,12 @@ def test_parse_candidate(text, expected):
 def test_an_unknown_candidate_is_one_line():
     with pytest.raises(SystemExit, match="unknown candidate 'nope'; known: default, flat-floor"):
         bench_robust.parse_candidate("nope")
+
+
+@pytest.mark.parametrize("label, jitter_s, seed, key", [
+    pytest.param("azure2023_code x8", 1.0, 0, "azure2023_code x8 | +-1 s", id="seed 0 unnamed"),
+    pytest.param("azure2023_code x8", 30.0, 2, "azure2023_code x8 | +-30 s | seed 2", id="another seed: its own"),
+    pytest.param(bench_robust.SERVEGEN, None, 0, bench_robust.SERVEGEN, id="the day: no load model"),
+])
+def test_scenario_key(label, jitter_s, seed, key):
+    assert bench_robust.scenario_key(label, jitter_s, seed) == key
