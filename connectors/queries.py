@@ -246,12 +246,12 @@ class QueryTemplates(StrictModel):
     )
     wake_requests: str = Field(
         "(sum(sla_planner_waker_held_requests) or vector(0))"
-        " + (sum(increase(sla_planner_waker_requests_total{outcome=\"held\"}[1m])) or vector(0))"
         " + (sum(dynamo_frontend_queued_requests{${frontend_selector}}) or vector(0))",
         description="requests waiting for a pool at zero, read by the watcher to wake it "
-        "(decision.scale_to_zero.wake_min_requests): held by the waker in front of the frontend now or over the "
-        "last minute, and queued at the frontend (Dynamo 1.6.1's frontend answers a model without workers 404 "
-        "and counts it nowhere, docs/scale-to-zero.md); empty: not read",
+        "(decision.scale_to_zero.wake_min_requests): held by the waker in front of the frontend, and queued at "
+        "the frontend (Dynamo 1.6.1's frontend answers a model without workers 404 and counts it nowhere, "
+        "docs/scale-to-zero.md). Gauges, not a recent increase: a held request stays held until the wake serves "
+        "it, and a served one must not wake the fleet again when it next goes to zero; empty: not read",
     )
 
     @classmethod

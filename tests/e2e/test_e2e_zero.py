@@ -5,12 +5,12 @@ waker every second), Prefect's test server, Dynamo 1.6.1's frontend, the fleet
 executor (Dynamo's VirtualConnectorClient, one prefill and one decode mocker
 to start) and the waker in front of the frontend. The planner flow runs every
 10 s as the scheduled runs would, on the frontend's real counters through
-Prometheus and the virtual connector's etcd keys: after one request and 20 s
+Prometheus and the virtual connector's etcd keys: after two requests and 20 s
 without another (decision.scale_to_zero.quiet_s) it takes both pools to zero
 (the mocker starts in about a second, inside the 2 s TTFT target, so a cold
 start costs no late request). The executor stops the workers and the frontend
 forgets the model (404). A request to the waker is then held; the watcher
-(`sla-planner watch --wake-run`'s loop) reads it through Prometheus and runs
+(`sla-planner watch --wake-run`) reads it through Prometheus and runs
 the wake flow, whose decision the executor carries out; the waker sends the
 request again until the frontend serves it. The client sees one answer: 200,
 its TTFT the wake's whole cost.
@@ -95,14 +95,13 @@ def live(dynamo_python, etcd, prometheus_server, prefect_harness, h200_profile_d
         data["metrics"] = {"prometheus_url": prometheus_server.url}
         data["connector"] = {"kind": "virtual", "etcd_url": etcd.url}
         planner_overrides(data, namespace=ns, max_workers=2)
-        data["metrics"]["queries"] = {"wake_requests": (
-            f'(sum(sla_planner_waker_held_requests{{fleet="{ns}"}}) or vector(0)) + (sum(increase('
-            f'sla_planner_waker_requests_total{{fleet="{ns}",outcome="held"}}[1m])) or vector(0))')}
+        data["metrics"]["queries"] = {"wake_requests": f'sum(sla_planner_waker_held_requests{{fleet="{ns}"}})'}
         data["metrics"]["frontend_selector"] = f'model="tok",fleet="{ns}"'
         data["metrics"]["worker_selector"] = f'fleet="{ns}"'
+        data["planner"]["fast_path"] = {"poll_s": 0.5}  # the watcher's poll (the fast path itself stays off)
         (tmp_path / "planner.yaml").write_text(yaml.safe_dump(data))
         cfg = load_run_config(tmp_path / "planner.yaml")
-        yield fleet, f"http://127.0.0.1:{waker_port}", cfg, prometheus_server
+        yield fleet, f"http://127.0.0.1:{waker_port}", cfg, prometheus_server, tmp_path / "planner.yaml"
     finally:
         if waker is not None:
             stop_process(waker)
@@ -111,11 +110,14 @@ def live(dynamo_python, etcd, prometheus_server, prefect_harness, h200_profile_d
 
 def test_a_pool_scaled_to_zero_after_quiet_is_woken_by_a_request_and_serves_it(live):
     from flows.planner_flow import planner_flow
-    from planner_cli.watch import WakeWatcher, wake_by_run
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    from planner_cli.main import main
     from connectors.factory import make_connector
     from connectors.prometheus import PrometheusCollector
 
-    fleet, waker_url, cfg, prom = live
+    fleet, waker_url, cfg, prom, cfg_path = live
     t_start = time.monotonic()
     # One request through the waker, served at once (its series now exist in Prometheus).
     status, _, last = chat(waker_url)
@@ -156,29 +158,17 @@ def test_a_pool_scaled_to_zero_after_quiet_is_woken_by_a_request_and_serves_it(l
     assert json.loads(urllib.request.urlopen(f"{waker_url}/healthz").read())["held"] == 0
     t_zero = time.monotonic()
 
-    # The watcher's loop, as `sla-planner watch --wake-run` runs it, every 0.5 s.
+    # `sla-planner watch --wake-run` itself, polling every 0.5 s for 30 s, beside the client.
     connector = make_connector(cfg.connector, default_namespace=cfg.planner.namespace)
-    lines: list[str] = []
-    stop = threading.Event()
-
-    def watch():
-        with PrometheusCollector(cfg.metrics) as collector:
-            watcher = WakeWatcher(cfg, collector, connector, wake=wake_by_run(cfg))
-            while not stop.is_set():
-                _, started, line = watcher.poll(now_s=time.time())
-                if started is not None:
-                    lines.append(line)
-                stop.wait(0.5)
-
-    thread = threading.Thread(target=watch, daemon=True)
+    exit_codes: list[int] = []
+    thread = threading.Thread(target=lambda: exit_codes.append(main(
+        ["watch", "--config", str(cfg_path), "--polls", "60", "--wake-run"])), daemon=True)
     thread.start()
-    try:
-        status, ttft_s, last = chat(waker_url)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
+    status, ttft_s, last = chat(waker_url)
     assert status == 200 and last["usage"]["completion_tokens"] == 8
-    assert len(lines) == 1 and "wake prefill 0→1 decode 0→1" in lines[0], lines
+    with get_client(sync_client=True) as client:
+        wakes = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["sla-planner-wake"])))
+    assert len(wakes) == 1 and wakes[0].name.endswith("wake prefill 0→1 decode 0→1"), [w.name for w in wakes]
     # Held while the wake ran: Prometheus scrape (1 s) + watcher poll (0.5 s) + the wake run + the mocker's
     # start (~1 s) + the waker's retry (0.25 s).
     assert 1.0 < ttft_s < 30.0, ttft_s
@@ -203,5 +193,7 @@ def test_a_pool_scaled_to_zero_after_quiet_is_woken_by_a_request_and_serves_it(l
     assert measured is not None and measured["startup_measured"] == 1.0, (measured, fl.applied_targets, ready,
                                                                          prom.query(f'up{{fleet="{cfg.planner.namespace}"}}'))
     assert 0.0 < measured["startup_s"] < 15.0, measured
+    thread.join(timeout=60)
+    assert exit_codes == [0]
     print(f"\nzero {t_zero - t_last:.1f} s after the last request ({len(runs)} planner runs, {t_zero - t_start:.1f} s "
           f"from the start); woken request TTFT {ttft_s:.2f} s; measured startup {measured['startup_s']:.1f} s")
