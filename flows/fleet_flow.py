@@ -5,16 +5,18 @@ decide every deployment → arbitrate the budget → apply and explain each depl
 Arbitration needs every deployment's wanted targets before anything is applied, so one fleet run
 decides them all (each deployment's decide step is a task run of the fleet run, `decide <name>`,
 run side by side in a thread pool: most of a decide step waits on Prometheus), arbitrates once,
-then gives each deployment its own subflow run, created under its final name
+then gives each deployment its own run, created under its final name
 (`chat 12:05 prefill 2→3 decode 4`), which applies its granted targets and publishes what a planner
 run publishes: its state message, decision table (with the budget's reasons), summary and chart.
-A deployment the budget held says so, with who the GPUs went to, in its own run. One flow run per
-deployment instead would pay a process start and a scheduler slot per deployment, and could not
-arbitrate before applying (docs/control-plane.md measures both shapes).
+A deployment the budget held says so, with who the GPUs went to, in its own run. That run is a task
+run of the fleet run by default, or a subflow run (`deployment_runs`), which the server pays ~10
+blocking calls for; one flow run per deployment would also pay a process start each, and could not
+arbitrate before applying (docs/control-plane.md measures the shapes).
 
-A deployment whose decide step fails (after its retries) is held where it is: its run fails
-visibly, its GPUs count at the most it may use, so nothing the others are granted can overrun the
-budget, and the fleet run ends Failed (retry it from the UI: it decides every deployment again).
+A deployment whose decide step fails (after its retries) is applied nothing: its GPUs count at the
+replicas it has (at its max_replicas when those cannot be read either), so nothing the others are
+granted can overrun the budget, and the fleet run ends Failed (retry it from the UI: it decides
+every deployment again).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def fleet_flow(
         dry_run: decide and arbitrate, apply nothing (artifacts under the what-if keys).
         charts: which deployment runs draw their chart: changed (targets moved or held by the budget), all, none.
         deployment_runs: what each deployment's apply-and-explain step is: a task run of this run (named,
-            message, artifacts; ~3x cheaper for the server) or a subflow run of its own.
+            message, artifacts; at 100 deployments a round 2.8x shorter) or a subflow run of its own.
         now_s: advanced, leave empty: the run's clock, Unix seconds (replays, benchmarks, tests).
     """
     fleet = load_fleet(fleet_path)
