@@ -104,7 +104,8 @@ def plan_steps(
     if previous is None:
         forecast = steps.predict(obs, cfg=cfg.predictor, warmup=warmup)
         start_floor, start_note = (None, "") if fast_path else _start_floor(
-            obs, fleet, cfg, profile, now_s=now_s, steps=steps, warmup=warmup, ttft_view=ttft_view)
+            obs, fleet, cfg, profile, now_s=now_s, steps=steps, warmup=warmup, ttft_view=ttft_view,
+            corrections=corrections)
     else:
         forecast, start_floor, start_note = previous.forecast, previous.start_floor, previous.start_note
     sizing = steps.interpolate(forecast, corrections=corrections, profile=profile, cfg=cfg, ttft_view=ttft_view)
@@ -138,19 +139,20 @@ HISTORY_WARM_START = "the collected history"
 
 def _start_floor(
     obs: Observation, fleet: FleetState, cfg: PlannerConfig, profile: EngineProfile, *, now_s: float, steps: Steps,
-    warmup: LoadHistory | None, ttft_view: TtftView | None,
+    warmup: LoadHistory | None, ttft_view: TtftView | None, corrections: Corrections,
 ) -> tuple[StartFloor | None, str]:
     """A first run's floor from the collected history (the normal start), else from the warm-up trace while the
     planner's history is short; (None, note) for a cold start or a planner that has run before.
 
     The warm-up trace (a brand-new deployment's option) wins over a collected history shorter than the longest
-    scale-down window."""
+    scale-down window. The history's intervals are sized with this run's latency factors (what a running
+    planner's recent runs applied, as near as one reading tells); a trace's, never served here, without."""
     history, note = history_warm_start(obs, fleet, cfg, now_s=now_s)
     window_n = max(math.ceil(w / cfg.adjustment_interval_s - 1e-9) for w, _ in scale_down_windows(cfg))
     if history is not None and (warmup is None or len(history) >= window_n - 1):
         # sized=None: the simulator's store of sizings is the warm-up trace's, by its intervals.
         return steps.warmup_floor(obs, history, cfg, profile, ttft_view=ttft_view, sized=None, own_intervals=1,
-                                  source=HISTORY_WARM_START), note
+                                  source=HISTORY_WARM_START, corrections=corrections), note
     if warmup is None:
         return None, note
     floor = steps.warmup_floor(obs, warmup, cfg, profile, ttft_view=ttft_view)

@@ -175,6 +175,7 @@ def size_warmup_floor(
     sized: MutableMapping[int, Targets | None] | None = None,
     own_intervals: int | None = None,
     source: str = "the warm-up trace",
+    corrections: Corrections | None = None,
 ) -> StartFloor | None:
     """The warm-up floor step: the most replicas the warm-up's intervals in the stabilization window needed, per pool.
 
@@ -195,7 +196,9 @@ def size_warmup_floor(
     history and configuration (speed only: they size the same each run). own_intervals: how many of each
     window's intervals the planner's own runs fill, this one included (history_warm_start); None: those the
     collected history holds (a warm-up trace before a history that began with the planner). source: what the
-    warm-up is, for the decision's reason.
+    warm-up is, for the decision's reason. corrections: the latency factors the intervals are sized with (the
+    deployment's own history: this run's, what a running planner applied lately); None: none (a trace's load
+    was never served by this fleet).
     """
     if warmup is None or len(warmup) == 0:
         return None
@@ -214,7 +217,7 @@ def size_warmup_floor(
                for window_s, share in scale_down_windows(cfg)]
     longest_n = max(n for _, _, n in windows)
     # The longest window's intervals, each sized once: the shorter windows are their newest.
-    tail = [_sized(j, warmup, cfg, profile, ttft_view, sized)
+    tail = [_sized(j, warmup, cfg, profile, ttft_view, sized, corrections)
             for j in range(max(0, len(warmup) - longest_n), len(warmup))] if longest_n > 0 else []
     floor: Targets = {p: 0 for p in POOLS}
     counted, longest, frac = 0, 0.0, None
@@ -350,14 +353,16 @@ def interval_load(history: LoadHistory, j: int) -> Observation:
 
 
 def size_for_load(
-    obs: Observation, cfg: PlannerConfig, profile: EngineProfile, *, ttft_view: TtftView | None = None
+    obs: Observation, cfg: PlannerConfig, profile: EngineProfile, *, ttft_view: TtftView | None = None,
+    corrections: Corrections | None = None,
 ) -> Targets | None:
     """Replicas per pool the SLA sizing gives for a forecast equal to obs's own load, within the bounds.
 
-    No latency correction (nothing measured it); None when obs has no load data."""
+    corrections: latency factors to size with; None: none (nothing measured them). None when obs has no load
+    data."""
     constant = cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"name": "constant"})})
     forecast = predict_load(obs, constant.predictor)
-    sizing = interpolate_replicas(forecast, corrections=Corrections(), profile=profile, cfg=constant,
+    sizing = interpolate_replicas(forecast, corrections=corrections or Corrections(), profile=profile, cfg=constant,
                                   ttft_view=ttft_view)
     if not sizing:
         return None
@@ -376,10 +381,10 @@ def scale_down_windows(cfg: PlannerConfig) -> list[tuple[float, float]]:
 
 
 def _sized(j: int, warmup: LoadHistory, cfg: PlannerConfig, profile: EngineProfile, ttft_view: TtftView | None,
-           sized: MutableMapping[int, Targets | None] | None) -> Targets | None:
+           sized: MutableMapping[int, Targets | None] | None, corrections: Corrections | None) -> Targets | None:
     if sized is not None and j in sized:
         return sized[j]
-    sized_j = size_for_load(interval_load(warmup, j), cfg, profile, ttft_view=ttft_view)
+    sized_j = size_for_load(interval_load(warmup, j), cfg, profile, ttft_view=ttft_view, corrections=corrections)
     if sized is not None:
         sized[j] = sized_j
     return sized_j

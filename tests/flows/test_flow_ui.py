@@ -92,7 +92,8 @@ def test_run_name_and_final_message_say_what_the_run_did(prefect_harness, tmp_pa
     # NOW_S is 01:18:20 UTC: the interval that ends at 01:18.
     assert run.name == f"01:18 prefill 1→{p} decode {decode}"
     assert run.state.type.value == "COMPLETED"
-    assert run.state.message == "scaled up: TTFT forecast" + (", ITL forecast" if d > 1 else "")
+    # The connector's first run, on an hour of history: a warm start, said in the message.
+    assert run.state.message == "scaled up: TTFT forecast" + (", ITL forecast" if d > 1 else "") + " (warm start)"
 
     held = _plan(cfg, 3000.0, now_s=NOW_S + INTERVAL_S, stale=("prometheus: no frontend samples in the last 180 s",))
     run, _ = _run_and_artifacts(held)
