@@ -227,7 +227,7 @@ def test_stack_scrapes_the_planner_gauges_and_loads_the_rules(tmp_path):
     prom_file = write_prometheus_config(opts, tmp_path)
     if shutil.which("promtool"):
         check = subprocess.run(["promtool", "check", "config", str(prom_file)], capture_output=True, text=True)
-        assert check.returncode == 0 and "SUCCESS: 7 rules found" in check.stdout, check.stdout + check.stderr
+        assert check.returncode == 0 and "SUCCESS: 8 rules found" in check.stdout, check.stdout + check.stderr
     prom = yaml.safe_load(prom_file.read_text())
     assert prom["rule_files"] == [str(RULES)]
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
@@ -275,6 +275,13 @@ def test_planner_gauges_carry_the_series_the_rules_read():
                    fleet=FleetState(PoolState(2, 1), PoolState(3, 3)),
                    decision=Decision(3, 3, True, (), recommended_prefill_replicas=4, recommended_decode_replicas=2))
     text = metrics.render().decode()
+    # An advisory run (planner.mode advisory) exports its targets on their own gauge, which one rule reads.
+    advisory = PlannerMetrics(namespace="dynamo", model_id="m")
+    advisory.update(now_s=NOW_S, observation=_observation(600.0, t_end=NOW_S), forecast=Forecast(650, 1000, 150, 800, "x"),
+                    fleet=FleetState(PoolState(2, 1), PoolState(3, 3)), decision=Decision(3, 3, True, ()), advisory=True)
+    advisory_text = advisory.render().decode()
+    assert 'sla_planner_advisory_replicas{model="m",namespace="dynamo",pool="decode"} 3.0' in advisory_text
+    assert "\nsla_planner_advisory_replicas{" not in text
     assert 'sla_planner_interval_seconds{model="m",namespace="dynamo"} 60.0' in text
     assert 'sla_planner_recommended_replicas{model="m",namespace="dynamo",pool="prefill"} 4.0' in text
     assert 'sla_planner_recommended_replicas{model="m",namespace="dynamo",pool="decode"} 2.0' in text
@@ -283,7 +290,7 @@ def test_planner_gauges_carry_the_series_the_rules_read():
     import re
 
     read = {name for r in rules for name in re.findall(r"\bsla_planner_[a-z_0-9]+", r["expr"])}
-    assert read and all(f"\n{name}{{" in text for name in read), sorted(read)
+    assert read and all(f"\n{name}{{" in text + advisory_text for name in read), sorted(read)
 
 
 def test_decision_table_shows_the_length_spread_it_sized_on(prefect_harness, tmp_path, h200_profile_dir):
