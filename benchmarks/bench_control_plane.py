@@ -133,11 +133,13 @@ def run_configs(n: int, *, prometheus_url: str, state_dir: Path) -> list:
 
 
 def process_tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its children (PostgreSQL's backends are its children)."""
+    """User + system CPU seconds of a process and its children, those it has reaped included (PostgreSQL's
+    backends come and go: summing the live ones alone loses an exited backend's time)."""
     import psutil
 
     proc = psutil.Process(pid)
-    total = sum(proc.cpu_times()[:2])
+    times = proc.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
     for child in proc.children(recursive=True):
         try:
             total += sum(child.cpu_times()[:2])
