@@ -21,12 +21,10 @@ pytestmark = pytest.mark.integration
 
 INTERVAL_S = 60.0
 END_S = 1_700_006_400.0 + 7200.0  # 2 h after the fixtures' anchor, a fixed time
-BUDGET_GPUS = 9
-# requests per minute, priority: 3000/min of 2000-token prompts wants prefill 4 + decode 2 on the H200
-# profile at TTFT 200 ms / ITL 10 ms, 1500/min prefill 3 + decode 2 (each replica one GPU): 11 > 9. Chat's
-# priority share (its floor 2 + 10/10.5 of the 5 GPUs the floors leave = 6.8) keeps its 6 whole, so batch
-# alone is held (at the 3 left).
-DEPLOYMENTS = {"chat": (3000.0, 10.0), "batch": (1500.0, 0.5)}
+# requests per minute of 2000-token prompts, priority. What each wants is read from the planner itself
+# (its sizing moves with the planner), and the budget set so that chat's priority share (its floor 2 + 10/10.5
+# of what the floors leave) covers its wants and batch gets 3 GPUs, fewer than it wants.
+DEPLOYMENTS = {"chat": (6000.0, 10.0), "batch": (3000.0, 0.5)}
 
 
 @pytest.fixture
@@ -49,7 +47,26 @@ def fleet_series(prometheus_server):
     return prometheus_server
 
 
-def write_fleet(tmp_path, prometheus_url: str, profile_dir) -> tuple:
+def wanted_gpus(tmp_path, prometheus_url: str, profile_dir) -> dict[str, int]:
+    """What each deployment's planner wants at END_S from a fresh fleet (one GPU per replica on this profile)."""
+    from connectors.config import LatencyModelConfig, LocalConnectorConfig, MetricsConfig
+    from connectors.profiles import load_profile
+    from planner.config import PlannerConfig, ProfileConfig
+    from tasks.fleet import plan_deployment
+
+    out = {}
+    for name in DEPLOYMENTS:
+        ns, selector = f"fleet-e2e-{name}", f'namespace="fleet-e2e-{name}"'
+        cfg = PlannerConfig(namespace=ns, model_id=f"llama-{name}", profile=ProfileConfig(dir=str(profile_dir)))
+        plan = plan_deployment(name, cfg, load_profile(cfg.profile), now_s=END_S, latency_model=LatencyModelConfig(),
+                               metrics=MetricsConfig(prometheus_url=prometheus_url, frontend_selector=selector,
+                                                     worker_selector=selector, frontend_targets_selector=""),
+                               connector=LocalConnectorConfig(state_path=str(tmp_path / f"probe-{name}.json")))
+        out[name] = sum(plan.wanted.values())
+    return out
+
+
+def write_fleet(tmp_path, prometheus_url: str, profile_dir, *, budget_gpus: int) -> tuple:
     """The fleet file and each deployment's run configuration (local connector, its own state file)."""
     states = {}
     deployments = []
@@ -67,12 +84,15 @@ def write_fleet(tmp_path, prometheus_url: str, profile_dir) -> tuple:
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
         deployments.append({"name": name, "priority": priority, "config": f"{name}.yaml"})
     fleet_path = tmp_path / "fleet.yaml"
-    fleet_path.write_text(yaml.safe_dump({"budget": {"gpus": BUDGET_GPUS}, "deployments": deployments}))
+    fleet_path.write_text(yaml.safe_dump({"budget": {"gpus": budget_gpus}, "deployments": deployments}))
     return fleet_path, states
 
 
 def test_fleet_run_arbitrates_two_deployments_and_each_explains_itself(tmp_path, fleet_series, h200_profile_dir):
-    fleet_path, states = write_fleet(tmp_path, fleet_series.url, h200_profile_dir)
+    wants = wanted_gpus(tmp_path, fleet_series.url, h200_profile_dir)
+    assert wants["batch"] > 3, wants  # else nothing would be held
+    budget = wants["chat"] + 3
+    fleet_path, states = write_fleet(tmp_path, fleet_series.url, h200_profile_dir, budget_gpus=budget)
     deploy_file = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     fleet = next(d for d in deploy_file["deployments"] if d["name"] == "fleet")
     fleet.pop("schedules")  # one run, started below at the series' time
@@ -99,10 +119,10 @@ def test_fleet_run_arbitrates_two_deployments_and_each_explains_itself(tmp_path,
         done = stack.wait_for(finished, timeout_s=180, what="the fleet run")
         assert done["state_type"] == "COMPLETED", done["state"]
         message = done["state"]["message"]
-        # e.g. "2 deployments, 11 GPUs wanted, 9 granted of 9; held by the budget: batch"
-        wanted, granted = (int(x) for x in re.search(rf"(\d+) GPUs wanted, (\d+) granted of {BUDGET_GPUS}",
+        # e.g. "2 deployments, 11 GPUs wanted, 10 granted of 10; held by the budget: batch"
+        wanted, granted = (int(x) for x in re.search(rf"(\d+) GPUs wanted, (\d+) granted of {budget}",
                                                      message).groups())
-        assert wanted > BUDGET_GPUS >= granted, message
+        assert wanted == sum(wants.values()) > budget >= granted, (message, wants)
         held = re.search(r"held by the budget: ([\w, -]+)", message).group(1).split(", ")
         fleet_table = stack.api("POST", "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]},
                                                                             "key": {"any_": ["sla-planner-fleet-fleet"]}}})
@@ -133,6 +153,6 @@ def test_fleet_run_arbitrates_two_deployments_and_each_explains_itself(tmp_path,
             state = json.loads(states[name].read_text())
             applied_gpus += state["prefill"] + state["decode"]
             assert [state["prefill"], state["decode"]] != [1, 1], state  # both scaled up, within the grant
-        assert applied_gpus <= BUDGET_GPUS
+        assert applied_gpus <= budget
     finally:
         stack.stop()
