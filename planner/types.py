@@ -426,7 +426,8 @@ class StartFloor:
         least its share of the most over the floor's window).
     intervals: how many warm-up intervals counted (the longest window's, less those the planner has collected).
     window_s: the longest window they stand in for, s.
-    floor_frac: the scale-down floor's share (decision.scale_down_floor_frac) when its window counted; None: not.
+    floor_frac: the scale-down floor's share (planner.decision.stabilization.floor_share) when its window counted;
+        None: not. floor_why: why that share (floor_share's words); "": not said.
     source: what stood in for the planner's runs: the warm-up trace, or the collected (Prometheus) history.
     """
 
@@ -435,6 +436,7 @@ class StartFloor:
     window_s: float
     floor_frac: float | None = None
     source: str = "the warm-up trace"
+    floor_why: str = ""
 
 
 @dataclass(frozen=True)
