@@ -105,7 +105,7 @@ def plan_steps(
         forecast = steps.predict(obs, cfg=cfg.predictor, warmup=warmup)
         start_floor, start_note = (None, "") if fast_path else _start_floor(
             obs, fleet, cfg, profile, now_s=now_s, steps=steps, warmup=warmup, ttft_view=ttft_view,
-            corrections=corrections)
+            corrections=corrections, sized_on=None if forecast is None else forecast.sized_on)
     else:
         forecast, start_floor, start_note = previous.forecast, previous.start_floor, previous.start_note
     sizing = steps.interpolate(forecast, corrections=corrections, profile=profile, cfg=cfg, ttft_view=ttft_view)
@@ -139,23 +139,24 @@ HISTORY_WARM_START = "the collected history"
 
 def _start_floor(
     obs: Observation, fleet: FleetState, cfg: PlannerConfig, profile: EngineProfile, *, now_s: float, steps: Steps,
-    warmup: LoadHistory | None, ttft_view: TtftView | None, corrections: Corrections,
+    warmup: LoadHistory | None, ttft_view: TtftView | None, corrections: Corrections, sized_on: str | None = None,
 ) -> tuple[StartFloor | None, str]:
     """A first run's floor from the collected history (the normal start), else from the warm-up trace while the
     planner's history is short; (None, note) for a cold start or a planner that has run before.
 
     The warm-up trace (a brand-new deployment's option) wins over a collected history shorter than the longest
     scale-down window. The history's intervals are sized with this run's latency factors (what a running
-    planner's recent runs applied, as near as one reading tells); a trace's, never served here, without."""
+    planner's recent runs applied, as near as one reading tells); a trace's, never served here, without.
+    sized_on: this run's forecast's basis, for the floor's share (size_warmup_floor)."""
     history, note = history_warm_start(obs, fleet, cfg, now_s=now_s)
     window_n = max(math.ceil(w / cfg.adjustment_interval_s - 1e-9) for w, _ in scale_down_windows(cfg))
     if history is not None and (warmup is None or len(history) >= window_n - 1):
         # sized=None: the simulator's store of sizings is the warm-up trace's, by its intervals.
         return steps.warmup_floor(obs, history, cfg, profile, ttft_view=ttft_view, sized=None, own_intervals=1,
-                                  source=HISTORY_WARM_START, corrections=corrections), note
+                                  source=HISTORY_WARM_START, corrections=corrections, sized_on=sized_on), note
     if warmup is None:
         return None, note
-    floor = steps.warmup_floor(obs, warmup, cfg, profile, ttft_view=ttft_view)
+    floor = steps.warmup_floor(obs, warmup, cfg, profile, ttft_view=ttft_view, sized_on=sized_on)
     return floor, (note and f"warm start from the warm-up trace: the collected history holds fewer than {window_n - 1} "
                             f"intervals before this first run")
 

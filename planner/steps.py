@@ -14,6 +14,7 @@ from collections.abc import Mapping, MutableMapping
 
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig
 from planner.decision.decide import decide
+from planner.decision.stabilization import floor_share
 from planner.latency.correct import correction_factors
 from planner.latency.profile import EngineProfile
 from planner.latency.served import interval_replicas
@@ -176,6 +177,7 @@ def size_warmup_floor(
     own_intervals: int | None = None,
     source: str = "the warm-up trace",
     corrections: Corrections | None = None,
+    sized_on: str | None = None,
 ) -> StartFloor | None:
     """The warm-up floor step: the most replicas the warm-up's intervals in the stabilization window needed, per pool.
 
@@ -198,7 +200,10 @@ def size_warmup_floor(
     collected history holds (a warm-up trace before a history that began with the planner). source: what the
     warm-up is, for the decision's reason. corrections: the latency factors the intervals are sized with (the
     deployment's own history: this run's, what a running planner applied lately); None: none (a trace's load
-    was never served by this fleet).
+    was never served by this fleet). sized_on: this run's forecast's basis (Forecast.sized_on, the predict step's):
+    with the warm-up's quiet spells over the floor's window it picks the floor's share as a running planner's
+    floor does (planner.decision.stabilization.floor_share: all of the highest while arrivals come in
+    synchronised bursts); None: no forecast, the flat scale_down_floor_frac.
     """
     if warmup is None or len(warmup) == 0:
         return None
@@ -215,24 +220,34 @@ def size_warmup_floor(
     own = len(live) if own_intervals is None else own_intervals
     windows = [(window_s, share, math.ceil(window_s / cfg.adjustment_interval_s - 1e-9) - own)
                for window_s, share in scale_down_windows(cfg)]
+    floor_why = ""
+    if cfg.decision.scale_down_floor_s:
+        # The floor's window (scale_down_windows' last): its share by the running floor's rule, on the warm-up
+        # intervals standing in for it.
+        window_s, _, n = windows[-1]
+        since_s = warmup.t_s[-1] - max(n, 0) * warmup.interval_s
+        share, floor_why = floor_share(cfg.decision, clumping=sized_on is not None and sized_on != "mean",
+                                       history=warmup, since_s=since_s)
+        windows[-1] = (window_s, share, n)
     longest_n = max(n for _, _, n in windows)
     # The longest window's intervals, each sized once: the shorter windows are their newest.
     tail = [_sized(j, warmup, cfg, profile, ttft_view, sized, corrections)
             for j in range(max(0, len(warmup) - longest_n), len(warmup))] if longest_n > 0 else []
     floor: Targets = {p: 0 for p in POOLS}
-    counted, longest, frac = 0, 0.0, None
-    for window_s, share, n in windows:
+    counted, longest, frac, why = 0, 0.0, None, ""
+    for i, (window_s, share, n) in enumerate(windows):
         sized_n = [t for t in tail[max(0, len(tail) - n):] if t is not None] if n > 0 else []
         if not sized_n:
             continue
         floor = {p: max(floor[p], math.ceil(share * max(t[p] for t in sized_n) - 1e-9)) for p in POOLS}
         if window_s > longest:
             counted, longest = len(sized_n), window_s
-        if share < 1.0:
-            frac = share
+        if i > 0:  # the scale-down floor's window
+            frac, why = share, floor_why
     if counted == 0:
         return None
-    return StartFloor(targets=floor, intervals=counted, window_s=longest, floor_frac=frac, source=source)
+    return StartFloor(targets=floor, intervals=counted, window_s=longest, floor_frac=frac, source=source,
+                      floor_why=why)
 
 
 def history_warm_start(

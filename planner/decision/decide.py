@@ -46,10 +46,9 @@ from planner.decision.rules import apply_guardrail, clamp_to_bounds, hold_on_par
 from planner.decision.gpu_budget import fit_gpu_budget
 from planner.decision.scale_to_zero import ZeroCase, quiet_for_s, scale_to_zero, zero_pools
 from planner.saturation.guardrail import PoolSaturation
-from planner.signals.quiet_spells import had_quiet_spell
 from planner.signals.startup_time import startup_times
 from planner.decision.stabilization import (
-    floor_scale_down, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup,
+    floor_scale_down, floor_share, hold_scale_down_in_warmup, stabilize_scale_down, start_from_warmup,
 )
 from planner.types import (
     POOLS, Decision, FleetState, Observation, Pool, PoolSizing, Reason, ReasonCode, StartFloor, Step, Targets,
@@ -322,21 +321,14 @@ def _zero_case(sizing: Mapping[Pool, PoolSizing], *, fleet: FleetState, obs: Obs
 
 def _floor(sizing: Mapping[Pool, PoolSizing], obs: Observation, cfg: DecisionConfig, *,
            now_s: float) -> tuple[float | None, float, str]:
-    """The scale-down floor's (window s or None: off, share kept, why that share): scale_down_floor_burst_frac
-    while arrivals come in synchronised bursts (the window's arrivals had quiet spells, planner.signals.quiet_spells,
-    and sizing took the upper forecast: they clump), else scale_down_floor_frac."""
-    window_s, frac = cfg.scale_down_floor_s, cfg.scale_down_floor_frac
-    if not window_s or cfg.scale_down_floor_burst_frac is None or cfg.scale_down_floor_quiet_share is None:
-        return window_s, frac, ""
+    """The scale-down floor's (window s or None: off, share kept, why that share), by floor_share's rule on this
+    run's sizing (sized on the upper forecast: arrivals clump) and the window's collected arrivals."""
+    window_s = cfg.scale_down_floor_s
+    if not window_s:
+        return window_s, cfg.scale_down_floor_frac, ""
     clumping = bool(sizing) and any(s.numbers.get("sized_on_mean") == 0.0 for s in sizing.values())
-    if not clumping:
-        return window_s, frac, ""
-    quiet, share = had_quiet_spell(obs.history, since_s=now_s - window_s, max_share=cfg.scale_down_floor_quiet_share)
-    if not quiet:
-        return window_s, frac, ""
-    seen = "too little history to tell" if share is None else (
-        f"its 10th-percentile interval {share:.0%} of its busiest, <= {cfg.scale_down_floor_quiet_share:.0%}")
-    return window_s, cfg.scale_down_floor_burst_frac, f" (synchronised bursts: arrivals clump, quiet spells: {seen})"
+    frac, why = floor_share(cfg, clumping=clumping, history=obs.history, since_s=now_s - window_s)
+    return window_s, frac, why
 
 
 def _hold(sizing: Mapping[Pool, PoolSizing], cfg: DecisionConfig) -> dict:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from planner.types import POOLS, Reason, ReasonCode, StartFloor, Step, Targets
+from planner.config import DecisionConfig
+from planner.signals.quiet_spells import had_quiet_spell
+from planner.types import POOLS, LoadHistory, Reason, ReasonCode, StartFloor, Step, Targets
 
 
 def stabilize_scale_down(
@@ -106,6 +108,29 @@ def floor_scale_down(
                              level=lambda ranked: math.ceil(frac * ranked[0] - 1e-9), reason=reason)
 
 
+def floor_share(cfg: DecisionConfig, *, clumping: bool, history: LoadHistory | None,
+                since_s: float) -> tuple[float, str]:
+    """The scale-down floor's share of its window's highest and why (said after the window in the reason; "" when
+    the burst share is not configured): decision.scale_down_floor_burst_frac while arrivals come in synchronised
+    bursts (sizing took the upper forecast, clumping, and the window's arrivals had quiet spells,
+    planner.signals.quiet_spells), else scale_down_floor_frac. The running planner's floor (decide) and a first
+    run's warm start (planner.steps.size_warmup_floor) both take it from here.
+
+    history: the per-interval load the quiet spells are read from, those intervals ending after since_s."""
+    frac = cfg.scale_down_floor_frac
+    if cfg.scale_down_floor_burst_frac is None or cfg.scale_down_floor_quiet_share is None:
+        return frac, ""
+    if not clumping:
+        return frac, " (arrivals look independent: sized on the mean forecast)"
+    quiet, share = had_quiet_spell(history, since_s=since_s, max_share=cfg.scale_down_floor_quiet_share)
+    if not quiet:
+        return frac, (f" (arrivals clump but no quiet spells: its 10th-percentile interval {share:.0%} of its "
+                      f"busiest, > {cfg.scale_down_floor_quiet_share:.0%})")
+    seen = "too little history to tell" if share is None else (
+        f"its 10th-percentile interval {share:.0%} of its busiest, <= {cfg.scale_down_floor_quiet_share:.0%}")
+    return cfg.scale_down_floor_burst_frac, f" (synchronised bursts: arrivals clump, quiet spells: {seen})"
+
+
 def hold_scale_down_in_warmup(
     targets: Targets, *, current: Targets, history_intervals: int | None, min_intervals: int
 ) -> Step:
@@ -151,11 +176,12 @@ def start_from_warmup(targets: Targets, *, floor: StartFloor | None) -> Step:
                        f"{pool}: {t} raised to {f}: {floor.source}'s last {floor.intervals} intervals, standing in "
                        f"for the {floor.window_s:.0f} s window the planner has not yet filled, needed up to {f}"
                        + ("" if floor.floor_frac is None else
-                          f" (the scale-down floor's {floor.floor_frac:.0%} of their highest counted)"),
+                          f" (the scale-down floor's {floor.floor_frac:.0%} of their highest counted"
+                          f"{floor.floor_why.replace(' (', ': ', 1).rstrip(')') if floor.floor_why else ''})"),
                        {"recommended_replicas": float(t), "warmup_floor_replicas": float(f),
                         "warmup_intervals": float(floor.intervals), "window_s": floor.window_s})
             )
     return out, reasons
 
 
-__all__ = ["floor_scale_down", "hold_scale_down_in_warmup", "stabilize_scale_down", "start_from_warmup"]
+__all__ = ["floor_scale_down", "floor_share", "hold_scale_down_in_warmup", "stabilize_scale_down", "start_from_warmup"]

@@ -10,6 +10,7 @@ from connectors.profiles import load_profile_dir
 from planner.config import DecisionConfig, PlannerConfig, PredictorConfig, ProfileConfig
 from planner.types import LoadHistory, Observation, ReasonCode
 from planner.pipeline import plan_interval
+from planner.decision.stabilization import start_from_warmup
 from planner.steps import interval_load, size_for_load, size_warmup_floor
 from planner.types import FleetState, PoolState
 
@@ -159,3 +160,61 @@ def test_the_pipeline_runs_the_floor_as_a_step_on_scheduled_runs_only(setup):
     assert plan_interval(obs, fleet, cfg, profile, now_s=obs.taken_at_s, warmup=warmup, fast_path=True).start_floor is None
     assert plan_interval(obs, fleet, cfg, profile, now_s=obs.taken_at_s).start_floor is None
 
+
+
+# The warm-up with its burst, the floor's share by the running floor's rule (planner.decision.stabilization.floor_share):
+# WARM's 10th-percentile minute is 300 of the 3,000 burst (10%, at most the default's 25%): quiet spells.
+STEADY = [2400] * 7 + [3000, 2400, 2400]  # 80% of the busiest: none
+FLAT_RULE = {"scale_down_floor_quiet_share": None, "scale_down_floor_burst_frac": None}
+
+
+@pytest.mark.parametrize("warm, sized_on, config, share, why", [
+    pytest.param(WARM, "p90", {}, 1.0, "synchronised bursts: arrivals clump, quiet spells: its 10th-percentile "
+                 "interval 10% of its busiest, <= 25%", id="clumping and quiet spells: all of the highest"),
+    pytest.param(WARM, "mean", {}, 0.5, "arrivals look independent: sized on the mean forecast",
+                 id="independent arrivals (sized on the mean): half"),
+    pytest.param(WARM, None, {}, 0.5, "arrivals look independent", id="no forecast: half"),
+    pytest.param(STEADY, "p90", {}, 0.5, "arrivals clump but no quiet spells: its 10th-percentile interval 80% of "
+                 "its busiest, > 25%", id="clumping, a steady stream: half"),
+    pytest.param(WARM, "p90", FLAT_RULE, 0.5, None, id="the burst share not configured: half, nothing said"),
+    pytest.param(WARM, "p90", {"scale_down_floor_burst_frac": 0.75}, 0.75, "synchronised bursts",
+                 id="a configured burst share of 75%"),
+])
+def test_the_warm_floor_takes_its_share_by_the_running_floors_rule(setup, warm, sized_on, config, share, why):
+    cfg, profile = setup
+    decision = cfg.model_copy(update={"decision": DecisionConfig(**config)})
+    floor = size_warmup_floor(live([300] * 3), history(warm), decision, profile, sized_on=sized_on)
+    burst, quiet = sized(setup, warm, 7), sized(setup, warm, 9)
+    assert (floor.window_s, floor.floor_frac, floor.intervals) == (3600.0, share, len(warm))
+    assert floor.targets["prefill"] == max(quiet["prefill"], math.ceil(burst["prefill"] * share - 1e-9))
+    if why is None:
+        assert floor.floor_why == ""
+    else:
+        assert why in floor.floor_why
+    # The decision's reason says the share and why.
+    raised, reasons = start_from_warmup({"prefill": 1, "decode": 1}, floor=floor)
+    said = [r.message for r in reasons if r.pool == "prefill"]
+    assert raised["prefill"] == floor.targets["prefill"] > 1 and len(said) == 1
+    assert f"the scale-down floor's {share:.0%} of their highest counted" in said[0]
+    assert why is None or why in said[0]
+
+
+def test_the_burst_share_binds_the_warm_floor(setup):
+    """The case means something: on WARM all of the burst is more than half of it, so the share moves the floor."""
+    cfg, profile = setup
+    default = cfg.model_copy(update={"decision": DecisionConfig()})
+    clumped = size_warmup_floor(live([300] * 3), history(WARM), default, profile, sized_on="p90")
+    mean = size_warmup_floor(live([300] * 3), history(WARM), default, profile, sized_on="mean")
+    assert clumped.targets["prefill"] > mean.targets["prefill"]
+
+
+def test_the_pipeline_gives_the_floor_this_runs_forecast_basis(setup):
+    """plan_interval passes the predict step's sized_on to the warm-up floor step (the predict step runs first)."""
+    cfg, profile = setup
+    default = cfg.model_copy(update={"decision": DecisionConfig()})
+    obs, warmup = live([300]), history(WARM)
+    fleet = FleetState(prefill=PoolState(1, 1), decode=PoolState(1, 1))
+    plan = plan_interval(obs, fleet, default, profile, now_s=obs.taken_at_s, warmup=warmup)
+    assert plan.forecast is not None
+    assert plan.start_floor == size_warmup_floor(obs, warmup, default, profile, sized_on=plan.forecast.sized_on)
+    assert plan.start_floor.floor_frac == (1.0 if plan.forecast.sized_on != "mean" else 0.5)
