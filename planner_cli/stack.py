@@ -290,7 +290,7 @@ def add_parser(subparsers) -> None:
     u.add_argument("--interval-s", type=float, default=d.interval_s,
                    help="planner adjustment interval and schedule, wall seconds (default: %(default)s)")
     u.add_argument("--planner-config", default=d.planner_config, help="planner config to start from (default: %(default)s)")
-    u.add_argument("--stabilization-s", type=float, default=None, help="override the scale-down stabilization window, s")
+    u.add_argument("--stabilization-s", type=float, default=None, help="override the scale-down stabilization window, s (the scale-down floor's window no longer than it)")
     u.add_argument("--retrain-interval-s", type=float, default=d.retrain_interval_s,
                    help="retrain flow schedule, s (default: %(default)s)")
     u.add_argument("--trace", default=d.trace, help="trace to replay (default: the bundled Azure conversation trace)")

@@ -127,7 +127,12 @@ def write_planner_config(opts: StackOptions, state_dir: Path):
     data = source.model_dump(mode="json", exclude_none=True)
     data["planner"]["adjustment_interval_s"] = opts.interval_s
     if opts.stabilization_s is not None:
-        data["planner"]["decision"]["scale_down_stabilization_s"] = opts.stabilization_s
+        # A time-compressed stack holds a scale-down this long: the stabilization window, and the scale-down floor's
+        # window no longer (an hour's floor would hold a few minutes' demo at its peak throughout).
+        decision = data["planner"]["decision"]
+        decision["scale_down_stabilization_s"] = opts.stabilization_s
+        if decision.get("scale_down_floor_s"):
+            decision["scale_down_floor_s"] = min(decision["scale_down_floor_s"], opts.stabilization_s)
     data.setdefault("metrics", {})["prometheus_url"] = opts.urls()["prometheus"]
     data["planner_metrics"] = {"enabled": True, "pushgateway_url": opts.urls()["pushgateway"]}
     data["connector"] = {"kind": "virtual", "etcd_url": opts.urls()["etcd"]}
