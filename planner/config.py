@@ -164,6 +164,14 @@ class CorrectionConfig(StrictModel):
         "they were still starting in; the default until a default that holds every scenario comes with served: "
         "served alone loses 1.6 points on azure2023_code x8 from a running start, docs/control.md)",
     )
+    prefill_expected: Literal["mean_prompt", "length_mix"] = Field(
+        "mean_prompt",
+        description="the prefill TTFT the prefill factor holds the observed one against: mean_prompt, the "
+        "single-request TTFT of the mean prompt, clamped to the profiled lengths (the factor then also carries the "
+        "length mix and any prompt longer than the profile, which sizing charges again); length_mix, the mean over "
+        "the prompt-length mix sizing uses (sizing.isl_cv or the measured CV, lengths past the profile extrapolated "
+        "as sizing does), so the factor holds only what sizing does not already count (docs/control.md)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> "CorrectionConfig":
