@@ -104,6 +104,14 @@ class PredictorConfig(StrictModel):
         "before sizing uses the spread they measure (sizing.length_cv: measured); fewer: the configured CVs",
     )
     length_predictor: str | None = Field(None, description="predictor for mean ISL/OSL; None: the same as `name`")
+    forecast_prompt_tokens: bool = Field(
+        False,
+        description="also forecast the prompt-token series (requests x mean ISL per interval; Prometheus: the "
+        "frontend's input-sequence-token counters) with `name`, mean and upper quantile, and size prefill on it "
+        "(its requests: the forecast tokens over the forecast mean ISL), so a minute of few but long prompts "
+        "is sized for its prefill work and the upper band holds the prompt lengths' swings too; False: prefill "
+        "sized on the request-count forecast x the mean ISL forecast (docs/control.md)",
+    )
     params: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="per-predictor hyperparameters keyed by predictor name, e.g. {kalman: {min_points: 8}}; "
@@ -164,7 +172,7 @@ class CorrectionConfig(StrictModel):
         "they were still starting in; the default until a default that holds every scenario comes with served: "
         "served alone loses 1.6 points on azure2023_code x8 from a running start, docs/control.md)",
     )
-    prefill_expected: Literal["mean_prompt", "length_mix"] = Field(
+    prefill_expected: Literal["mean_prompt", "mean_prompt_extrapolated", "length_mix"] = Field(
         "mean_prompt",
         description="the prefill TTFT the prefill factor holds the observed one against: mean_prompt, the "
         "single-request TTFT of the mean prompt, clamped to the profiled lengths (the factor then also carries the "
