@@ -176,7 +176,8 @@ class CorrectionConfig(StrictModel):
         "mean_prompt",
         description="the prefill TTFT the prefill factor holds the observed one against: mean_prompt, the "
         "single-request TTFT of the mean prompt, clamped to the profiled lengths (the factor then also carries the "
-        "length mix and any prompt longer than the profile, which sizing charges again); length_mix, the mean over "
+        "length mix and any prompt longer than the profile, which sizing charges again); mean_prompt_extrapolated, the mean prompt's, lengths past the profile "
+        "extrapolated as sizing does; length_mix, the mean over "
         "the prompt-length mix sizing uses (sizing.isl_cv or the measured CV, lengths past the profile extrapolated "
         "as sizing does), so the factor holds only what sizing does not already count (docs/control.md)",
     )
