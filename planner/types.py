@@ -327,6 +327,10 @@ class Forecast:
     # The forecast sizing takes (the predict step decides it once, from predictor.size_on and, for auto,
     # the clumping index): the mean, or the p90 (also when the basis is not known yet).
     sized_on: Literal["mean", "p90"] = "p90"
+    # Prompt tokens next interval, mean and upper quantile (predictor.forecast_prompt_tokens); None: not
+    # forecast, prefill is sized on num_requests x avg_isl_tokens.
+    prompt_tokens: float | None = None
+    prompt_tokens_p90: float | None = None
 
 
 class ReasonCode(str, enum.Enum):
