@@ -134,6 +134,9 @@ def forecast_next(
             continue
         p, _ = _fit_one(quantity, t, y, length_name, cfg, cache, notes)
         lengths[quantity] = float(p.predict(1)[0])
+    tokens = tokens_p90 = None
+    if cfg.forecast_prompt_tokens:
+        tokens, tokens_p90 = _prompt_tokens(history, t, req, cfg, cache, notes)
     return Forecast(
         num_requests=mean,
         avg_isl_tokens=lengths["avg_isl_tokens"],
@@ -141,7 +144,30 @@ def forecast_next(
         num_requests_p90=upper,
         predictor=used,
         notes=tuple(notes),
+        prompt_tokens=tokens,
+        prompt_tokens_p90=tokens_p90,
     )
+
+
+def prompt_token_series(num_requests: np.ndarray, avg_isl_tokens: np.ndarray) -> np.ndarray:
+    """Prompt tokens per interval: requests x mean ISL; 0 where no request came (its mean ISL is NaN), NaN where
+    the count itself is missing."""
+    req = np.asarray(num_requests, dtype=np.float64)
+    isl = np.asarray(avg_isl_tokens, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(req == 0, 0.0, req * isl)
+
+
+def _prompt_tokens(history: LoadHistory, t: np.ndarray, req: np.ndarray, cfg: PredictorConfig,
+                   cache: MutableMapping | None, notes: list[str]) -> tuple[float, float]:
+    """(mean, upper) prompt tokens next interval, from the prompt-token series with the configured predictor."""
+    y = prompt_token_series(req, np.asarray(history.avg_isl_tokens, dtype=np.float64))
+    if not np.any(np.isfinite(y)):
+        notes.append("prompt_tokens: no interval had both a count and a mean ISL: 0")
+        return 0.0, 0.0
+    p, _ = _fit_one("prompt_tokens", t, y, cfg.name, cfg, cache, notes)
+    mean = max(0.0, float(p.predict(1)[0]))
+    return mean, max(mean, float(p.predict_quantile(cfg.upper_quantile, 1)[0]))
 
 
 def bin_requests(

@@ -108,10 +108,24 @@ def correct_latency(
         prefill_replicas=int(math.floor(replicas["prefill"] + 0.5)),
         sizing=cfg.sizing,
         ttft_view=ttft_view,
+        isl_cv=(correction_isl_cv(obs, cfg) if cfg.correction.prefill_expected == "length_mix"
+                else 0.0 if cfg.correction.prefill_expected == "mean_prompt_extrapolated" else None),
     )
     if note is None or not corrections.enabled:
         return corrections
     return dataclasses.replace(corrections, notes=corrections.notes + (note,))
+
+
+def correction_isl_cv(obs: Observation, cfg: PlannerConfig) -> float:
+    """The prompt-length CV sizing will use on this run's forecast, for the correction's expectation: the one
+    measured from the interval's length histograms under sizing.length_cv "measured" (as predict_load measures
+    it), else sizing.isl_cv."""
+    if cfg.sizing.length_cv == "measured" and obs.isl_histogram is not None:
+        shape, _ = measure_length_shape(obs.isl_histogram, obs.osl_histogram,
+                                        min_requests=cfg.predictor.length_shape_min_requests)
+        if shape is not None:
+            return shape.isl_cv
+    return cfg.sizing.isl_cv
 
 
 def predict_load(

@@ -7,7 +7,15 @@ latency expectations by it.
 * prefill = observed mean TTFT / expected TTFT at the observed ISL. Expected is
   the profile's single-request TTFT, as in Dynamo, or the mean of the published
   latency model when sizing uses that instead (planner.latency.ttft_view): the factor
-  always compares with the source sizing multiplies. When the caller also passes
+  always compares with the source sizing multiplies. With an `isl_cv` (the
+  correction's prefill_expected "length_mix"), expected is the mean single-request
+  TTFT over the prompt-length mix sizing uses (planner.latency.queueing's
+  prompt_length_points at that CV, lengths past the profile extrapolated as sizing
+  and the simulator do): the factor then holds only what sizing does not count
+  itself. Without it, the mean prompt's TTFT clamped to the profiled lengths, so a
+  mean prompt of 24k tokens on a profile measured to 16k reads as slow engines
+  (factor 1.64 on Mooncake) that sizing, extrapolating, charges a second time.
+  When the caller also passes
   `prefill_replicas` and the sizing config, the expectation includes the
   queueing delay the sizing model (M/G/c, planner.sizing.pools) predicts at the
   observed load, and the factor is the service-time multiplier k that makes
@@ -32,12 +40,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy.optimize import brentq
 
 from planner.signals.burst import arrival_classes, peak_ratio, window_mean_wait_s
 from planner.config import CorrectionConfig, SizingConfig
 from planner.latency.profile import EngineProfile
-from planner.latency.queueing import mean_wait_s, variability_factor
+from planner.latency.queueing import mean_wait_s, prompt_length_points, variability_factor
 from planner.latency.ttft_view import TtftView, ttft_view_of
 from planner.types import Corrections, Observation, is_number
 
@@ -75,21 +84,27 @@ def _prefill_factor(
     prefill_replicas: int | None,
     sizing: SizingConfig | None,
     ttft: TtftView,
+    isl_cv: float | None,
 ) -> float:
     why = _positive("avg_ttft_ms", obs.avg_ttft_ms) or _positive("avg_isl_tokens", obs.avg_isl_tokens)
     if why:
         notes.append(f"prefill: factor 1 ({why})")
         return 1.0
-    lo, hi = profile.prefill.isl_range_tokens
-    isl = obs.avg_isl_tokens
-    # The profiled range is where the profile was measured; a published model's view
-    # covers any length itself (planner.latency.ttft_view), so only the profile is clamped.
-    if not ttft.published and not lo <= isl <= hi:
-        notes.append(f"prefill: ISL {isl:g} tokens outside profiled {lo:g}..{hi:g}; expected TTFT at the nearer end")
-        isl = _clamp_quiet(isl, lo, hi)
-    # The factor says how far observation is from the source sizing will use, so it
-    # compares with that source's mean: the profile, or the published model.
-    service_ms = ttft.ttft_ms_at(isl)
+    if isl_cv is not None:
+        service_ms = expected_prefill_ms(ttft, isl_tokens=obs.avg_isl_tokens, isl_cv=isl_cv)
+        notes.append(f"prefill: expected TTFT {service_ms:.4g} ms, the mean over prompts of mean "
+                     f"{obs.avg_isl_tokens:.0f} tokens at CV {isl_cv:.3g}")
+    else:
+        lo, hi = profile.prefill.isl_range_tokens
+        isl = obs.avg_isl_tokens
+        # The profiled range is where the profile was measured; a published model's view
+        # covers any length itself (planner.latency.ttft_view), so only the profile is clamped.
+        if not ttft.published and not lo <= isl <= hi:
+            notes.append(f"prefill: ISL {isl:g} tokens outside profiled {lo:g}..{hi:g}; expected TTFT at the nearer end")
+            isl = _clamp_quiet(isl, lo, hi)
+        # The factor says how far observation is from the source sizing will use, so it
+        # compares with that source's mean: the profile, or the published model.
+        service_ms = ttft.ttft_ms_at(isl)
     observed = obs.avg_ttft_ms
     if prefill_replicas is None or sizing is None or prefill_replicas < 1:
         raw = observed / service_ms
@@ -118,6 +133,17 @@ def _prefill_factor(
         return _bound("prefill", observed / service_ms, cfg, notes, f"{observed:.4g} ms / {service_ms:.4g} ms")
     return _solve_prefill_factor(model_ms, observed, cfg, notes, detail,
                                  k_hi=min(cfg.max_factor, k_unstable * (1.0 - 1e-9)))
+
+
+def expected_prefill_ms(ttft: TtftView, *, isl_tokens: float, isl_cv: float) -> float:
+    """Mean single-request TTFT (ms) over prompts of mean `isl_tokens` (tokens) at CV `isl_cv` (Gamma):
+    the service time SLA sizing charges per request before its factor (planner.sizing.sla)."""
+    if not (is_number(isl_tokens) and isl_tokens > 0):
+        raise ValueError(f"expected_prefill_ms: isl_tokens must be a number > 0, got {isl_tokens!r}")
+    if not (is_number(isl_cv) and isl_cv >= 0):
+        raise ValueError(f"expected_prefill_ms: isl_cv must be a number >= 0, got {isl_cv!r}")
+    lengths = prompt_length_points(isl_tokens=isl_tokens, isl_cv=isl_cv)
+    return float(np.mean(ttft.ttft_ms_many(lengths, quantile="mean")))
 
 
 def _solve_prefill_factor(
@@ -203,6 +229,7 @@ def correction_factors(
     prefill_replicas: int | None = None,
     sizing: SizingConfig | None = None,
     ttft_view: TtftView | None = None,
+    isl_cv: float | None = None,
 ) -> Corrections:
     """Bounded observed/expected latency factors for both pools (see the module docstring).
 
@@ -210,6 +237,8 @@ def correction_factors(
     prefill_replicas, sizing: optional; with both, the prefill factor separates
         queueing delay from service time using the sizing queue model.
     ttft_view: the expected single-request TTFT (planner.latency.ttft_view); None: the profile's.
+    isl_cv: prompt-length CV: prefill's expectation is the mean over that length mix, past the profile
+        extrapolated (correction.prefill_expected "length_mix"); None: the mean prompt's, clamped to the profile.
     """
     if not cfg.enabled:
         return Corrections(1.0, 1.0, enabled=False, notes=("corrections disabled",))
@@ -225,6 +254,6 @@ def correction_factors(
         )
     notes: list[str] = []
     prefill = _prefill_factor(obs, profile, cfg, notes, prefill_replicas, sizing,
-                              ttft_view_of(profile.prefill, ttft_view))
+                              ttft_view_of(profile.prefill, ttft_view), isl_cv)
     decode = _decode_factor(obs, profile, cfg, notes, decode_replicas)
     return Corrections(prefill=float(prefill), decode=float(decode), notes=tuple(notes))

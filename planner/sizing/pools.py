@@ -16,6 +16,7 @@ step's business); a pool with any load gets at least 1.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Literal
 
@@ -77,14 +78,39 @@ def _load(forecast: Forecast, size_on: SizeOn, *, horizon_intervals: int = 1) ->
         v = getattr(forecast, name)
         if v is None or not math.isfinite(v) or v < 0:
             raise ValueError(f"sizing: forecast.{name} must be a finite number >= 0, got {v!r}")
+    return sized_value(forecast.num_requests, forecast.num_requests_p90, size_on, horizon_intervals=horizon_intervals)
+
+
+def sized_value(mean: float, upper: float, size_on: SizeOn, *, horizon_intervals: int = 1) -> tuple[float, str]:
+    """(value to size for, its basis): the mean, or the upper forecast widened to the horizon by
+    sqrt(horizon_intervals) (never below the mean)."""
     if size_on == "mean":
-        return forecast.num_requests, "mean"
+        return mean, "mean"
     if size_on == "p90":
-        band = max(0.0, forecast.num_requests_p90 - forecast.num_requests)
+        band = max(0.0, upper - mean)
         if horizon_intervals <= 1:
-            return forecast.num_requests + band, "p90"
-        return forecast.num_requests + band * math.sqrt(horizon_intervals), f"p90 {horizon_intervals} intervals ahead"
+            return mean + band, "p90"
+        return mean + band * math.sqrt(horizon_intervals), f"p90 {horizon_intervals} intervals ahead"
     raise ValueError(f"sizing: size_on must be 'mean' or 'p90', got {size_on!r}")
+
+
+def _prompt_token_load(forecast: Forecast, load: SizingLoad, requests: float, *, cfg: SizingConfig, size_on: SizeOn,
+                       numbers: dict[str, float]) -> tuple[float, SizingLoad]:
+    """(requests, load) for prefill from the prompt-token forecast when there is one: the sized tokens over the
+    mean ISL forecast, the requests that carry that prefill work; else as given."""
+    if forecast.prompt_tokens is None or forecast.prompt_tokens_p90 is None:
+        return requests, load
+    for name in ("prompt_tokens", "prompt_tokens_p90"):
+        v = getattr(forecast, name)
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"sizing: forecast.{name} must be a finite number >= 0, got {v!r}")
+    tokens, basis = sized_value(forecast.prompt_tokens, forecast.prompt_tokens_p90, size_on,
+                                horizon_intervals=_horizon(cfg, load.interval_s))
+    numbers.update(prompt_tokens=tokens, requests_from_count=requests)
+    if load.isl_tokens <= 0:
+        return requests, load
+    requests = tokens / load.isl_tokens
+    return requests, dataclasses.replace(load, rps=requests / load.interval_s, basis=f"prompt tokens, {basis}")
 
 
 def _check_interval(interval_s: float) -> None:
@@ -155,8 +181,10 @@ def size_prefill(
     corr = _factor(corrections.prefill, corrections.enabled)
     requests, load = _sizing_load(forecast, correction=corr, cfg=cfg, pool="prefill", interval_s=interval_s,
                                   size_on=size_on, measured=measured)
+    numbers: dict[str, float] = {}
+    requests, load = _prompt_token_load(forecast, load, requests, cfg=cfg, size_on=size_on, numbers=numbers)
     isl, rps = load.isl_tokens, load.rps
-    numbers: dict[str, float] = {
+    numbers |= {
         "requests": requests,
         "load_rps": rps,
         "isl_tokens": isl,
