@@ -1,4 +1,4 @@
-"""Run in .venv-dynamo by tests/planner/test_dynamo161_sizing.py: Dynamo 1.6.1's own capacity functions on given inputs.
+"""Run in .venv-dynamo by tests/planner/sizing/test_dynamo161_sizing.py: Dynamo 1.6.1's own capacity functions on given inputs.
 
 Reads a JSON list of {rps, isl, osl, ttft_ms, itl_ms} on stdin; fits Dynamo 1.6.1's forward-pass regressions
 (dynamo/planner/core/perf_model/prefill.py and decode.py) on the profile folder argv[1] converted to forward-pass

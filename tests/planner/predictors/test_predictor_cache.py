@@ -400,5 +400,5 @@ def test_predict_task_runs_without_an_unusable_cache(tmp_path, caplog):
 def test_repo_config_sets_a_cache_dir():
     from flows.config import load_run_config
 
-    cfg = load_run_config(Path(__file__).resolve().parents[2] / "configs" / "planner.yaml")
+    cfg = load_run_config(Path(__file__).resolve().parents[3] / "configs" / "planner.yaml")
     assert cfg.planner.predictor.cache_dir == ".sla-planner/predictor-cache"

@@ -20,7 +20,7 @@ from planner.steps import interpolate_replicas, predict_load
 from planner.types import Corrections, LoadHistory, Observation
 from sim.replay import ReplaySettings, peak_rate_rps
 from tests.support.fixtures_profile import linear_engine
-from tests.planner.test_sizing_burst import hist  # the same per-interval history, 15 s peaks
+from tests.planner.signals.test_sizing_burst import hist  # the same per-interval history, 15 s peaks
 
 NAN = float("nan")
 

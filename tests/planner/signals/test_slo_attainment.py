@@ -78,7 +78,7 @@ def test_a_vllm_engines_own_histograms_read_the_same_way(metric, target_s, exact
 
     from planner.signals.histograms import cumulative_buckets
 
-    scrape = Path(__file__).resolve().parents[3] / "shared" / "dynamo" / "worker-metrics-decode.txt"
+    scrape = Path(__file__).resolve().parents[4] / "shared" / "dynamo" / "worker-metrics-decode.txt"
     buckets = {s.labels["le"]: s.value for fam in text_string_to_metric_families(scrape.read_text())
                for s in fam.samples if s.name == f"{metric}_bucket"}
     h = LatencyHistogram(*cumulative_buckets(buckets))

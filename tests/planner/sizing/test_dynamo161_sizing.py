@@ -22,9 +22,9 @@ from planner.config import SizingConfig, SloTarget
 from planner.sizing.pools import size_decode, size_prefill
 from planner.types import Corrections, Forecast
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 DYNAMO_PYTHON = PROJECT_ROOT / ".venv-dynamo" / "bin" / "python"
-DRIVER = Path(__file__).resolve().parents[1] / "support" / "dynamo161_capacity_driver.py"
+DRIVER = Path(__file__).resolve().parents[2] / "support" / "dynamo161_capacity_driver.py"
 N_INPUTS = 600
 
 

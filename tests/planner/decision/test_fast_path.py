@@ -14,7 +14,7 @@ from planner.decision.decide import decide
 from planner.decision.gates import fast_path_cooldown_gate
 from planner.saturation.fast_path import saturation_signal
 from planner.types import DecisionRecord, PodMetrics, ReasonCode
-from tests.planner.test_decide import NOW, cfg, fleet, guardrail, obs, pool_pods, sizing
+from tests.planner.decision.test_decide import NOW, cfg, fleet, guardrail, obs, pool_pods, sizing
 
 FAST = FastPathConfig(cooldown_s=30.0)
 
