@@ -68,13 +68,10 @@ def zone_of(domain: str) -> str:
     return domain.split("/", 1)[0]
 
 
-class PrefillWorker:
-    """A prefill replica: FIFO queue, one batch in flight."""
+class Replica:
+    """A worker's identity and lifecycle: starting until ready_at_s, then ready; draining, then retired."""
 
-    __slots__ = (
-        "wid", "name", "domain", "gpus", "ready", "draining", "retired", "ready_at_s",
-        "queue", "queued_tokens", "busy", "batch", "batch_tokens", "busy_until_s", "head_done_tokens",
-    )
+    __slots__ = ("wid", "name", "domain", "gpus", "ready", "draining", "retired", "ready_at_s")
 
     def __init__(self, wid: int, name: str, domain: str, gpus: int, ready_at_s: float):
         self.wid = wid
@@ -85,6 +82,15 @@ class PrefillWorker:
         self.draining = False
         self.retired = False
         self.ready_at_s = ready_at_s
+
+
+class PrefillWorker(Replica):
+    """A prefill replica: FIFO queue, one batch in flight."""
+
+    __slots__ = ("queue", "queued_tokens", "busy", "batch", "batch_tokens", "busy_until_s", "head_done_tokens")
+
+    def __init__(self, wid: int, name: str, domain: str, gpus: int, ready_at_s: float):
+        super().__init__(wid, name, domain, gpus, ready_at_s)
         self.queue: deque[int] = deque()
         self.queued_tokens = 0  # waiting + in the running batch
         self.busy = False
@@ -101,7 +107,7 @@ class PrefillWorker:
         return self.queued_tokens
 
 
-class DecodeWorker:
+class DecodeWorker(Replica):
     """A decode replica: continuous batching with a KV-cache capacity.
 
     Every running request emits one token per step; `steps` counts steps since the
@@ -110,20 +116,12 @@ class DecodeWorker:
     """
 
     __slots__ = (
-        "wid", "name", "domain", "gpus", "ready", "draining", "retired", "ready_at_s",
         "n", "steps", "kv_base", "reserved_tokens", "incoming", "incoming_tokens",
         "heap", "pending", "seg_t", "step_s", "version", "kv_peak_tokens", "first_due",
     )
 
     def __init__(self, wid: int, name: str, domain: str, gpus: int, ready_at_s: float):
-        self.wid = wid
-        self.name = name
-        self.domain = domain
-        self.gpus = gpus
-        self.ready = False
-        self.draining = False
-        self.retired = False
-        self.ready_at_s = ready_at_s
+        super().__init__(wid, name, domain, gpus, ready_at_s)
         self.n = 0  # running requests
         self.steps = 0  # decode steps done since start
         self.kv_base = 0  # sum over running of isl + 1 - join_step
