@@ -323,6 +323,9 @@ def add_parser(subparsers) -> None:
     u.add_argument("--vllm-max-num-seqs", type=int, default=d.vllm_max_num_seqs,
                    help="--fleet vllm: requests one engine runs at once (vLLM's --max-num-seqs); the rest wait in "
                         "its queue, which the saturation guardrail reads (default: %(default)s)")
+    u.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
+                   help="--fleet dynamo|vllm: the load generator keeps at most this many requests outstanding and "
+                        "sheds (counts, never sends) arrivals beyond them (default: open loop, every arrival sent)")
     u.add_argument("--mocker-speedup", type=float, default=d.mocker_speedup,
                    help="--fleet dynamo: mocker engines run this many times faster than profiled (default: 1)")
     u.add_argument("--max-workers", type=int, default=d.max_workers,
@@ -380,7 +383,8 @@ def _run_up(args: argparse.Namespace) -> int:
         etcd_peer_port=args.etcd_peer_port, router_port=args.router_port, fleet_port=args.fleet_port,
         fleet=args.fleet, frontend_port=args.frontend_port, mocker_speedup=args.mocker_speedup,
         max_workers=args.max_workers, vllm_model_config=args.vllm_model_config,
-        vllm_max_num_seqs=args.vllm_max_num_seqs, prefect_db=args.prefect_db, postgres_port=args.postgres_port,
+        vllm_max_num_seqs=args.vllm_max_num_seqs, max_in_flight=args.max_in_flight, prefect_db=args.prefect_db,
+        postgres_port=args.postgres_port,
     )
     print(f"starting the stack in {Path(opts.state_dir).resolve()} ...")
     state = up(opts)

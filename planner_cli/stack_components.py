@@ -67,6 +67,7 @@ class StackOptions:
     max_workers: int = 6  # --fleet dynamo: most mocker workers per pool (each is a process on this machine)
     vllm_model_config: str = ""  # --fleet vllm: the tiny model's config.json ("": the llm-d kit's beside the project)
     vllm_max_num_seqs: int = 2  # --fleet vllm: requests an engine runs at once (the rest wait in its queue)
+    max_in_flight: int | None = None  # --fleet dynamo|vllm: the load generator's requests outstanding (None: no cap)
     prefect_db: str = "sqlite"  # sqlite (in PREFECT_HOME) | postgres (a cluster in the state folder)
     postgres_port: int = 0  # --prefect-db postgres: its port on 127.0.0.1 (0: a free one, chosen by `up`)
 

@@ -101,6 +101,8 @@ def write_loadgen_config(opts, state_dir: Path, *, model: str = MODEL_NAME, **se
 
     data = {"url": opts.urls()["frontend"], "model": model, "out_dir": str(state_dir / "loadgen"),
             **settings, **trace_fields(opts)}
+    if opts.max_in_flight is not None:
+        data["max_in_flight"] = opts.max_in_flight
     cfg = LoadGenConfig.model_validate(data)
     from workloads.trace_shaping import build_trace
 

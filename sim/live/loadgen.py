@@ -66,6 +66,12 @@ class LoadGenConfig(TraceReplayConfig):
     max_output_tokens: int = Field(4096, ge=1, description="output lengths are capped here")
     start_delay_s: float = Field(0.0, ge=0, description="wait this long after calibration before the first request")
     request_timeout_s: float = Field(300.0, gt=0, description="give up on one request after this long, s")
+    max_in_flight: int | None = Field(
+        None, ge=1,
+        description="at most this many requests outstanding, as a client pool of this many connections: an arrival "
+        "that finds them all busy is shed (counted in the summary, never sent), so an overload builds no backlog "
+        "that outlasts it; None: open loop, every arrival is sent",
+    )
     summary_every_s: float = Field(5.0, gt=0, description="rewrite summary.json this often, s")
 
 
@@ -111,7 +117,7 @@ class Recorder:
         out_dir.mkdir(parents=True, exist_ok=True)
         self._file = (out_dir / "requests.jsonl").open("a")
         self.rows: list[dict] = []
-        self.total, self.trace_name, self.clipped = total, trace_name, 0
+        self.total, self.trace_name, self.clipped, self.shed = total, trace_name, 0, 0
         self.started_unix_s = time.time()
 
     def add(self, row: dict) -> None:
@@ -129,7 +135,8 @@ class Recorder:
 
         return {
             "trace": self.trace_name, "planned": self.total, "sent": len(self.rows), "ok": len(ok),
-            "failed": len(self.rows) - len(ok), "clipped_inputs": self.clipped, "done": done,
+            "failed": len(self.rows) - len(ok), "clipped_inputs": self.clipped, "shed": self.shed,
+            "done": done,
             "failures": [r for r in self.rows if not r["ok"]][:20],
             "client_ttft_s": {"p50": pct(ttft, 50), "p90": pct(ttft, 90), "p99": pct(ttft, 99)},
             "client_e2e_s": {"p50": pct(e2e, 50), "p90": pct(e2e, 90), "p99": pct(e2e, 99)},
@@ -227,6 +234,9 @@ async def replay(cfg: LoadGenConfig, trace: Trace, *, stop: asyncio.Event) -> di
                     pass
             if stop.is_set():
                 break
+            if cfg.max_in_flight is not None and len(tasks) >= cfg.max_in_flight:
+                recorder.shed += 1
+                continue
             task = asyncio.create_task(run_one(i, prompt, max_tokens))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
