@@ -48,10 +48,9 @@ DYNAMO_FIELDS: dict[str, tuple[str, str]] = {
     "prefill_min_endpoint": ("planner.decision.prefill.min_replicas", "overrides min_endpoint"),
     "decode_min_endpoint": ("planner.decision.decode.min_replicas", "overrides min_endpoint"),
     "max_throughput_scaling_replicas": ("planner.decision.max_step_replicas", "as is (1.x only)"),
-    "prefill_engine_num_gpu": ("planner.sizing.gpus_per_prefill_engine", "the prefill worker's GPUs first, as "
-                               "Dynamo 1.6.1 reads them; this value when the worker has none (virtual: required)"),
-    "decode_engine_num_gpu": ("planner.sizing.gpus_per_decode_engine", "the decode worker's GPUs first, as "
-                              "Dynamo 1.6.1 reads them; this value when the worker has none (virtual: required)"),
+    **{f"{pool}_engine_num_gpu": (f"planner.sizing.gpus_per_{pool}_engine", f"the {pool} worker's GPUs first, as "
+                                  "Dynamo 1.6.1 reads them; this value when the worker has none (virtual: required)")
+       for pool in ("prefill", "decode")},
     "profile_results_dir": ("planner.profile.dir", "a path inside the planner's container is reported; "
                                                    "`--profile-dir` gives the local copy"),
     "load_predictor": ("planner.predictor.name", "constant, arima, kalman, prophet: same names"),
@@ -62,9 +61,8 @@ DYNAMO_FIELDS: dict[str, tuple[str, str]] = {
                                                                            "the container is reported"),
     "kalman_min_points": ("planner.predictor.params.kalman.min_points", "as is; below 2 written as 2 (a line "
                           "says so)"),
-    "kalman_q_level": ("", "our Kalman filter tunes its noise on the history"),
-    "kalman_q_trend": ("", "our Kalman filter tunes its noise on the history"),
-    "kalman_r": ("", "our Kalman filter tunes its noise on the history"),
+    **dict.fromkeys(("kalman_q_level", "kalman_q_trend", "kalman_r"),
+                    ("", "our Kalman filter tunes its noise on the history")),
     "metric_pulling_prometheus_endpoint": ("metrics.prometheus_url", "also PROMETHEUS_ENDPOINT; pre-1.0: that "
                                            "era's default from DYNAMO_NAMESPACE and PROMETHEUS_PORT"),
     "metric_pulling_prometheus_token_file": ("metrics.bearer_token_file", "also PROMETHEUS_TOKEN_FILE"),
