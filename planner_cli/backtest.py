@@ -28,18 +28,16 @@ import math
 import sys
 from pathlib import Path
 
+from planner_cli.command import command_parser
+
 TIME_COLUMNS = ("t_s", "timestamp", "time", "ts")
 TRACE_COLUMNS = ("num_requests", "avg_isl_tokens", "avg_osl_tokens")
 SERVEGEN_WINDOW_S = 600.0
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "backtest",
-        help="backtest load predictors on a series or trace (MAE, sMAPE, MASE, bias, p90 coverage)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "backtest", doc=__doc__,
+                       help="backtest load predictors on a series or trace (MAE, sMAPE, MASE, bias, p90 coverage)")
     p.add_argument("--series", required=True, metavar="PATH", help="CSV of per-interval values, trace, or ServeGen archive")
     p.add_argument("--column", default=None, help="which column to forecast (traces: default num_requests)")
     p.add_argument("--bin-s", type=float, default=None,

@@ -17,14 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from planner_cli.command import command_parser
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "executor", help="start and drain local Dynamo workers as the planner decides (virtual connector)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "executor", doc=__doc__,
+                       help="start and drain local Dynamo workers as the planner decides (virtual connector)")
     p.add_argument("--config", required=True, help="executor YAML (executor.config.ExecutorConfig)")
     p.add_argument("--dynamo-python", default=os.environ.get("SLA_DYNAMO_PYTHON"),
                    help="python of an environment with ai-dynamo-runtime 1.6.1 (default: .venv-dynamo, installed "

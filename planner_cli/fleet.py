@@ -13,15 +13,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from planner_cli.command import command_parser
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FLEET = PROJECT_ROOT / "configs" / "fleet.yaml"
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "fleet", help="plan every deployment of a fleet file under one GPU budget (what the fleet deployment runs)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "fleet", doc=__doc__,
+                       help="plan every deployment of a fleet file under one GPU budget (what the fleet deployment "
+                            "runs)")
     sub = p.add_subparsers(dest="fleet_command", metavar="{run}")
     sub.required = True
     r = sub.add_parser("run", help="one fleet flow run: decide all, arbitrate the budget, apply each grant")

@@ -35,16 +35,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from planner_cli.command import command_parser
+
 PROG = "sla-planner import"
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "import",
-        help="write our config from a Dynamo DGD's planner settings or a WVA ConfigMap (migration)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "import", doc=__doc__,
+                       help="write our config from a Dynamo DGD's planner settings or a WVA ConfigMap (migration)")
     kinds = p.add_subparsers(dest="source_kind", metavar="SOURCE")
     kinds.required = True
     dgd = kinds.add_parser("dgd", help="a DynamoGraphDeployment with a planner component")

@@ -16,19 +16,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from planner_cli.command import add_config_option, command_parser
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "planner.yaml"
 DEFAULT_TRACE = PROJECT_ROOT / "data" / "traces" / "azure2023_conv.csv.gz"
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "plan",
-        help="run the planner flow for several intervals against a simulated fleet (no cluster)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="planner run config YAML (default: %(default)s)")
+    p = command_parser(subparsers, "plan", doc=__doc__,
+                       help="run the planner flow for several intervals against a simulated fleet (no cluster)")
+    add_config_option(p)
     p.add_argument("--trace", default=str(DEFAULT_TRACE), help="trace to replay (Azure CSV or Mooncake JSONL)")
     p.add_argument("--intervals", type=int, default=15, help="planner runs to make (default: %(default)s)")
     p.add_argument("--load-multiplier", type=float, default=8.0,

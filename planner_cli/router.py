@@ -29,14 +29,12 @@ import os
 import sys
 from pathlib import Path
 
+from planner_cli.command import command_parser
+
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "router",
-        help="run the SLO/topology-aware routing service (or register an endpoint with it)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "router", doc=__doc__,
+                       help="run the SLO/topology-aware routing service (or register an endpoint with it)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     p.add_argument("--config", default=None, help="routing config YAML (RouterConfig)")

@@ -15,20 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "planner.yaml"
+from planner_cli.command import add_config_option, command_parser
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "run",
-        help="one planner flow run against the configured Prometheus and connector (what the deployment runs)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="planner run config YAML (default: %(default)s)")
+    p = command_parser(subparsers, "run", doc=__doc__,
+                       help="one planner flow run against the configured Prometheus and connector (what the deployment "
+                            "runs)")
+    add_config_option(p)
     p.add_argument("--dry-run", action="store_true", help="decide, apply nothing")
     what_if = p.add_argument_group("what-if (decide for other conditions; nothing is applied)")
     what_if.add_argument("--load-multiplier", type=float, default=None, help="scale the observed load by this")

@@ -28,20 +28,15 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "planner.yaml"
+from planner_cli.command import add_config_option, command_parser
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "watch",
-        help="poll the saturation signal and send the Prefect event that starts a scale-up-only planner run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="planner run config YAML (default: %(default)s)")
+    p = command_parser(subparsers, "watch", doc=__doc__,
+                       help="poll the saturation signal and send the Prefect event that starts a scale-up-only planner "
+                            "run")
+    add_config_option(p)
     p.add_argument("--polls", type=int, default=None, help="stop after this many polls (default: run until stopped)")
     p.add_argument("--verbose", action="store_true", help="print every poll, not only the events sent")
     p.add_argument("--wake-run", action="store_true", help="at zero with requests waiting, run the wake flow here "

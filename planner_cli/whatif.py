@@ -16,16 +16,12 @@ import json
 import sys
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from planner_cli.command import command_parser
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "what-if",
-        help="replay a trace through a simulated fleet under a policy (SLA attainment, GPU-hours)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser(subparsers, "what-if", doc=__doc__,
+                       help="replay a trace through a simulated fleet under a policy (SLA attainment, GPU-hours)")
     p.add_argument("--trace", required=True, help="trace file (Azure CSV, Mooncake JSONL, ServeGen .tar.gz)")
     p.add_argument("--profile", required=True, help="profiler output folder (selected_*_interpolation/raw_data.npz)")
     p.add_argument("--ttft-ms", type=float, required=True, help="TTFT target, ms")
