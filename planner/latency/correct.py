@@ -142,6 +142,9 @@ def expected_prefill_ms(ttft: TtftView, *, isl_tokens: float, isl_cv: float) -> 
         raise ValueError(f"expected_prefill_ms: isl_tokens must be a number > 0, got {isl_tokens!r}")
     if not (is_number(isl_cv) and isl_cv >= 0):
         raise ValueError(f"expected_prefill_ms: isl_cv must be a number >= 0, got {isl_cv!r}")
+    if isl_cv == 0:
+        # one length: the view's scalar path, bit for bit what the clamped rule reads inside the profile
+        return ttft.ttft_ms_at(isl_tokens)
     lengths = prompt_length_points(isl_tokens=isl_tokens, isl_cv=isl_cv)
     return float(np.mean(ttft.ttft_ms_many(lengths, quantile="mean")))
 
