@@ -73,6 +73,12 @@ CANDIDATES: dict[str, dict] = {
     "hpa": bench_sim.HPA_WINDOW_SETTINGS,
     "flat-hold": bench_sim.FLAT_HOLD_SETTINGS,
     "recurrence": {"decision.independent_stabilization_s": bench_sim.RECURRENCE_HOLD_S},
+    # Long prompts: the prefill factor against the length mix sizing uses, or the mean prompt unclamped; prefill
+    # sized on a forecast of the prompt-token series.
+    "length-mix": {"correction.prefill_expected": "length_mix"},
+    "extrapolated": {"correction.prefill_expected": "mean_prompt_extrapolated"},
+    "prompt-tokens": {"predictor.forecast_prompt_tokens": True},
+    "length-mix+prompt-tokens": {"correction.prefill_expected": "length_mix", "predictor.forecast_prompt_tokens": True},
 }
 
 
@@ -374,12 +380,39 @@ def parse_candidate(text: str) -> tuple[str, dict]:
     return name, settings
 
 
+def save(doc: dict, cache: dict, out_path: Path, args, load_avg: list[float]) -> None:
+    """Each candidate's worst case, the run's description and tables, written to out_path (and the cache)."""
+    base = doc["candidates"].get(args.baseline)
+    for name, c in doc["candidates"].items():
+        c["worst"] = worst_case(c["rows"], None if name == args.baseline or base is None else base["rows"])
+    load_avg = [load_avg[0], os.getloadavg()[0]]
+    doc.update(
+        what="issue 40's scenario matrix: each candidate planner configuration over every trace, load model and "
+             "start, with its worst case (acceptance: attainment >= min(99%, oracle - 0.5 point), GPU-hours <= 1.2x "
+             "the oracle's, no static fleet better on both axes; running starts are the acceptance's)",
+        profile="H200 Llama-3.1-8B-FP8 TP1 prefill / TP1 decode (Dynamo profiler data)", startup_s=60, interval_s=60,
+        seed=args.seed, sla={"ttft_ms": 200, "itl_ms": 10, "by_trace": {k: {"ttft_ms": t, "itl_ms": i}
+                                                                for k, (t, i) in bench_sim.TRACE_SLA.items()}},
+        running_start=bench_sim.WARMUP_SOURCES["draw"].format(seed=bench_sim.WARMUP_SEED + args.seed)
+        + ", replayed through the fleet and the planner first, not scored (the ServeGen day: its real hour before)",
+        warm_start="the same lead-in, then the planner restarted where the trace begins, its first run reading the "
+                   "lead-in as its Prometheus history (bench_sim.warm_start, the normal start)",
+        static="per number of GPUs, the best of the three P x D splits the oracle's sweeps rank best (cached in "
+               + CACHE.name + ")",
+        references={k: v.get("source") for k, v in cache.items()},
+        load_avg_1min_start_end=load_avg,
+        baseline=args.baseline, markdown=rows_table(doc["candidates"]), worst_markdown=worst_table(doc["candidates"]))
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    CACHE.write_text(json.dumps(cache, indent=1) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--candidates", default="default",
                     help="semicolon list: a known candidate's name, or name=key:value,key:value (dotted settings)")
     ap.add_argument("--no-servegen", action="store_true", help="leave the ServeGen day out (quick iterations)")
     ap.add_argument("--traces", default=None, help="comma list of trace label prefixes (default: all)")
+    ap.add_argument("--starts", default=None, help="comma list of starts to run (cold, running, warm; default: all)")
     ap.add_argument("--rerun", action="store_true", help="replace a candidate already in the results")
     ap.add_argument("--out", default=OUT.name, help="results file in benchmarks/results")
     ap.add_argument("--seed", type=int, default=0,
@@ -399,6 +432,8 @@ def main() -> int:
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     m = Matrix(cache, seed=args.seed)
     scenarios = matrix(servegen=not args.no_servegen, traces=args.traces.split(",") if args.traces else None)
+    if args.starts:
+        scenarios = [sc for sc in scenarios if sc["start"] in args.starts.split(",")]
     # Grouped by trace x load model so each trace is built once.
     scenarios.sort(key=lambda s: (TRACE_LABELS + (SERVEGEN,)).index(s["trace"]))
     load_avg = [os.getloadavg()[0]]
@@ -425,28 +460,8 @@ def main() -> int:
         # Rows of scenarios this run left out are kept.
         kept = [r for k, r in done.items() if k not in {scenario_name(x) for x in rows}]
         doc["candidates"][name] = dict(settings=settings, rows=rows + kept)
-    base = doc["candidates"].get(args.baseline)
-    for name, c in doc["candidates"].items():
-        c["worst"] = worst_case(c["rows"], None if name == args.baseline or base is None else base["rows"])
-    load_avg.append(os.getloadavg()[0])
-    doc.update(
-        what="issue 40's scenario matrix: each candidate planner configuration over every trace, load model and "
-             "start, with its worst case (acceptance: attainment >= min(99%, oracle - 0.5 point), GPU-hours <= 1.2x "
-             "the oracle's, no static fleet better on both axes; running starts are the acceptance's)",
-        profile="H200 Llama-3.1-8B-FP8 TP1 prefill / TP1 decode (Dynamo profiler data)", startup_s=60, interval_s=60,
-        seed=args.seed, sla={"ttft_ms": 200, "itl_ms": 10, "by_trace": {k: {"ttft_ms": t, "itl_ms": i}
-                                                                for k, (t, i) in bench_sim.TRACE_SLA.items()}},
-        running_start=bench_sim.WARMUP_SOURCES["draw"].format(seed=bench_sim.WARMUP_SEED + args.seed)
-        + ", replayed through the fleet and the planner first, not scored (the ServeGen day: its real hour before)",
-        warm_start="the same lead-in, then the planner restarted where the trace begins, its first run reading the "
-                   "lead-in as its Prometheus history (bench_sim.warm_start, the normal start)",
-        static="per number of GPUs, the best of the three P x D splits the oracle's sweeps rank best (cached in "
-               + CACHE.name + ")",
-        references={k: v.get("source") for k, v in cache.items()},
-        load_avg_1min_start_end=load_avg,
-        baseline=args.baseline, markdown=rows_table(doc["candidates"]), worst_markdown=worst_table(doc["candidates"]))
-    out_path.write_text(json.dumps(doc, indent=1) + "\n")
-    CACHE.write_text(json.dumps(cache, indent=1) + "\n")
+        save(doc, cache, out_path, args, load_avg)  # an interrupted run keeps the candidates it finished
+    save(doc, cache, out_path, args, load_avg)
     print(doc["worst_markdown"])
     return 0
 
