@@ -33,6 +33,7 @@ can take a pool below what the guardrail asked for.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from planner.config import DecisionConfig, FastPathConfig
 from planner.decision.gates import (
@@ -53,6 +54,18 @@ from planner.decision.stabilization import (
 from planner.types import (
     POOLS, Decision, FleetState, Observation, Pool, PoolSizing, Reason, ReasonCode, StartFloor, Step, Targets,
 )
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    """What one decision reads; see `decide` for each field."""
+
+    sizing: Mapping[Pool, PoolSizing]
+    saturation: Mapping[Pool, PoolSaturation] | None
+    fleet: FleetState
+    obs: Observation
+    cfg: DecisionConfig
+    now_s: float
 
 
 def current_targets(fleet: FleetState) -> Targets:
@@ -130,9 +143,9 @@ def decide(
     start_floor: what the warm-up trace's last window needed (planner.steps.size_warmup_floor), for a scheduled run of a
         planner that has not yet filled its own window; None: none.
     """
+    read = DecisionInputs(sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s)
     if fast_path is not None:
-        return decide_fast_path(sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg,
-                                fast_path=fast_path, now_s=now_s)
+        return decide_fast_path(read, fast_path=fast_path)
     _check_fleet(fleet)
     current = current_targets(fleet)
 
@@ -141,8 +154,7 @@ def decide(
         last = fleet.last_decision
         in_flight: Targets = {"prefill": last.prefill_replicas, "decode": last.decode_replicas}
         if hold.numbers["age_s"] >= cfg.scale_up_past_pending_s and stale_gate(obs=obs, cfg=cfg, now_s=now_s) is None:
-            targets, reasons, recommended = _sized_targets(
-                sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current)
+            targets, reasons, recommended = _sized_targets(read, current=current)
             up, limits = _hard_limits({p: max(in_flight[p], targets[p]) for p in POOLS}, fleet=fleet, cfg=cfg)
             if up != in_flight and all(up[p] >= in_flight[p] for p in POOLS):
                 past = Reason(
@@ -164,9 +176,7 @@ def decide(
         return finish(held, baseline=current, reasons=[*reasons, stale, *limits], recommended=held,
                       based_on=current)
 
-    targets, sized, recommended = _sized_targets(
-        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current,
-        start_floor=start_floor)
+    targets, sized, recommended = _sized_targets(read, current=current, start_floor=start_floor)
     return finish(targets, baseline=current, reasons=reasons + sized, recommended=recommended, based_on=current)
 
 
@@ -178,16 +188,7 @@ def in_flight_or_current(fleet: FleetState) -> tuple[Targets, bool]:
     return {"prefill": last.prefill_replicas, "decode": last.decode_replicas}, True
 
 
-def decide_fast_path(
-    *,
-    sizing: Mapping[Pool, PoolSizing],
-    saturation: Mapping[Pool, PoolSaturation] | None,
-    fleet: FleetState,
-    obs: Observation,
-    cfg: DecisionConfig,
-    fast_path: FastPathConfig,
-    now_s: float,
-) -> Decision:
+def decide_fast_path(read: DecisionInputs, *, fast_path: FastPathConfig) -> Decision:
     """Scale-up-only targets for a run the saturation trigger started between intervals.
 
     Each pool goes to max(set-or-in-flight, the interval rules' target): the
@@ -196,8 +197,9 @@ def decide_fast_path(
     Nothing is written when the last applied decision is younger than
     fast_path.cooldown_s, on stale metrics, or when the bounds or the GPU budget
     would take a pool below what is set (the next scheduled run handles that).
-    now_s: seconds, on the clock of obs and the decision history.
+    read.now_s: seconds, on the clock of obs and the decision history.
     """
+    fleet, obs, cfg, now_s = read.fleet, read.obs, read.cfg, read.now_s
     _check_fleet(fleet)
     current = current_targets(fleet)
     baseline, pending = in_flight_or_current(fleet)
@@ -213,8 +215,7 @@ def decide_fast_path(
     cooldown = fast_path_cooldown_gate(fleet=fleet, cooldown_s=fast_path.cooldown_s, now_s=now_s)
     if cooldown is not None:
         return hold([cooldown])
-    targets, reasons, recommended = _sized_targets(
-        sizing=sizing, saturation=saturation, fleet=fleet, obs=obs, cfg=cfg, now_s=now_s, current=current)
+    targets, reasons, recommended = _sized_targets(read, current=current)
     up, limits = _hard_limits({p: max(baseline[p], targets[p]) for p in POOLS}, fleet=fleet, cfg=cfg)
     numbers.update({f"{p}_rules_replicas": float(targets[p]) for p in POOLS})
     what = "in-flight decision" if pending else "current replicas"
@@ -246,17 +247,11 @@ def decide_fast_path(
 
 
 def _sized_targets(
-    *,
-    sizing: Mapping[Pool, PoolSizing],
-    saturation: Mapping[Pool, PoolSaturation] | None,
-    fleet: FleetState,
-    obs: Observation,
-    cfg: DecisionConfig,
-    now_s: float,
-    current: Targets,
-    start_floor: StartFloor | None = None,
+    read: DecisionInputs, *, current: Targets, start_floor: StartFloor | None = None,
 ) -> tuple[Targets, list[Reason], Targets]:
     """(targets, reasons, recommendation before stabilization) from the sizing, relative to `current`."""
+    sizing, saturation, fleet, obs = read.sizing, read.saturation, read.fleet, read.obs
+    cfg, now_s = read.cfg, read.now_s
     reasons: list[Reason] = []
     missing = missing_load_metrics(obs)
     targets, r = sizing_targets(sizing=sizing, current=current, missing=missing)
@@ -341,4 +336,4 @@ def _hold(sizing: Mapping[Pool, PoolSizing], cfg: DecisionConfig) -> dict:
     return dict(window_s=cfg.scale_down_stabilization_s)
 
 
-__all__ = ["current_targets", "decide", "decide_fast_path", "finish", "in_flight_or_current"]
+__all__ = ["DecisionInputs", "current_targets", "decide", "decide_fast_path", "finish", "in_flight_or_current"]
