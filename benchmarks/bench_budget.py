@@ -43,10 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
-PROFILE = DATA / "profiles" / "dynamo" / "profiler" / "H200_TP1P_TP1D"
-TRACES = DATA / "traces"
-RESULTS = ROOT / "benchmarks" / "results"
+from bench_sim import DATA, PROFILE, RESULTS, TRACES  # noqa: E402  (the control benchmark's profile and traces)
 
 MODELS = (  # name, trace file, copies, TTFT ms, ITL ms
     ("code", "azure2023_code.csv.gz", 8, 200.0, 10.0),
