@@ -211,6 +211,15 @@ def _figure():
     return plt
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    """Write the laid-out figure to path as PNG, close it; returns the path."""
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
 def plot_load_vs_replicas(result: ReplayResult, path: str | Path) -> Path:
     """PNG: request rate per interval against ready/allocated workers of both pools."""
     plt = _figure()
@@ -232,11 +241,7 @@ def plot_load_vs_replicas(result: ReplayResult, path: str | Path) -> Path:
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
     ax.set_title(f"{result.trace_name}: load vs workers ({result.policy})")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_latency(result: ReplayResult, path: str | Path) -> Path:
@@ -272,11 +277,7 @@ def plot_latency(result: ReplayResult, path: str | Path) -> Path:
     a2.set_xlabel("time, min (by arrival)")
     a2.legend(fontsize=8)
     a1.set_title(f"{result.trace_name}: latency over time ({result.policy})")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def misses_per_minute(result: ReplayResult) -> tuple[np.ndarray, np.ndarray]:
@@ -319,8 +320,4 @@ def plot_misses_per_minute(results: dict[str, ReplayResult], path: str | Path) -
     slo = first.scenario.slo
     ap.set_title(f"{first.trace_name}: workers and SLA misses per minute "
                  f"(TTFT {slo.ttft_ms:g} ms, ITL {slo.itl_ms:g} ms)")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
