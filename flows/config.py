@@ -7,6 +7,7 @@ value is rejected, naming the field, before any step runs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +24,8 @@ from connectors.config import (
 from planner.config import PlannerConfig, parse_yaml
 from planner.strict import StrictModel
 from planner.types import Observation
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class PlannerRunConfig(StrictModel):
@@ -109,12 +112,17 @@ def load_run_config(path: str | Path) -> PlannerRunConfig:
     Relative profile paths in the file are resolved against the file's folder.
     """
     path = Path(path)
+    cfg = read_yaml_file(path, PlannerRunConfig, what="planner config")
+    return resolve_paths(cfg, base=path.resolve().parent)
+
+
+def read_yaml_file(path: Path, model: type[M], *, what: str) -> M:
+    """The YAML file at path validated as model; errors are one line naming the file (`what` it is when unreadable)."""
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ValueError(f"{path}: cannot read planner config: {exc.strerror}") from None
-    cfg = parse_yaml(text, PlannerRunConfig, source=str(path))
-    return resolve_paths(cfg, base=path.resolve().parent)
+        raise ValueError(f"{path}: cannot read {what}: {exc.strerror}") from None
+    return parse_yaml(text, model, source=str(path))
 
 
 def resolve_paths(cfg: PlannerRunConfig, *, base: Path) -> PlannerRunConfig:

@@ -28,7 +28,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from connectors.profiles import read_engine_gpus
-from flows.config import PlannerRunConfig, resolve_paths
+from flows.config import PlannerRunConfig, read_yaml_file, resolve_paths
 from planner.config import format_validation_error, parse_yaml
 from planner.fleet.arbitrate import DEFAULT_GUARANTEED_SHARE_FRAC
 from planner.strict import StrictModel
@@ -121,11 +121,7 @@ def load_fleet(path: str | Path) -> Fleet:
     Each message is one line naming the fleet file (or the deployment's config file) and the problem.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read fleet file: {exc.strerror}") from None
-    fleet_cfg = parse_yaml(text, FleetConfig, source=str(path))
+    fleet_cfg = read_yaml_file(path, FleetConfig, what="fleet file")
     names = [d.name for d in fleet_cfg.deployments]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
