@@ -29,7 +29,8 @@ SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-if "PREFECT_HOME" not in os.environ:
+# Each xdist worker its own (they inherit the controller's environment).
+if "PREFECT_HOME" not in os.environ or os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="sla-planner-prefect-home-")
     atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 

@@ -17,7 +17,7 @@ import yaml
 
 from tests.support.fixtures_prefect_server import ROOT, PrefectStack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INTERVAL_S = 60.0
 END_S = 1_700_006_400.0 + 7200.0  # 2 h after the fixtures' anchor, a fixed time
