@@ -113,9 +113,15 @@ class Gateway:
         except ValueError:
             return JSONResponse({"error": "bad_request", "message": "body: not JSON"}, status_code=400)
         rid = f"gw-{uuid.uuid4().hex[:16]}"
+        ask = {"request_id": rid, "input_tokens": prompt_words(body), "slo": self.slo, "critical": True}
         try:
-            route = await self.router.post("/v1/route", json={
-                "request_id": rid, "input_tokens": prompt_words(body), "slo": self.slo, "critical": True})
+            try:
+                route = await self.router.post("/v1/route", json=ask)
+            except (httpx.RemoteProtocolError, httpx.ConnectError, httpx.ReadError):
+                # The routing service closed a kept-alive connection as it was reused (seen once in ~600 requests
+                # at a peak): asked once more on a fresh connection, under the same request id, so a route the first
+                # call did make is refused as a duplicate, never counted twice.
+                route = await self.router.post("/v1/route", json=ask)
         except httpx.HTTPError as exc:
             self.counts["failed"] += 1
             return JSONResponse({"error": "no_route", "message": f"routing service: {type(exc).__name__}: {exc}"},

